@@ -1,0 +1,298 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// OrganizationNameLabel names, on Folders and Projects, the Organization they belong to.
+// The server sets it; clients cannot choose or change it.
+const OrganizationNameLabel = "resourcemanager.miloapis.com/organization-name"
+
+// Condition types used by the hierarchy kinds.
+const (
+	// ConditionReady is true when the object is fully set up and usable.
+	ConditionReady = "Ready"
+	// ConditionResourceCleanup reports the progress of deleting a project's contents.
+	ConditionResourceCleanup = "ResourceCleanup"
+)
+
+// OrganizationType distinguishes an individual's organization from a company's.
+// +kubebuilder:validation:Enum=Personal;Standard
+type OrganizationType string
+
+const (
+	// OrganizationTypePersonal is an organization that belongs to one person.
+	OrganizationTypePersonal OrganizationType = "Personal"
+	// OrganizationTypeStandard is an organization shared by a team or company.
+	OrganizationTypeStandard OrganizationType = "Standard"
+)
+
+// Organization is the root of a customer's resource hierarchy. It owns the
+// namespace organization-{name}, where its memberships, groups and roles live.
+//
+// The name is a DNS label of at most 50 characters, so that organization-{name}
+// is itself a valid namespace name.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=milo
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 50",message="organization names are at most 50 characters"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="organization names are DNS labels: lower-case letters, digits and '-', starting and ending with a letter or digit"
+type Organization struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +kubebuilder:default={}
+	// +optional
+	Spec   OrganizationSpec   `json:"spec,omitempty"`
+	Status OrganizationStatus `json:"status,omitempty"`
+}
+
+// OrganizationSpec is what the owner of an Organization chooses.
+type OrganizationSpec struct {
+	// Type is Personal or Standard. It cannot change after creation.
+	// +kubebuilder:default=Standard
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="type is immutable"
+	// +optional
+	Type OrganizationType `json:"type,omitempty"`
+}
+
+// OrganizationStatus is what the server observed about an Organization.
+type OrganizationStatus struct {
+	// ObservedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready is true once the organization's namespace exists.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// OrganizationList is a list of Organizations.
+// +kubebuilder:object:root=true
+type OrganizationList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Organization `json:"items"`
+}
+
+// ParentKind is the kind of the object a Folder or Project hangs under.
+// +kubebuilder:validation:Enum=Organization;Folder
+type ParentKind string
+
+const (
+	// ParentKindOrganization places the object directly under an Organization.
+	ParentKindOrganization ParentKind = "Organization"
+	// ParentKindFolder places the object under a Folder.
+	ParentKindFolder ParentKind = "Folder"
+)
+
+// ParentReference points at an Organization or a Folder by name.
+type ParentReference struct {
+	// Kind is Organization or Folder.
+	// +required
+	Kind ParentKind `json:"kind"`
+	// Name of the Organization or Folder.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +required
+	Name string `json:"name"`
+}
+
+// Folder groups Projects and other Folders inside one Organization. Access granted
+// on a Folder reaches everything below it.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=milo
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Parent Kind",type=string,JSONPath=`.spec.parentRef.kind`
+// +kubebuilder:printcolumn:name="Parent",type=string,JSONPath=`.spec.parentRef.name`
+// +kubebuilder:printcolumn:name="Organization",type=string,JSONPath=`.metadata.labels.resourcemanager\.miloapis\.com/organization-name`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="folder names are DNS labels: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
+type Folder struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   FolderSpec   `json:"spec"`
+	Status FolderStatus `json:"status,omitempty"`
+}
+
+// FolderSpec places a Folder in the hierarchy.
+type FolderSpec struct {
+	// ParentRef is the Organization or Folder this Folder lives in. It may change to
+	// another parent in the same Organization (a move); cycles are refused.
+	// +required
+	ParentRef ParentReference `json:"parentRef"`
+}
+
+// FolderStatus is what the server observed about a Folder.
+type FolderStatus struct {
+	// ObservedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready is true when the parent chain up to the Organization is valid.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// FolderList is a list of Folders.
+// +kubebuilder:object:root=true
+type FolderList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Folder `json:"items"`
+}
+
+// Project is one isolated, Kubernetes-compatible control plane. Its contents are
+// served under /apis/resourcemanager.miloapis.com/v1alpha1/projects/{name}/control-plane.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=milo
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Owner Kind",type=string,JSONPath=`.spec.ownerRef.kind`
+// +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.spec.ownerRef.name`
+// +kubebuilder:printcolumn:name="Organization",type=string,JSONPath=`.metadata.labels.resourcemanager\.miloapis\.com/organization-name`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="project names are DNS labels: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
+type Project struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   ProjectSpec   `json:"spec"`
+	Status ProjectStatus `json:"status,omitempty"`
+}
+
+// ProjectSpec places a Project in the hierarchy.
+type ProjectSpec struct {
+	// OwnerRef is the Organization or Folder that owns this Project.
+	// +required
+	OwnerRef ParentReference `json:"ownerRef"`
+}
+
+// ProjectStatus is what the server observed about a Project.
+type ProjectStatus struct {
+	// ObservedGeneration is the generation the conditions describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions: Ready (the control plane is initialized) and, while the project is
+	// being deleted, ResourceCleanup with the progress of the cleanup.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// ProjectList is a list of Projects.
+// +kubebuilder:object:root=true
+type ProjectList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Project `json:"items"`
+}
+
+// OrganizationReference names an Organization.
+type OrganizationReference struct {
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Name string `json:"name"`
+}
+
+// UserReference names a User.
+type UserReference struct {
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Name string `json:"name"`
+}
+
+// RoleReference names an iam.miloapis.com Role.
+type RoleReference struct {
+	// +kubebuilder:validation:MinLength=1
+	// +required
+	Name string `json:"name"`
+	// Namespace of the Role: milo-system for platform roles, organization-{org}
+	// for the organization's own roles. Empty means the membership's namespace.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// OrganizationMembership makes a User a member of an Organization with some roles.
+// It lives in the namespace organization-{org}.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Namespaced,categories=milo
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Organization",type=string,JSONPath=`.spec.organizationRef.name`
+// +kubebuilder:printcolumn:name="User",type=string,JSONPath=`.spec.userRef.name`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type OrganizationMembership struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   OrganizationMembershipSpec   `json:"spec"`
+	Status OrganizationMembershipStatus `json:"status,omitempty"`
+}
+
+// OrganizationMembershipSpec says who is a member of which Organization, with which roles.
+type OrganizationMembershipSpec struct {
+	// OrganizationRef is the Organization; it cannot change.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="organizationRef is immutable"
+	// +required
+	OrganizationRef OrganizationReference `json:"organizationRef"`
+	// UserRef is the member; it cannot change.
+	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="userRef is immutable"
+	// +required
+	UserRef UserReference `json:"userRef"`
+	// Roles granted to the member on the Organization; each becomes a PolicyBinding.
+	// +listType=atomic
+	// +optional
+	Roles []RoleReference `json:"roles,omitempty"`
+}
+
+// AppliedRole reports one role of a membership and the binding that grants it.
+type AppliedRole struct {
+	// Name and Namespace of the Role.
+	Name      string `json:"name"`
+	Namespace string `json:"namespace,omitempty"`
+	// PolicyBindingName is the PolicyBinding created for this role, once it exists.
+	// +optional
+	PolicyBindingName string `json:"policyBindingName,omitempty"`
+	// Status is Applied or Pending; Message explains Pending.
+	// +kubebuilder:validation:Enum=Applied;Pending
+	// +optional
+	Status string `json:"status,omitempty"`
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// OrganizationMembershipStatus is what the server observed about a membership.
+type OrganizationMembershipStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// AppliedRoles lists each role and whether its PolicyBinding is in place.
+	// +listType=atomic
+	// +optional
+	AppliedRoles []AppliedRole `json:"appliedRoles,omitempty"`
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// OrganizationMembershipList is a list of OrganizationMemberships.
+// +kubebuilder:object:root=true
+type OrganizationMembershipList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []OrganizationMembership `json:"items"`
+}

@@ -1,0 +1,76 @@
+package server
+
+import (
+	"fmt"
+
+	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/util/webhook"
+	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
+	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	"k8s.io/kubernetes/pkg/controlplane"
+	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
+	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
+)
+
+// Config is the configuration of the three delegated servers that make up Milo's
+// API: the aggregator (outermost), the generic control plane's built-in APIs, and
+// apiextensions (CustomResourceDefinitions, innermost).
+type Config struct {
+	Options       CompletedOptions
+	Aggregator    *aggregatorapiserver.Config
+	ControlPlane  *controlplaneapiserver.Config
+	APIExtensions *apiextensionsapiserver.Config
+}
+
+// CompletedConfig is a Config whose parts have been completed.
+type CompletedConfig struct {
+	Options       CompletedOptions
+	Aggregator    aggregatorapiserver.CompletedConfig
+	ControlPlane  controlplaneapiserver.CompletedConfig
+	APIExtensions apiextensionsapiserver.CompletedConfig
+}
+
+// NewConfig builds the configuration of every server in the chain from the options.
+func NewConfig(opts CompletedOptions) (*Config, error) {
+	schemes := []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme}
+	generic, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
+		opts.ControlPlane, schemes, controlplane.DefaultGenericAPIResourceConfigSource(), generatedopenapi.GetOpenAPIDefinitions)
+	if err != nil {
+		return nil, fmt.Errorf("building generic server config: %w", err)
+	}
+	generic.OpenAPIConfig.Info.Title = "Milo"
+	generic.OpenAPIV3Config.Info.Title = "Milo"
+
+	services := webhook.NewDefaultServiceResolver()
+	cp, admissionInitializers, err := controlplaneapiserver.CreateConfig(opts.ControlPlane, generic, informers, storageFactory, services, nil)
+	if err != nil {
+		return nil, fmt.Errorf("building control plane config: %w", err)
+	}
+	authInfo := webhook.NewDefaultAuthenticationInfoResolverWrapper(cp.ProxyTransport, cp.Generic.EgressSelector, cp.Generic.LoopbackClientConfig, cp.Generic.TracerProvider)
+	// One API server instance per etcd: the all-in-one runs a single one.
+	apiExtensions, err := controlplaneapiserver.CreateAPIExtensionsConfig(*cp.Generic, cp.VersionedInformers, admissionInitializers, opts.ControlPlane, 1, services, authInfo)
+	if err != nil {
+		return nil, fmt.Errorf("building apiextensions config: %w", err)
+	}
+	aggregator, err := controlplaneapiserver.CreateAggregatorConfig(*cp.Generic, opts.ControlPlane, cp.VersionedInformers, services, cp.ProxyTransport, cp.Extra.PeerProxy, admissionInitializers)
+	if err != nil {
+		return nil, fmt.Errorf("building aggregator config: %w", err)
+	}
+	// Remote APIServices are reached through Services, which Milo does not serve;
+	// their availability is not checked by probing endpoints.
+	aggregator.ExtraConfig.DisableRemoteAvailableConditionController = true
+
+	return &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions}, nil
+}
+
+// Complete fills in the remaining defaults of every part.
+func (c *Config) Complete() CompletedConfig {
+	return CompletedConfig{
+		Options:       c.Options,
+		Aggregator:    c.Aggregator.Complete(),
+		ControlPlane:  c.ControlPlane.Complete(),
+		APIExtensions: c.APIExtensions.Complete(),
+	}
+}

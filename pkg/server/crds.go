@@ -1,0 +1,119 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+	"sigs.k8s.io/yaml"
+
+	"go.miloapis.com/milo/pkg/apis/crds"
+)
+
+// MiloCRDs returns the CustomResourceDefinitions of Milo's own kinds.
+func MiloCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	files, err := fs.Glob(crds.FS, "*.yaml")
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(files))
+	for _, name := range files {
+		data, err := crds.FS.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.UnmarshalStrict(data, crd); err != nil {
+			return nil, fmt.Errorf("decoding %s: %w", name, err)
+		}
+		out = append(out, crd)
+	}
+	return out, nil
+}
+
+// InstallCRDs creates Milo's CRDs, or brings existing ones up to date with this
+// binary, and waits until every one is Established and served.
+func InstallCRDs(ctx context.Context, loopback *rest.Config) error {
+	want, err := MiloCRDs()
+	if err != nil {
+		return err
+	}
+	client, err := apiextensionsclient.NewForConfig(loopback)
+	if err != nil {
+		return err
+	}
+	crdClient := client.ApiextensionsV1().CustomResourceDefinitions()
+	for _, crd := range want {
+		// The loopback connection may not accept requests for a moment after start.
+		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			if err := applyCRD(ctx, crdClient, crd); err != nil {
+				klog.V(2).InfoS("Retrying CRD installation", "crd", crd.Name, "err", err)
+				return false, nil
+			}
+			return true, nil
+		})
+		if err != nil {
+			return fmt.Errorf("installing CRD %s: %w", crd.Name, err)
+		}
+	}
+	for _, crd := range want {
+		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			got, err := crdClient.Get(ctx, crd.Name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			return isEstablished(got), nil
+		})
+		if err != nil {
+			return fmt.Errorf("waiting for CRD %s to be established: %w", crd.Name, err)
+		}
+	}
+	klog.InfoS("Milo CRDs are established", "count", len(want))
+	return nil
+}
+
+type crdInterface interface {
+	Get(ctx context.Context, name string, opts metav1.GetOptions) (*apiextensionsv1.CustomResourceDefinition, error)
+	Create(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, opts metav1.CreateOptions) (*apiextensionsv1.CustomResourceDefinition, error)
+	Update(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, opts metav1.UpdateOptions) (*apiextensionsv1.CustomResourceDefinition, error)
+}
+
+func applyCRD(ctx context.Context, c crdInterface, want *apiextensionsv1.CustomResourceDefinition) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		got, err := c.Get(ctx, want.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = c.Create(ctx, want.DeepCopy(), metav1.CreateOptions{FieldManager: "milo"})
+			return err
+		}
+		if err != nil {
+			return err
+		}
+		if apiequality.Semantic.DeepEqual(got.Spec, want.Spec) && apiequality.Semantic.DeepEqual(got.Annotations, want.Annotations) {
+			return nil
+		}
+		updated := got.DeepCopy()
+		updated.Spec = want.Spec
+		updated.Annotations = want.Annotations
+		_, err = c.Update(ctx, updated, metav1.UpdateOptions{FieldManager: "milo"})
+		return err
+	})
+}
+
+func isEstablished(crd *apiextensionsv1.CustomResourceDefinition) bool {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,271 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	cliflag "k8s.io/component-base/cli/flag"
+	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
+	authzmodes "k8s.io/kubernetes/pkg/kubeapiserver/authorizer/modes"
+	netutils "k8s.io/utils/net"
+
+	"go.miloapis.com/milo/pkg/kubeconfig"
+	"go.miloapis.com/milo/pkg/pki"
+	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
+)
+
+// Options are the flags of `milo start`: Milo's own, plus every flag of the
+// Kubernetes generic control plane with defaults suited to an all-in-one server.
+type Options struct {
+	// DataDir holds the embedded etcd data, the generated PKI and admin.kubeconfig.
+	DataDir string
+
+	// ControlPlane are the generic control plane's options (serving, etcd,
+	// authentication, authorization, admission, audit, logging, ...).
+	ControlPlane *cpoptions.Options
+}
+
+// NewOptions returns options with Milo's defaults: loopback on port 6443, RBAC
+// authorization, the admission plugins that make sense without pods and nodes.
+func NewOptions() *Options {
+	cp := cpoptions.NewOptions()
+	cp.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
+	cp.SecureServing.BindPort = 6443
+	cp.Authorization.Modes = []string{authzmodes.ModeRBAC}
+	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
+	cp.Authentication.ServiceAccounts.OptionalTokenGetter = newTokenGetter
+	return &Options{DataDir: ".milo", ControlPlane: cp}
+}
+
+// Flag groups shown by `milo start --help`; the rest are listed by --help-all.
+var primaryFlagGroups = []string{"milo", "secure serving", "etcd", "authentication", "authorization", "auditing", "logs"}
+
+// AddFlags registers every flag in named groups, Milo's own first.
+func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
+	fs := fss.FlagSet("milo")
+	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, ""+
+		"Directory for Milo's state: the embedded etcd data (etcd/), generated certificates and keys (pki/) "+
+		"and admin.kubeconfig. Created if missing. Certificates and keys found there are reused.")
+	o.ControlPlane.AddFlags(fss)
+}
+
+// PrimaryFlagGroups returns the flag groups an all-in-one user needs most; the
+// others remain accepted and are shown by --help-all.
+func PrimaryFlagGroups() []string { return primaryFlagGroups }
+
+// CompletedOptions are options whose defaults have been derived and which passed validation.
+type CompletedOptions struct {
+	// ControlPlane are the completed generic control plane options.
+	ControlPlane cpoptions.CompletedOptions
+	// DataDir is the absolute data directory.
+	DataDir string
+	// Etcd is the embedded etcd to start, or nil when --etcd-servers names an external one.
+	Etcd *embeddedetcd.Config
+	// AdminKubeconfig is the path of the kubeconfig of the admin identity.
+	AdminKubeconfig string
+	// URL is where clients on this machine reach the server.
+	URL string
+}
+
+// Complete prepares the data directory (PKI, admin.kubeconfig), binds the serving
+// port, fills in everything derived from them and validates the result.
+//
+// It fails before writing anything when the port is taken or a flag is invalid,
+// and everything it writes is written atomically and reused by the next start.
+func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
+	if errs := o.validateMiloFlags(); len(errs) > 0 {
+		return CompletedOptions{}, utilerrors.NewAggregate(errs)
+	}
+	cp := o.ControlPlane
+	listener, err := listen(cp)
+	if err != nil {
+		return CompletedOptions{}, err
+	}
+	closeListener := true
+	defer func() {
+		if closeListener {
+			listener.Close() //nolint:errcheck
+		}
+	}()
+	port := listener.Addr().(*net.TCPAddr).Port
+	cp.SecureServing.Listener = listener
+	cp.SecureServing.BindPort = port
+
+	dataDir, err := prepareDataDir(o.DataDir)
+	if err != nil {
+		return CompletedOptions{}, err
+	}
+	files, err := pki.Ensure(filepath.Join(dataDir, "pki"), servingNames(cp.SecureServing.BindAddress))
+	if err != nil {
+		return CompletedOptions{}, fmt.Errorf("preparing certificates in %s: %w", dataDir, err)
+	}
+	url := "https://" + net.JoinHostPort(clientHost(cp.SecureServing.BindAddress), strconv.Itoa(port))
+	applyGeneratedDefaults(cp, files, url)
+
+	var etcd *embeddedetcd.Config
+	if len(cp.Etcd.StorageConfig.Transport.ServerList) == 0 {
+		etcd, err = embeddedEtcdConfig(filepath.Join(dataDir, "etcd"), files)
+		if err != nil {
+			return CompletedOptions{}, err
+		}
+		t := &cp.Etcd.StorageConfig.Transport
+		t.ServerList = []string{etcd.ClientURL.String()}
+		t.CertFile, t.KeyFile, t.TrustedCAFile = files.EtcdClient.CertFile, files.EtcdClient.KeyFile, files.CA.CertFile
+	}
+
+	completed, err := cp.Complete(ctx, nil, nil)
+	if err != nil {
+		return CompletedOptions{}, err
+	}
+	if errs := completed.Validate(); len(errs) > 0 {
+		return CompletedOptions{}, utilerrors.NewAggregate(errs)
+	}
+
+	adminKubeconfig := filepath.Join(dataDir, "admin.kubeconfig")
+	admin := kubeconfig.ClientCert{Name: "milo-admin", Server: url, CAFile: files.CA.CertFile, CertFile: files.Admin.CertFile, KeyFile: files.Admin.KeyFile}
+	if err := admin.Write(adminKubeconfig); err != nil {
+		return CompletedOptions{}, err
+	}
+	closeListener = false
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url}, nil
+}
+
+func (o *Options) validateMiloFlags() []error {
+	var errs []error
+	if o.DataDir == "" {
+		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	ss := o.ControlPlane.SecureServing
+	if ss.BindPort < 0 || ss.BindPort > 65535 {
+		errs = append(errs, fmt.Errorf("--secure-port %d must be between 0 and 65535", ss.BindPort))
+	}
+	if ss.BindAddress == nil {
+		errs = append(errs, errors.New("--bind-address must be an IP address"))
+	}
+	return errs
+}
+
+// listen binds the serving port first of all, so that a port in use is reported
+// before anything is written to the data directory.
+func listen(cp *cpoptions.Options) (net.Listener, error) {
+	if cp.SecureServing.Listener != nil {
+		return cp.SecureServing.Listener, nil
+	}
+	addr := net.JoinHostPort(cp.SecureServing.BindAddress.String(), strconv.Itoa(cp.SecureServing.BindPort))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("cannot listen on %s (--bind-address, --secure-port): %w", addr, err)
+	}
+	return l, nil
+}
+
+// prepareDataDir creates the data directory, owner-only, and checks it is writable.
+func prepareDataDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", fmt.Errorf("data directory %q: %w", dir, err)
+	}
+	if info, err := os.Stat(abs); err == nil && !info.IsDir() {
+		return "", fmt.Errorf("data directory %s is not a directory", abs)
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return "", fmt.Errorf("cannot create data directory: %w", err)
+	}
+	probe, err := os.CreateTemp(abs, ".write-check-*")
+	if err != nil {
+		return "", fmt.Errorf("data directory %s is not writable: %w", abs, err)
+	}
+	probe.Close()           //nolint:errcheck
+	os.Remove(probe.Name()) //nolint:errcheck
+	return abs, nil
+}
+
+// servingNames lists what the serving certificate must be valid for: loopback,
+// the bind address, and, when bound to every interface, the host's names and addresses.
+func servingNames(bind net.IP) pki.ServingNames {
+	names := pki.ServingNames{DNS: []string{"localhost"}, IPs: []net.IP{net.ParseIP("127.0.0.1"), net.IPv6loopback}}
+	if !bind.IsUnspecified() {
+		if !bind.IsLoopback() {
+			names.IPs = append(names.IPs, bind)
+		}
+		return names
+	}
+	if host, err := os.Hostname(); err == nil {
+		names.DNS = append(names.DNS, host)
+	}
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if ipnet, ok := a.(*net.IPNet); ok && !ipnet.IP.IsLoopback() && !ipnet.IP.IsLinkLocalUnicast() {
+				names.IPs = append(names.IPs, ipnet.IP)
+			}
+		}
+	}
+	return names
+}
+
+// clientHost is the address local clients use to reach a server bound to bind.
+func clientHost(bind net.IP) string {
+	switch {
+	case bind.IsUnspecified() && bind.To4() == nil:
+		return "::1"
+	case bind.IsUnspecified():
+		return "127.0.0.1"
+	default:
+		return bind.String()
+	}
+}
+
+// applyGeneratedDefaults points every certificate and key flag the user left
+// empty at the generated PKI. Flags the user set win.
+func applyGeneratedDefaults(cp *cpoptions.Options, files pki.Files, url string) {
+	cert := &cp.SecureServing.ServerCert.CertKey
+	if cert.CertFile == "" && cert.KeyFile == "" {
+		cert.CertFile, cert.KeyFile = files.Serving.CertFile, files.Serving.KeyFile
+	}
+	if cp.Authentication.ClientCert != nil && cp.Authentication.ClientCert.ClientCA == "" {
+		cp.Authentication.ClientCert.ClientCA = files.CA.CertFile
+	}
+	if rh := cp.Authentication.RequestHeader; rh != nil && rh.ClientCAFile == "" {
+		rh.ClientCAFile = files.FrontProxyCA.CertFile
+		rh.AllowedNames = []string{pki.FrontProxyClientName}
+		rh.UsernameHeaders = []string{"X-Remote-User"}
+		rh.UIDHeaders = []string{"X-Remote-Uid"}
+		rh.GroupHeaders = []string{"X-Remote-Group"}
+		rh.ExtraHeaderPrefixes = []string{"X-Remote-Extra-"}
+	}
+	if cp.ProxyClientCertFile == "" && cp.ProxyClientKeyFile == "" {
+		cp.ProxyClientCertFile, cp.ProxyClientKeyFile = files.FrontProxyClient.CertFile, files.FrontProxyClient.KeyFile
+	}
+	if sa := cp.Authentication.ServiceAccounts; sa != nil {
+		if len(sa.KeyFiles) == 0 && cp.ServiceAccountSigningEndpoint == "" {
+			sa.KeyFiles = []string{files.ServiceAccountKey}
+		}
+		if len(sa.Issuers) == 0 {
+			sa.Issuers = []string{url}
+		}
+	}
+	if cp.ServiceAccountSigningKeyFile == "" && cp.ServiceAccountSigningEndpoint == "" {
+		cp.ServiceAccountSigningKeyFile = files.ServiceAccountKey
+	}
+}
+
+func embeddedEtcdConfig(dir string, files pki.Files) (*embeddedetcd.Config, error) {
+	clientURL, peerURL, err := embeddedetcd.PickURLs()
+	if err != nil {
+		return nil, fmt.Errorf("choosing ports for the embedded etcd: %w", err)
+	}
+	return &embeddedetcd.Config{
+		Dir:       dir,
+		ClientURL: clientURL,
+		PeerURL:   peerURL,
+		CertFile:  files.EtcdServer.CertFile,
+		KeyFile:   files.EtcdServer.KeyFile,
+		CAFile:    files.CA.CertFile,
+	}, nil
+}

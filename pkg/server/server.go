@@ -1,0 +1,143 @@
+// Package server assembles Milo's API server from the Kubernetes generic control
+// plane, apiextensions and the aggregator, and runs it with an embedded etcd.
+//
+// The flow follows the kube-apiserver idiom: Options (flags, Complete, Validate)
+// → Config (NewConfig) → CompletedConfig → Server (NewServer) → Run.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/util/notfoundhandler"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
+	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
+
+	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
+)
+
+// Server is Milo's assembled API server, not yet running.
+type Server struct {
+	// Aggregator is the outermost server of the delegation chain; it serves everything.
+	Aggregator *aggregatorapiserver.APIAggregator
+	options    CompletedOptions
+}
+
+// NewServer wires the delegation chain: aggregator → built-in APIs → CRDs → 404,
+// and registers Milo's post-start hooks.
+func NewServer(c CompletedConfig) (*Server, error) {
+	notFound := notfoundhandler.New(c.ControlPlane.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
+	apiExtensions, err := c.APIExtensions.New(genericapiserver.NewEmptyDelegateWithCustomHandler(notFound))
+	if err != nil {
+		return nil, fmt.Errorf("creating apiextensions server: %w", err)
+	}
+	crdAPIEnabled := c.APIExtensions.GenericConfig.MergedResourceConfig.ResourceEnabled(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"))
+
+	builtIn, err := c.ControlPlane.New("milo", apiExtensions.GenericAPIServer)
+	if err != nil {
+		return nil, fmt.Errorf("creating control plane server: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(c.ControlPlane.Generic.LoopbackClientConfig)
+	if err != nil {
+		return nil, err
+	}
+	providers, err := c.ControlPlane.GenericStorageProviders(client.Discovery())
+	if err != nil {
+		return nil, fmt.Errorf("creating storage providers: %w", err)
+	}
+	if err := builtIn.InstallAPIs(withLimitRanges(providers)...); err != nil {
+		return nil, fmt.Errorf("installing built-in APIs: %w", err)
+	}
+
+	aggregator, err := controlplaneapiserver.CreateAggregatorServer(c.Aggregator, builtIn.GenericAPIServer,
+		apiExtensions.Informers.Apiextensions().V1().CustomResourceDefinitions(), crdAPIEnabled,
+		controlplaneapiserver.DefaultGenericAPIServicePriorities())
+	if err != nil {
+		return nil, fmt.Errorf("creating aggregator: %w", err)
+	}
+
+	// A post-start hook also gates /readyz until it returns, so the server is not
+	// ready before Milo's own kinds are served.
+	loopback := aggregator.GenericAPIServer.LoopbackClientConfig
+	if err := aggregator.GenericAPIServer.AddPostStartHook("milo-install-crds", func(ctx genericapiserver.PostStartHookContext) error {
+		return InstallCRDs(ctx, loopback)
+	}); err != nil {
+		return nil, err
+	}
+	return &Server{Aggregator: aggregator, options: c.Options}, nil
+}
+
+// Run starts the embedded etcd (unless an external one is configured), builds and
+// runs the API server until ctx is cancelled, then shuts both down in order.
+func Run(ctx context.Context, opts CompletedOptions, out io.Writer) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	if opts.Etcd != nil {
+		etcd, err := embeddedetcd.Start(ctx, *opts.Etcd)
+		if err != nil {
+			return err
+		}
+		// Closed after the API server stopped, so that in-flight writes finish.
+		defer etcd.Close()
+		go func() {
+			if err, ok := <-etcd.Err(); ok && err != nil {
+				cancel(fmt.Errorf("embedded etcd failed: %w", err))
+			}
+		}()
+	}
+
+	cfg, err := NewConfig(opts)
+	if err != nil {
+		return err
+	}
+	srv, err := NewServer(cfg.Complete())
+	if err != nil {
+		return err
+	}
+	prepared, err := srv.Aggregator.PrepareRun()
+	if err != nil {
+		return err
+	}
+	go announceReady(ctx, opts, srv.Aggregator.GenericAPIServer.LoopbackClientConfig, out)
+
+	if err := prepared.Run(ctx); err != nil {
+		return err
+	}
+	if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+// announceReady tells the user, once /readyz passes, where to find the admin
+// kubeconfig and one command to try.
+func announceReady(ctx context.Context, opts CompletedOptions, loopback *rest.Config, out io.Writer) {
+	client, err := kubernetes.NewForConfig(loopback)
+	if err != nil {
+		return
+	}
+	start := time.Now()
+	err = wait.PollUntilContextCancel(ctx, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		var status int
+		client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&status)
+		return status == http.StatusOK, nil
+	})
+	if err != nil {
+		return
+	}
+	klog.InfoS("Milo is ready", "url", opts.URL, "after", time.Since(start).Round(time.Millisecond))
+	fmt.Fprintf(out, "Milo is ready at %s\n  admin kubeconfig: %s\n  try: kubectl --kubeconfig %s api-resources\n",
+		opts.URL, opts.AdminKubeconfig, opts.AdminKubeconfig)
+}
