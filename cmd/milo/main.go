@@ -11,7 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/component-base/logs"
 	logsapi "k8s.io/component-base/logs/api/v1"
-	_ "k8s.io/component-base/logs/json/register"          // --logging-format=json
+	_ "k8s.io/component-base/logs/json/register"           // --logging-format=json
 	_ "k8s.io/component-base/metrics/prometheus/clientgo"  // client-go metrics on /metrics
 	_ "k8s.io/component-base/metrics/prometheus/version"   // build info metric
 	_ "k8s.io/component-base/metrics/prometheus/workqueue" // workqueue metrics
