@@ -1,0 +1,195 @@
+package server
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+	cliflag "k8s.io/component-base/cli/flag"
+)
+
+func parse(t *testing.T, args ...string) *Options {
+	t.Helper()
+	o := NewOptions()
+	var fss cliflag.NamedFlagSets
+	o.AddFlags(&fss)
+	fs := pflag.NewFlagSet("start", pflag.ContinueOnError)
+	for _, f := range fss.FlagSets {
+		fs.AddFlagSet(f)
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func TestDefaults(t *testing.T) {
+	o := parse(t)
+	if o.DataDir != ".milo" {
+		t.Errorf("data dir %q", o.DataDir)
+	}
+	ss := o.ControlPlane.SecureServing
+	if ss.BindAddress.String() != "127.0.0.1" || ss.BindPort != 6443 {
+		t.Errorf("serving on %s:%d, want 127.0.0.1:6443", ss.BindAddress, ss.BindPort)
+	}
+	if got := o.ControlPlane.Authorization.Modes; len(got) != 1 || got[0] != "RBAC" {
+		t.Errorf("authorization modes %v, want [RBAC]", got)
+	}
+	off := o.ControlPlane.Admission.GenericAdmission.DefaultOffPlugins
+	for _, on := range []string{"NamespaceLifecycle", "ResourceQuota", "LimitRanger", "ServiceAccount", "ValidatingAdmissionWebhook", "ValidatingAdmissionPolicy"} {
+		if off.Has(on) {
+			t.Errorf("%s is off by default", on)
+		}
+	}
+	for _, podOnly := range []string{"DefaultTolerationSeconds", "PodSecurity", "NodeRestriction"} {
+		if !off.Has(podOnly) {
+			t.Errorf("%s is on by default, but Milo serves no pods or nodes", podOnly)
+		}
+	}
+}
+
+func TestFlagsOverrideDefaults(t *testing.T) {
+	o := parse(t, "--data-dir=/srv/milo", "--bind-address=0.0.0.0", "--secure-port=7443", "--etcd-servers=https://etcd-0:2379,https://etcd-1:2379", "--authorization-mode=RBAC,AlwaysDeny")
+	if o.DataDir != "/srv/milo" || o.ControlPlane.SecureServing.BindPort != 7443 || !o.ControlPlane.SecureServing.BindAddress.IsUnspecified() {
+		t.Errorf("flags not applied: %+v", o)
+	}
+	if got := o.ControlPlane.Etcd.StorageConfig.Transport.ServerList; len(got) != 2 {
+		t.Errorf("etcd servers %v", got)
+	}
+	if got := o.ControlPlane.Authorization.Modes; len(got) != 2 {
+		t.Errorf("authorization modes %v", got)
+	}
+}
+
+func TestCompleteEmbeddedDefaults(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "state")
+	o := parse(t, "--data-dir="+dataDir, "--secure-port=0")
+	c, err := o.Complete(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.ControlPlane.SecureServing.Listener.Close()
+
+	port := c.ControlPlane.SecureServing.Listener.Addr().(*net.TCPAddr).Port
+	if port == 0 || !strings.HasSuffix(c.URL, ":"+itoa(port)) {
+		t.Errorf("URL %s does not name the bound port %d", c.URL, port)
+	}
+	if c.Etcd == nil || c.Etcd.ClientURL.Scheme != "https" || !strings.HasPrefix(c.Etcd.ClientURL.Host, "127.0.0.1:") {
+		t.Fatalf("embedded etcd config %+v, want https on loopback", c.Etcd)
+	}
+	tr := c.ControlPlane.Etcd.StorageConfig.Transport
+	if len(tr.ServerList) != 1 || tr.ServerList[0] != c.Etcd.ClientURL.String() || tr.CertFile == "" || tr.TrustedCAFile == "" {
+		t.Errorf("apiserver etcd transport %+v does not point at the embedded etcd with TLS", tr)
+	}
+	cp := c.ControlPlane
+	for name, path := range map[string]string{
+		"serving cert":    cp.SecureServing.ServerCert.CertKey.CertFile,
+		"client CA":       cp.Authentication.ClientCert.ClientCA,
+		"front proxy CA":  cp.Authentication.RequestHeader.ClientCAFile,
+		"proxy client":    cp.ProxyClientCertFile,
+		"SA signing key":  cp.ServiceAccountSigningKeyFile,
+		"admin kubeconfg": c.AdminKubeconfig,
+	} {
+		if !strings.HasPrefix(path, dataDir) {
+			t.Errorf("%s %q is not in the data directory", name, path)
+		} else if _, err := os.Stat(path); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if got := cp.Authentication.ServiceAccounts.Issuers; len(got) != 1 || got[0] != c.URL {
+		t.Errorf("service account issuer %v, want [%s]", got, c.URL)
+	}
+	if cp.ServiceAccountIssuer == nil {
+		t.Error("no service account token generator")
+	}
+	info, err := os.Stat(dataDir)
+	if err != nil || info.Mode().Perm() != 0o700 {
+		t.Errorf("data directory mode: %v %v, want 0700", info.Mode().Perm(), err)
+	}
+}
+
+func TestCompleteWithExternalEtcdStartsNoEmbeddedOne(t *testing.T) {
+	o := parse(t, "--data-dir="+t.TempDir(), "--secure-port=0", "--etcd-servers=https://127.0.0.1:2379")
+	c, err := o.Complete(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.ControlPlane.SecureServing.Listener.Close()
+	if c.Etcd != nil {
+		t.Errorf("embedded etcd configured although --etcd-servers was given")
+	}
+	if got := c.ControlPlane.Etcd.StorageConfig.Transport.ServerList; len(got) != 1 || got[0] != "https://127.0.0.1:2379" {
+		t.Errorf("etcd servers %v", got)
+	}
+}
+
+func TestCompleteFailsBeforeWritingWhenPortIsTaken(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dataDir := filepath.Join(t.TempDir(), "state")
+	o := parse(t, "--data-dir="+dataDir, "--secure-port="+itoa(busy.Addr().(*net.TCPAddr).Port))
+	_, err = o.Complete(context.Background())
+	if err == nil || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("err = %v, want address already in use", err)
+	}
+	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+		t.Fatalf("data directory created although the start failed: %v", err)
+	}
+}
+
+func TestCompleteRejectsEmptyDataDir(t *testing.T) {
+	o := parse(t, "--data-dir=", "--secure-port=0")
+	if _, err := o.Complete(context.Background()); err == nil || !strings.Contains(err.Error(), "--data-dir") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestClientHost(t *testing.T) {
+	for bind, want := range map[string]string{"0.0.0.0": "127.0.0.1", "::": "::1", "127.0.0.1": "127.0.0.1", "192.0.2.1": "192.0.2.1"} {
+		if got := clientHost(net.ParseIP(bind)); got != want {
+			t.Errorf("clientHost(%s) = %s, want %s", bind, got, want)
+		}
+	}
+}
+
+func TestMiloCRDsCoverTheAPIContract(t *testing.T) {
+	crds, err := MiloCRDs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, c := range crds {
+		got[c.Spec.Group+"/"+c.Spec.Names.Kind] = string(c.Spec.Scope)
+	}
+	want := map[string]string{
+		"resourcemanager.miloapis.com/Organization":           "Cluster",
+		"resourcemanager.miloapis.com/Folder":                 "Cluster",
+		"resourcemanager.miloapis.com/Project":                "Cluster",
+		"resourcemanager.miloapis.com/OrganizationMembership": "Namespaced",
+		"iam.miloapis.com/Role":                               "Namespaced",
+		"iam.miloapis.com/PolicyBinding":                      "Namespaced",
+		"iam.miloapis.com/User":                               "Cluster",
+		"iam.miloapis.com/Group":                              "Namespaced",
+		"iam.miloapis.com/GroupMembership":                    "Namespaced",
+		"iam.miloapis.com/ServiceAccount":                     "Namespaced",
+		"iam.miloapis.com/ProtectedResource":                  "Cluster",
+	}
+	for kind, scope := range want {
+		if got[kind] != scope {
+			t.Errorf("%s: scope %q, want %q", kind, got[kind], scope)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("got %d CRDs, want %d: %v", len(got), len(want), got)
+	}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

@@ -1,0 +1,249 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// The binaries under test, built once per test run by TestMain.
+var (
+	miloBin    string
+	kubectlBin string
+	// shared is one server for every test that does not restart or reconfigure it.
+	shared *milo
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	binDir, err := os.MkdirTemp("", "milo-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(binDir)
+	miloBin = filepath.Join(binDir, "milo")
+	kubectlBin = filepath.Join(binDir, "kubectl")
+	root := repoRoot()
+	for _, b := range []struct{ out, pkg string }{{miloBin, "./cmd/milo"}, {kubectlBin, "./test/kubectl"}} {
+		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
+		cmd.Dir = root
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "building %s: %v\n", b.pkg, err)
+			return 1
+		}
+	}
+
+	dataDir, err := os.MkdirTemp("", "milo-e2e-shared-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dataDir)
+	shared, err = startMilo(dataDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting the shared server: %v\n", err)
+		return 1
+	}
+	code := m.Run()
+	if exit, err := shared.stop(); err != nil || exit != 0 {
+		fmt.Fprintf(os.Stderr, "stopping the shared server: exit %d, %v\n%s", exit, err, shared.logTail())
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
+}
+
+func repoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// milo is one running `milo start` process.
+type milo struct {
+	cmd        *exec.Cmd
+	dataDir    string
+	url        string
+	kubeconfig string
+	logs       *syncBuffer
+	exited     chan struct{}
+	exitErr    error
+}
+
+// startMilo runs `milo start` on a kernel-chosen loopback port with dataDir and
+// waits until it reports ready.
+func startMilo(dataDir string, extraArgs ...string) (*milo, error) {
+	args := append([]string{"start", "--data-dir", dataDir, "--secure-port", "0"}, extraArgs...)
+	cmd := exec.Command(miloBin, args...)
+	logs := &syncBuffer{}
+	cmd.Stderr = logs
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	m := &milo{cmd: cmd, dataDir: dataDir, logs: logs, exited: make(chan struct{})}
+	ready := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if url, ok := strings.CutPrefix(sc.Text(), "Milo is ready at "); ok {
+				ready <- url
+			}
+		}
+	}()
+	go func() {
+		m.exitErr = cmd.Wait()
+		close(m.exited)
+	}()
+	select {
+	case m.url = <-ready:
+	case <-m.exited:
+		return nil, fmt.Errorf("milo exited before it was ready: %v\n%s", m.exitErr, m.logTail())
+	case <-time.After(2 * time.Minute):
+		m.cmd.Process.Kill() //nolint:errcheck
+		return nil, fmt.Errorf("milo was not ready within 2 minutes\n%s", m.logTail())
+	}
+	m.kubeconfig = filepath.Join(dataDir, "admin.kubeconfig")
+	return m, nil
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (m *milo) stop() (int, error) {
+	if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return -1, err
+	}
+	select {
+	case <-m.exited:
+	case <-time.After(time.Minute):
+		m.cmd.Process.Kill() //nolint:errcheck
+		<-m.exited
+		return -1, errors.New("milo did not exit within a minute of SIGTERM")
+	}
+	return m.cmd.ProcessState.ExitCode(), nil
+}
+
+// stopOnCleanup stops the server when the test ends, failing the test on an unclean exit.
+func (m *milo) stopOnCleanup(t *testing.T) {
+	t.Cleanup(func() {
+		select {
+		case <-m.exited:
+			return
+		default:
+		}
+		if code, err := m.stop(); err != nil || code != 0 {
+			t.Errorf("milo exit %d, %v\n%s", code, err, m.logTail())
+		}
+	})
+}
+
+func (m *milo) logTail() string {
+	s := m.logs.String()
+	if len(s) > 8000 {
+		s = "...\n" + s[len(s)-8000:]
+	}
+	return s
+}
+
+func (m *milo) restConfig(t *testing.T) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", m.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func (m *milo) kube(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(m.restConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (m *milo) dynamic(t *testing.T) dynamic.Interface {
+	t.Helper()
+	c, err := dynamic.NewForConfig(m.restConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// kubectlResult is the outcome of one kubectl run.
+type kubectlResult struct {
+	stdout, stderr string
+	err            error
+}
+
+// kubectl runs the real kubectl against m, with stdin if given.
+func (m *milo) kubectl(t *testing.T, stdin string, args ...string) kubectlResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", m.kubeconfig}, args...)...)
+	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+filepath.Join(m.dataDir, "kubectl-cache"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	err := cmd.Run()
+	return kubectlResult{stdout: stdout.String(), stderr: stderr.String(), err: err}
+}
+
+// mustKubectl runs kubectl and fails the test if it does not succeed.
+func (m *milo) mustKubectl(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	r := m.kubectl(t, stdin, args...)
+	if r.err != nil {
+		t.Fatalf("kubectl %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.err, r.stdout, r.stderr)
+	}
+	return r.stdout
+}
+
+// syncBuffer collects a process's output safely while tests read it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var _ io.Writer = (*syncBuffer)(nil)

@@ -1,0 +1,289 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+var organizations = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "organizations"}
+
+func TestAPIResourcesListCoreAndMiloKinds(t *testing.T) {
+	out := shared.mustKubectl(t, "", "api-resources", "-o", "name")
+	got := map[string]bool{}
+	for _, line := range strings.Fields(out) {
+		got[line] = true
+	}
+	for _, want := range []string{
+		"configmaps", "secrets", "namespaces", "serviceaccounts", "events", "limitranges", "resourcequotas",
+		"leases.coordination.k8s.io", "roles.rbac.authorization.k8s.io", "customresourcedefinitions.apiextensions.k8s.io",
+		"organizations.resourcemanager.miloapis.com", "folders.resourcemanager.miloapis.com",
+		"projects.resourcemanager.miloapis.com", "organizationmemberships.resourcemanager.miloapis.com",
+		"roles.iam.miloapis.com", "policybindings.iam.miloapis.com", "users.iam.miloapis.com", "groups.iam.miloapis.com",
+		"groupmemberships.iam.miloapis.com", "serviceaccounts.iam.miloapis.com", "protectedresources.iam.miloapis.com",
+	} {
+		if !got[want] {
+			t.Errorf("api-resources does not list %s; got:\n%s", want, out)
+		}
+	}
+	// The default RBAC policy is in place: the admin identity is a cluster admin through system:masters.
+	if out := shared.mustKubectl(t, "", "auth", "can-i", "*", "*"); strings.TrimSpace(out) != "yes" {
+		t.Errorf("admin cannot do everything: %q", out)
+	}
+}
+
+func TestConfigMapLifecycleWithKubectl(t *testing.T) {
+	m := shared
+	m.mustKubectl(t, "", "create", "namespace", "cm-lifecycle")
+	m.mustKubectl(t, "", "-n", "cm-lifecycle", "create", "configmap", "settings", "--from-literal=color=blue")
+
+	var cm corev1.ConfigMap
+	if err := json.Unmarshal([]byte(m.mustKubectl(t, "", "-n", "cm-lifecycle", "get", "configmap", "settings", "-o", "json")), &cm); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Data["color"] != "blue" {
+		t.Fatalf("data = %v, want color=blue", cm.Data)
+	}
+
+	m.mustKubectl(t, "", "-n", "cm-lifecycle", "patch", "configmap", "settings", "--type=merge", "-p", `{"data":{"color":"green","size":"L"}}`)
+	got, err := m.kube(t).CoreV1().ConfigMaps("cm-lifecycle").Get(context.Background(), "settings", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Data["color"] != "green" || got.Data["size"] != "L" {
+		t.Fatalf("after patch data = %v", got.Data)
+	}
+	if got.ResourceVersion == cm.ResourceVersion {
+		t.Fatalf("patch did not change the resourceVersion %s", got.ResourceVersion)
+	}
+
+	if out := m.mustKubectl(t, "", "-n", "cm-lifecycle", "get", "configmaps", "-o", "name"); !strings.Contains(out, "configmap/settings") {
+		t.Fatalf("list does not show the configmap: %q", out)
+	}
+	m.mustKubectl(t, "", "-n", "cm-lifecycle", "delete", "configmap", "settings")
+	r := m.kubectl(t, "", "-n", "cm-lifecycle", "get", "configmap", "settings")
+	if r.err == nil || !strings.Contains(r.stderr, `configmaps "settings" not found`) {
+		t.Fatalf("get after delete: err=%v stderr=%q", r.err, r.stderr)
+	}
+	// A namespace that does not exist refuses new objects (NamespaceLifecycle admission).
+	_, err = m.kube(t).CoreV1().ConfigMaps("no-such-namespace").Create(context.Background(),
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("create in a missing namespace: %v, want NotFound", err)
+	}
+}
+
+func TestOrganizationLifecycleWithKubectl(t *testing.T) {
+	m := shared
+	m.mustKubectl(t, `
+apiVersion: resourcemanager.miloapis.com/v1alpha1
+kind: Organization
+metadata:
+  name: lifecycle-org
+`, "apply", "-f", "-")
+
+	org, err := m.dynamic(t).Resource(organizations).Get(context.Background(), "lifecycle-org", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if typ, _, _ := unstructured.NestedString(org.Object, "spec", "type"); typ != "Standard" {
+		t.Fatalf("spec.type defaulted to %q, want Standard", typ)
+	}
+
+	m.mustKubectl(t, "", "label", "organization", "lifecycle-org", "tier=gold")
+	if out := m.mustKubectl(t, "", "get", "organizations", "-l", "tier=gold", "-o", "name"); strings.TrimSpace(out) != "organization.resourcemanager.miloapis.com/lifecycle-org" {
+		t.Fatalf("label selector list = %q", out)
+	}
+	if out := m.mustKubectl(t, "", "get", "organization", "lifecycle-org"); !strings.Contains(out, "Standard") {
+		t.Fatalf("printer columns do not show the type:\n%s", out)
+	}
+	m.mustKubectl(t, "", "delete", "organization", "lifecycle-org")
+	if _, err := m.dynamic(t).Resource(organizations).Get(context.Background(), "lifecycle-org", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("get after delete: %v, want NotFound", err)
+	}
+}
+
+func TestSchemaValidationRejectsBadObjects(t *testing.T) {
+	m := shared
+	orgs := m.dynamic(t).Resource(organizations)
+	ctx := context.Background()
+
+	cases := []struct {
+		name      string
+		obj       map[string]any
+		wantField string
+	}{
+		{"unknown enum value", map[string]any{"metadata": map[string]any{"name": "weird"}, "spec": map[string]any{"type": "Weird"}}, "spec.type"},
+		{"name not a DNS label", map[string]any{"metadata": map[string]any{"name": "Not.A.Label"}}, ""},
+		{"name too long for its namespace", map[string]any{"metadata": map[string]any{"name": strings.Repeat("a", 51)}}, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := &unstructured.Unstructured{Object: tc.obj}
+			obj.SetAPIVersion("resourcemanager.miloapis.com/v1alpha1")
+			obj.SetKind("Organization")
+			_, err := orgs.Create(ctx, obj, metav1.CreateOptions{})
+			var status apierrors.APIStatus
+			if !errors.As(err, &status) || status.Status().Code != 422 {
+				t.Fatalf("create: %v, want a 422 Status", err)
+			}
+			if tc.wantField != "" && !hasCause(status.Status(), tc.wantField) {
+				t.Fatalf("422 does not name field %s: %+v", tc.wantField, status.Status().Details)
+			}
+			if _, err := orgs.Get(ctx, obj.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("a rejected object was stored: %v", err)
+			}
+		})
+	}
+
+	t.Run("kubectl shows the field", func(t *testing.T) {
+		r := m.kubectl(t, "apiVersion: resourcemanager.miloapis.com/v1alpha1\nkind: Organization\nmetadata: {name: weird}\nspec: {type: Weird}\n", "apply", "-f", "-")
+		if r.err == nil || !strings.Contains(r.stderr, `spec.type: Unsupported value: "Weird"`) {
+			t.Fatalf("kubectl apply of a bad type: err=%v stderr=%q", r.err, r.stderr)
+		}
+	})
+
+	t.Run("type is immutable", func(t *testing.T) {
+		m.mustKubectl(t, "apiVersion: resourcemanager.miloapis.com/v1alpha1\nkind: Organization\nmetadata: {name: immutable-type}\nspec: {type: Personal}\n", "apply", "-f", "-")
+		t.Cleanup(func() { orgs.Delete(ctx, "immutable-type", metav1.DeleteOptions{}) }) //nolint:errcheck
+		r := m.kubectl(t, "", "patch", "organization", "immutable-type", "--type=merge", "-p", `{"spec":{"type":"Standard"}}`)
+		if r.err == nil || !strings.Contains(r.stderr, "type is immutable") {
+			t.Fatalf("changing spec.type: err=%v stderr=%q", r.err, r.stderr)
+		}
+	})
+
+	t.Run("policy binding needs exactly one selector", func(t *testing.T) {
+		r := m.kubectl(t, `
+apiVersion: iam.miloapis.com/v1alpha1
+kind: PolicyBinding
+metadata: {name: both, namespace: default}
+spec:
+  roleRef: {name: viewer, namespace: milo-system}
+  subjects: [{kind: User, name: alice}]
+  resourceSelector:
+    resourceRef: {apiGroup: resourcemanager.miloapis.com, kind: Project, name: web}
+    resourceKind: {apiGroup: resourcemanager.miloapis.com, kind: Project}
+`, "apply", "-f", "-")
+		if r.err == nil || !strings.Contains(r.stderr, "exactly one of resourceRef or resourceKind") {
+			t.Fatalf("binding with two selectors: err=%v stderr=%q", r.err, r.stderr)
+		}
+	})
+}
+
+func hasCause(s metav1.Status, field string) bool {
+	if s.Details == nil {
+		return false
+	}
+	for _, c := range s.Details.Causes {
+		if c.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
+func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
+	dataDir := t.TempDir()
+	first, err := startMilo(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.stopOnCleanup(t)
+	first.mustKubectl(t, "", "create", "namespace", "keep")
+	first.mustKubectl(t, "", "-n", "keep", "create", "configmap", "survivor", "--from-literal=k=v")
+	first.mustKubectl(t, "apiVersion: resourcemanager.miloapis.com/v1alpha1\nkind: Organization\nmetadata: {name: durable}\n", "apply", "-f", "-")
+
+	if code, err := first.stop(); err != nil || code != 0 {
+		t.Fatalf("SIGTERM: exit %d, %v\n%s", code, err, first.logTail())
+	}
+
+	second, err := startMilo(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second.stopOnCleanup(t)
+	if out := second.mustKubectl(t, "", "-n", "keep", "get", "configmap", "survivor", "-o", "jsonpath={.data.k}"); out != "v" {
+		t.Fatalf("configmap after restart: %q", out)
+	}
+	second.mustKubectl(t, "", "get", "organization", "durable")
+	// The generated CA is reused, so kubeconfigs handed out before the restart keep working.
+	if out := second.mustKubectl(t, "", "get", "namespace", "keep", "-o", "name"); strings.TrimSpace(out) != "namespace/keep" {
+		t.Fatalf("namespace after restart: %q", out)
+	}
+}
+
+// runMilo runs the binary to completion and returns its exit code and stderr.
+func runMilo(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(miloBin, args...)
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		t.Fatal(err)
+	}
+	return cmd.ProcessState.ExitCode(), string(out)
+}
+
+func TestStartRefusesBadInputWithOneClearLine(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	busyPort := strconv.Itoa(busy.Addr().(*net.TCPAddr).Port)
+
+	notADir := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(notADir, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	cases := []struct {
+		name string
+		args func(dataDir string) []string
+		want string
+	}{
+		{"unknown flag", func(d string) []string { return []string{"start", "--data-dir", d, "--no-such-flag"} }, "unknown flag: --no-such-flag"},
+		{"bad flag value", func(d string) []string { return []string{"start", "--data-dir", d, "--secure-port", "many"} }, `invalid argument "many"`},
+		{"port out of range", func(d string) []string { return []string{"start", "--data-dir", d, "--secure-port", "70000"} }, "--secure-port 70000 must be between 0 and 65535"},
+		{"port in use", func(d string) []string { return []string{"start", "--data-dir", d, "--secure-port", busyPort} }, "address already in use"},
+		{"data dir is a file", func(string) []string { return []string{"start", "--data-dir", notADir, "--secure-port", "0"} }, "is not a directory"},
+		{"unexpected argument", func(d string) []string { return []string{"start", "--data-dir", d, "extra"} }, `unknown command "extra"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dataDir := filepath.Join(t.TempDir(), "data")
+			code, out := runMilo(t, tc.args(dataDir)...)
+			if code == 0 {
+				t.Fatalf("exit 0, want an error; output:\n%s", out)
+			}
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			last := lines[len(lines)-1]
+			if !strings.HasPrefix(last, "milo: ") || !strings.Contains(last, tc.want) {
+				t.Fatalf("last line %q does not explain %q; output:\n%s", last, tc.want, out)
+			}
+			if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+				t.Fatalf("a failed start left the data directory behind (stat: %v)", err)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	code, out := runMilo(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "milo ") || !strings.Contains(out, "kubernetes v1.36") {
+		t.Fatalf("milo version: exit %d, %q", code, out)
+	}
+}
