@@ -12,6 +12,9 @@ import (
 	"k8s.io/kubernetes/pkg/controlplane"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
+
+	"go.miloapis.com/milo/pkg/storage/tenantstorage"
+	"go.miloapis.com/milo/pkg/tenantadmission"
 )
 
 // Config is the configuration of the three delegated servers that make up Milo's
@@ -19,6 +22,13 @@ import (
 // apiextensions (CustomResourceDefinitions, innermost).
 type Config struct {
 	Options       CompletedOptions
+	// Prefixes records every resource's key prefix, for purging a project's keys.
+	Prefixes *tenantstorage.Prefixes
+	// Projects answers whether a project exists, for the tenant router.
+	Projects *projectIndex
+	// Namespaces is filled with the namespace storage for tenant-aware admission.
+	Namespaces *tenantadmission.Namespaces
+
 	Aggregator    *aggregatorapiserver.Config
 	ControlPlane  *controlplaneapiserver.Config
 	APIExtensions *apiextensionsapiserver.Config
@@ -27,6 +37,9 @@ type Config struct {
 // CompletedConfig is a Config whose parts have been completed.
 type CompletedConfig struct {
 	Options       CompletedOptions
+	Prefixes      *tenantstorage.Prefixes
+	Projects      *projectIndex
+	Namespaces    *tenantadmission.Namespaces
 	Aggregator    aggregatorapiserver.CompletedConfig
 	ControlPlane  controlplaneapiserver.CompletedConfig
 	APIExtensions apiextensionsapiserver.CompletedConfig
@@ -42,6 +55,12 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	}
 	generic.OpenAPIConfig.Info.Title = "Milo"
 	generic.OpenAPIV3Config.Info.Title = "Milo"
+
+	// Admission plugins answer for the request's tenant; they read a project's
+	// namespaces through the namespace storage, captured when it is built.
+	namespaces := &tenantadmission.Namespaces{}
+	genericAdmission := opts.ControlPlane.Admission.GenericAdmission
+	genericAdmission.Decorators = append(genericAdmission.Decorators, tenantadmission.Decorator(namespaces))
 
 	services := webhook.NewDefaultServiceResolver()
 	cp, admissionInitializers, err := controlplaneapiserver.CreateConfig(opts.ControlPlane, generic, informers, storageFactory, services, nil)
@@ -62,13 +81,22 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	// their availability is not checked by probing endpoints.
 	aggregator.ExtraConfig.DisableRemoteAvailableConditionController = true
 
-	return &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions}, nil
+	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Prefixes: tenantstorage.NewPrefixes(), Namespaces: namespaces}
+	makeStorageTenantKeyed(c, c.Prefixes)
+	if c.Projects, err = newProjectIndex(cp.Generic.LoopbackClientConfig); err != nil {
+		return nil, err
+	}
+	routeTenants(c, c.Projects)
+	return c, nil
 }
 
 // Complete fills in the remaining defaults of every part.
 func (c *Config) Complete() CompletedConfig {
 	return CompletedConfig{
 		Options:       c.Options,
+		Prefixes:      c.Prefixes,
+		Projects:      c.Projects,
+		Namespaces:    c.Namespaces,
 		Aggregator:    c.Aggregator.Complete(),
 		ControlPlane:  c.ControlPlane.Complete(),
 		APIExtensions: c.APIExtensions.Complete(),

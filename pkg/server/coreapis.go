@@ -3,20 +3,24 @@ package server
 import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	serverstorage "k8s.io/apiserver/pkg/server/storage"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	limitrangestore "k8s.io/kubernetes/pkg/registry/core/limitrange/storage"
+
+	"go.miloapis.com/milo/pkg/tenantadmission"
 )
 
-// withLimitRanges adds LimitRanges to the core API group of the generic control
-// plane, which leaves them out. Milo serves them because every Kubernetes-style
+// coreStorage adds LimitRanges to the core API group of the generic control
+// plane, which leaves them out: Milo serves them because every Kubernetes-style
 // control plane is expected to, and the LimitRanger admission plugin needs them.
-func withLimitRanges(providers []controlplaneapiserver.RESTStorageProvider) []controlplaneapiserver.RESTStorageProvider {
+// It also hands the namespace storage to tenant-aware admission.
+func coreStorage(providers []controlplaneapiserver.RESTStorageProvider, namespaces *tenantadmission.Namespaces) []controlplaneapiserver.RESTStorageProvider {
 	out := make([]controlplaneapiserver.RESTStorageProvider, len(providers))
 	for i, p := range providers {
 		if p.GroupName() == corev1.GroupName {
-			p = coreWithLimitRanges{p}
+			p = coreWithLimitRanges{RESTStorageProvider: p, namespaces: namespaces}
 		}
 		out[i] = p
 	}
@@ -25,6 +29,7 @@ func withLimitRanges(providers []controlplaneapiserver.RESTStorageProvider) []co
 
 type coreWithLimitRanges struct {
 	controlplaneapiserver.RESTStorageProvider
+	namespaces *tenantadmission.Namespaces
 }
 
 func (c coreWithLimitRanges) NewRESTStorage(resources serverstorage.APIResourceConfigSource, getter generic.RESTOptionsGetter) (genericapiserver.APIGroupInfo, error) {
@@ -34,6 +39,9 @@ func (c coreWithLimitRanges) NewRESTStorage(resources serverstorage.APIResourceC
 	}
 	const resource = "limitranges"
 	v1 := info.VersionedResourcesStorageMap[corev1.SchemeGroupVersion.Version]
+	if ns, ok := v1["namespaces"].(rest.Getter); ok && c.namespaces != nil {
+		c.namespaces.Set(ns)
+	}
 	if v1 == nil || !resources.ResourceEnabled(corev1.SchemeGroupVersion.WithResource(resource)) {
 		return info, nil
 	}

@@ -10,6 +10,8 @@ import (
 	"strconv"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	clientfeatures "k8s.io/client-go/features"
 	cliflag "k8s.io/component-base/cli/flag"
 	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
 	authzmodes "k8s.io/kubernetes/pkg/kubeapiserver/authorizer/modes"
@@ -81,6 +83,9 @@ type CompletedOptions struct {
 func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 	if errs := o.validateMiloFlags(); len(errs) > 0 {
 		return CompletedOptions{}, utilerrors.NewAggregate(errs)
+	}
+	if err := disableWatchListReflectors(); err != nil {
+		return CompletedOptions{}, err
 	}
 	cp := o.ControlPlane
 	listener, err := listen(cp)
@@ -268,4 +273,17 @@ func embeddedEtcdConfig(dir string, files pki.Files) (*embeddedetcd.Config, erro
 		KeyFile:   files.EtcdServer.KeyFile,
 		CAFile:    files.CA.CertFile,
 	}, nil
+}
+
+// disableWatchListReflectors turns off client-go's WatchListClient feature in the
+// server process. With it on, a reflector streams its initial state into a
+// temporary store keyed by namespace/name before handing it over; the watch cache
+// is filled by such a reflector, and objects of different projects that share a
+// namespace and name would collide there and be lost from the cache. With it off,
+// the cache is filled by paginated lists, which keep every object.
+func disableWatchListReflectors() error {
+	if err := utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(clientfeatures.WatchListClient): false}); err != nil {
+		return fmt.Errorf("disabling %s: %w", clientfeatures.WatchListClient, err)
+	}
+	return nil
 }

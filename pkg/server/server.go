@@ -20,6 +20,7 @@ import (
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
@@ -56,7 +57,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating storage providers: %w", err)
 	}
-	if err := builtIn.InstallAPIs(withLimitRanges(providers)...); err != nil {
+	if err := builtIn.InstallAPIs(coreStorage(providers, c.Namespaces)...); err != nil {
 		return nil, fmt.Errorf("installing built-in APIs: %w", err)
 	}
 
@@ -70,8 +71,17 @@ func NewServer(c CompletedConfig) (*Server, error) {
 	// A post-start hook also gates /readyz until it returns, so the server is not
 	// ready before Milo's own kinds are served.
 	loopback := aggregator.GenericAPIServer.LoopbackClientConfig
+	projects := c.Projects
 	if err := aggregator.GenericAPIServer.AddPostStartHook("milo-install-crds", func(ctx genericapiserver.PostStartHookContext) error {
-		return InstallCRDs(ctx, loopback)
+		if err := InstallCRDs(ctx, loopback); err != nil {
+			return err
+		}
+		// The tenant router's index of projects needs the Project CRD.
+		projects.run(ctx)
+		if !cache.WaitForCacheSync(ctx.Done(), projects.informer.HasSynced) {
+			return errors.New("project index did not sync")
+		}
+		return nil
 	}); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,84 @@
+package tenantstorage
+
+import (
+	"context"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/klog/v2"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// Prefixes records the etcd key prefix of every resource the server stores, so a
+// tenant's keys can be found across all of them. It grows with the number of
+// resources (and CRDs), never with the number of tenants.
+type Prefixes struct {
+	mu  sync.Mutex
+	set map[string]struct{}
+}
+
+// NewPrefixes returns an empty record.
+func NewPrefixes() *Prefixes { return &Prefixes{set: map[string]struct{}{}} }
+
+func (p *Prefixes) add(storagePrefix, resourcePrefix string) {
+	full := path.Join("/", storagePrefix, resourcePrefix)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.set[full] = struct{}{}
+}
+
+// List returns the recorded prefixes, sorted.
+func (p *Prefixes) List() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]string, 0, len(p.set))
+	for k := range p.set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TenantKeyPrefixes returns, for every recorded resource, the etcd key prefix that
+// holds exactly one project's objects. Each ends in "/", so no project's prefix is
+// a prefix of another's.
+func (p *Prefixes) TenantKeyPrefixes(project string) []string {
+	resources := p.List()
+	out := make([]string, 0, len(resources))
+	for _, r := range resources {
+		out = append(out, r+"/"+tenancy.ProjectTenant(project).KeySegment()+"/")
+	}
+	return out
+}
+
+// Purge deletes every key of a project across all resources, directly in etcd.
+// It is what makes a project's name safe to reuse: the watch caches see the
+// deletions through their etcd watches, like any other delete.
+//
+// Purge is idempotent and safe to re-run after a crash: each resource's keys go
+// in one range delete, and a second run finds nothing left. It reports how many
+// keys it deleted. It refuses names that are not project names, so it can never
+// touch the platform's keys.
+func Purge(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, project string) (int64, error) {
+	if !tenancy.ValidProjectName(project) {
+		return 0, fmt.Errorf("purge: %q is not a project name", project)
+	}
+	var deleted int64
+	for _, prefix := range prefixes.TenantKeyPrefixes(project) {
+		if !strings.HasSuffix(prefix, "/"+project+"/") {
+			return deleted, fmt.Errorf("purge: refusing unexpected prefix %q", prefix)
+		}
+		resp, err := client.Delete(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			return deleted, fmt.Errorf("purging %s: %w", prefix, err)
+		}
+		deleted += resp.Deleted
+	}
+	klog.FromContext(ctx).Info("Purged project keys", "project", project, "keys", deleted)
+	return deleted, nil
+}

@@ -1,0 +1,254 @@
+// Package tenantstorage puts the tenant into every storage key and keeps one
+// watch cache per resource for all tenants.
+//
+// Keys are <resource prefix>/<tenant segment>/[<namespace>/]<name>, where the
+// segment is the project name, or "_platform" for the platform (see
+// tenancy.KeySegment). The layer sits on top of whatever storage the apiserver
+// builds for a resource — normally the watch cache (cacher) over etcd — and:
+//
+//   - rewrites the key of every call for the tenant in the request context, so a
+//     project's Get, List and Watch only ever touch its own key range;
+//   - stamps the tenant annotation on every object written, overwriting what a
+//     client sent, and derives the cache's object keys from it;
+//   - adds a tenant field to every object's attributes and makes it the cache's
+//     trigger index, so a project's watchers are indexed by tenant and an event is
+//     offered only to its own tenant's watchers and to all-projects watchers.
+//
+// Nothing here allocates per tenant: tenants are values in keys and fields.
+package tenantstorage
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	"k8s.io/client-go/tools/cache"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// TenantField is the attribute (field) under which an object's tenant segment is
+// indexed. It is internal: clients cannot select on it, because the REST layer
+// validates field selectors before they reach storage.
+const TenantField = "milo.tenant"
+
+// Decorate returns a storage decorator that makes inner's storage tenant-keyed.
+// Every resource prefix it decorates is recorded in prefixes, for Purge.
+func Decorate(inner generic.StorageDecorator, prefixes *Prefixes) generic.StorageDecorator {
+	return func(
+		config *storagebackend.ConfigForResource,
+		resourcePrefix string,
+		keyFunc func(obj runtime.Object) (string, error),
+		newFunc func() runtime.Object,
+		newListFunc func() runtime.Object,
+		getAttrsFunc storage.AttrFunc,
+		_ storage.IndexerFuncs,
+		indexers *cache.Indexers,
+	) (storage.Interface, factory.DestroyFunc, error) {
+		if prefixes != nil {
+			prefixes.add(config.Config.Prefix, resourcePrefix)
+		}
+		s := &store{prefix: resourcePrefix, resource: config.GroupResource}
+		tenantKeyFunc := func(obj runtime.Object) (string, error) {
+			key, err := keyFunc(obj)
+			if err != nil {
+				return "", err
+			}
+			return s.withSegment(key, segmentOf(obj))
+		}
+		// The tenant is the cache's only trigger: upstream triggers (pods by node)
+		// are not served by Milo, and the cache supports one index.
+		triggers := storage.IndexerFuncs{TenantField: segmentOf}
+		inner, destroy, err := inner(config, resourcePrefix, tenantKeyFunc, newFunc, newListFunc, withTenantAttr(getAttrsFunc), triggers, indexers)
+		if err != nil {
+			return nil, destroy, err
+		}
+		s.Interface = inner
+		return s, destroy, nil
+	}
+}
+
+// store is the tenant-keyed view of one resource's storage.
+type store struct {
+	storage.Interface
+	prefix   string
+	resource schema.GroupResource
+}
+
+// segmentOf returns the tenant segment an object is stored under, read from the
+// server-owned annotation.
+func segmentOf(obj runtime.Object) string {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return tenancy.PlatformSegment
+	}
+	if p := m.GetAnnotations()[tenancy.AnnotationKey]; p != "" {
+		return p
+	}
+	return tenancy.PlatformSegment
+}
+
+func withTenantAttr(getAttrs storage.AttrFunc) storage.AttrFunc {
+	if getAttrs == nil {
+		getAttrs = storage.DefaultNamespaceScopedAttr
+	}
+	return func(obj runtime.Object) (labels.Set, fields.Set, error) {
+		l, f, err := getAttrs(obj)
+		if err != nil {
+			return l, f, err
+		}
+		if f == nil {
+			f = fields.Set{}
+		}
+		f[TenantField] = segmentOf(obj)
+		return l, f, nil
+	}
+}
+
+// withSegment inserts a tenant segment into a key built by the registry.
+func (s *store) withSegment(key, segment string) (string, error) {
+	rest, ok := strings.CutPrefix(key, s.prefix)
+	if !ok || (rest != "" && rest[0] != '/') {
+		return "", fmt.Errorf("key %q is outside resource prefix %q", key, s.prefix)
+	}
+	return s.prefix + "/" + segment + rest, nil
+}
+
+// key rewrites key for the tenant of ctx. The all-projects view may only list
+// and watch, which callers check with readKey.
+func (s *store) key(ctx context.Context, key string) (string, error) {
+	t := tenancy.From(ctx)
+	if t.Kind == tenancy.AllProjects {
+		return "", apierrors.NewMethodNotSupported(s.resource, "write or get in the all-projects view")
+	}
+	return s.withSegment(key, t.KeySegment())
+}
+
+// readKey rewrites the key of a list or watch and narrows its predicate: to the
+// tenant's watcher index for one tenant, to everything but the platform for all projects.
+func (s *store) readKey(ctx context.Context, key string, opts storage.ListOptions) (string, storage.ListOptions, error) {
+	t := tenancy.From(ctx)
+	p := opts.Predicate
+	p.GetAttrs = withTenantAttr(p.GetAttrs)
+	if t.Kind == tenancy.AllProjects {
+		if key != s.prefix {
+			return "", opts, apierrors.NewBadRequest("the all-projects view lists and watches across all namespaces only")
+		}
+		p.Field = andSelector(p.Field, fields.OneTermNotEqualSelector(TenantField, tenancy.PlatformSegment))
+		opts.Predicate = p
+		return key, opts, nil
+	}
+	k, err := s.withSegment(key, t.KeySegment())
+	if err != nil {
+		return "", opts, err
+	}
+	p.Field = andSelector(p.Field, fields.OneTermEqualSelector(TenantField, t.KeySegment()))
+	p.IndexFields = append(append([]string(nil), p.IndexFields...), TenantField)
+	opts.Predicate = p
+	return k, opts, nil
+}
+
+func andSelector(a, b fields.Selector) fields.Selector {
+	if a == nil || a.Empty() {
+		return b
+	}
+	return fields.AndSelectors(a, b)
+}
+
+// stamp makes the object's tenant annotation say what ctx says, whatever the client sent.
+func stamp(ctx context.Context, obj runtime.Object) error {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	t := tenancy.From(ctx)
+	annotations := m.GetAnnotations()
+	switch {
+	case t.IsProject():
+		if annotations[tenancy.AnnotationKey] == t.Name {
+			return nil
+		}
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[tenancy.AnnotationKey] = t.Name
+		m.SetAnnotations(annotations)
+	default:
+		if _, ok := annotations[tenancy.AnnotationKey]; ok {
+			delete(annotations, tenancy.AnnotationKey)
+			m.SetAnnotations(annotations)
+		}
+	}
+	return nil
+}
+
+func (s *store) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
+	k, err := s.key(ctx, key)
+	if err != nil {
+		return err
+	}
+	if err := stamp(ctx, obj); err != nil {
+		return err
+	}
+	return s.Interface.Create(ctx, k, obj, out, ttl)
+}
+
+func (s *store) Delete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
+	validateDeletion storage.ValidateObjectFunc, cachedExistingObject runtime.Object, opts storage.DeleteOptions) error {
+	k, err := s.key(ctx, key)
+	if err != nil {
+		return err
+	}
+	return s.Interface.Delete(ctx, k, out, preconditions, validateDeletion, cachedExistingObject, opts)
+}
+
+func (s *store) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	k, opts, err := s.readKey(ctx, key, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s.Interface.Watch(ctx, k, opts)
+}
+
+func (s *store) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
+	k, err := s.key(ctx, key)
+	if err != nil {
+		return err
+	}
+	return s.Interface.Get(ctx, k, opts, objPtr)
+}
+
+func (s *store) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	k, opts, err := s.readKey(ctx, key, opts)
+	if err != nil {
+		return err
+	}
+	return s.Interface.GetList(ctx, k, opts, listObj)
+}
+
+func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
+	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, cachedExistingObject runtime.Object) error {
+	k, err := s.key(ctx, key)
+	if err != nil {
+		return err
+	}
+	stamped := func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		out, ttl, err := tryUpdate(input, res)
+		if err != nil {
+			return out, ttl, err
+		}
+		return out, ttl, stamp(ctx, out)
+	}
+	return s.Interface.GuaranteedUpdate(ctx, k, destination, ignoreNotFound, preconditions, stamped, cachedExistingObject)
+}

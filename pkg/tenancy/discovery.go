@@ -1,0 +1,201 @@
+package tenancy
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Discovery inside a project shows what a project serves: platform-only groups
+// and resources are removed from /apis (aggregated and legacy), from group and
+// version documents, and from the OpenAPI v3 index; their own documents answer 404.
+
+// errPathNotFound is the apiserver's answer for a path nothing serves.
+var errPathNotFound = &apierrors.StatusError{ErrStatus: metav1.Status{
+	Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+	Message: "the server could not find the requested resource",
+}}
+
+func isDiscoveryPath(path string) bool {
+	return path == "/apis" || strings.HasPrefix(path, "/apis/") || path == "/openapi/v3" || strings.HasPrefix(path, "/openapi/v3/")
+}
+
+// hiddenDiscoveryPath reports whether the document at path describes a
+// platform-only group: /apis/{group}[/{version}] or /openapi/v3/apis/{group}/{version}.
+func hiddenDiscoveryPath(path string) bool {
+	rest, ok := strings.CutPrefix(path, "/apis/")
+	if !ok {
+		rest, ok = strings.CutPrefix(path, "/openapi/v3/apis/")
+	}
+	if !ok {
+		return false
+	}
+	group, _, _ := strings.Cut(rest, "/")
+	return PlatformOnlyGroup(group)
+}
+
+// serveFilteredDiscovery serves a discovery document with platform-only entries
+// removed. It asks for JSON, uncompressed and without caching validators, so the
+// body can be rewritten; the result carries no ETag, so clients never reuse a
+// platform-wide document for a project.
+func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *http.Request, t Tenant) {
+	req.Header = req.Header.Clone()
+	req.Header.Set("Accept", jsonOnly(req.Header.Get("Accept")))
+	req.Header.Del("Accept-Encoding")
+	req.Header.Del("If-None-Match")
+	rec := &recorder{header: http.Header{}, code: http.StatusOK}
+	handler.ServeHTTP(rec, req)
+
+	body := rec.body.Bytes()
+	if rec.code == http.StatusOK && strings.Contains(rec.header.Get("Content-Type"), "json") {
+		if filtered, ok := filterDiscovery(body); ok {
+			body = filtered
+		}
+	}
+	for k, v := range rec.header {
+		w.Header()[k] = v
+	}
+	w.Header().Del("ETag")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(rec.code)
+	w.Write(body) //nolint:errcheck // the client went away
+}
+
+// jsonOnly keeps the JSON entries of an Accept header (with their parameters, so
+// aggregated discovery is still negotiated) and drops protobuf ones.
+func jsonOnly(accept string) string {
+	if accept == "" {
+		return "application/json"
+	}
+	var keep []string
+	for _, part := range strings.Split(accept, ",") {
+		if strings.Contains(part, "json") || strings.TrimSpace(part) == "*/*" {
+			keep = append(keep, part)
+		}
+	}
+	if len(keep) == 0 {
+		return "application/json"
+	}
+	return strings.Join(keep, ",")
+}
+
+// filterDiscovery removes platform-only entries from the discovery documents it
+// knows; other documents pass unchanged.
+func filterDiscovery(body []byte) ([]byte, bool) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, false
+	}
+	var kind string
+	json.Unmarshal(doc["kind"], &kind) //nolint:errcheck // absent for the OpenAPI index
+	switch {
+	case kind == "APIGroupList":
+		return filterList(doc, "groups", func(item map[string]any) bool {
+			name, _ := item["name"].(string)
+			return !PlatformOnlyGroup(name)
+		})
+	case kind == "APIGroupDiscoveryList":
+		return filterList(doc, "items", keepAggregatedGroup)
+	case kind == "APIResourceList":
+		var gv string
+		json.Unmarshal(doc["groupVersion"], &gv) //nolint:errcheck
+		group, _, _ := strings.Cut(gv, "/")
+		if !strings.Contains(gv, "/") {
+			group = ""
+		}
+		return filterList(doc, "resources", func(item map[string]any) bool {
+			name, _ := item["name"].(string)
+			resource, _, _ := strings.Cut(name, "/")
+			return !PlatformOnly(schema.GroupResource{Group: group, Resource: resource})
+		})
+	case doc["paths"] != nil:
+		return filterOpenAPIIndex(doc)
+	}
+	return nil, false
+}
+
+// keepAggregatedGroup filters one APIGroupDiscovery: platform-only groups go,
+// platform-only resources of the remaining groups go.
+func keepAggregatedGroup(item map[string]any) bool {
+	meta, _ := item["metadata"].(map[string]any)
+	group, _ := meta["name"].(string)
+	if PlatformOnlyGroup(group) {
+		return false
+	}
+	versions, _ := item["versions"].([]any)
+	for _, v := range versions {
+		version, _ := v.(map[string]any)
+		resources, _ := version["resources"].([]any)
+		kept := resources[:0]
+		for _, r := range resources {
+			res, _ := r.(map[string]any)
+			name, _ := res["resource"].(string)
+			if !PlatformOnly(schema.GroupResource{Group: group, Resource: name}) {
+				kept = append(kept, r)
+			}
+		}
+		if resources != nil {
+			version["resources"] = kept
+		}
+	}
+	return true
+}
+
+func filterList(doc map[string]json.RawMessage, field string, keep func(map[string]any) bool) ([]byte, bool) {
+	var items []map[string]any
+	if err := json.Unmarshal(doc[field], &items); err != nil {
+		return nil, false
+	}
+	kept := make([]map[string]any, 0, len(items))
+	for _, item := range items {
+		if keep(item) {
+			kept = append(kept, item)
+		}
+	}
+	raw, err := json.Marshal(kept)
+	if err != nil {
+		return nil, false
+	}
+	doc[field] = raw
+	out, err := json.Marshal(doc)
+	return out, err == nil
+}
+
+func filterOpenAPIIndex(doc map[string]json.RawMessage) ([]byte, bool) {
+	var paths map[string]json.RawMessage
+	if err := json.Unmarshal(doc["paths"], &paths); err != nil {
+		return nil, false
+	}
+	for p := range paths {
+		if rest, ok := strings.CutPrefix(p, "apis/"); ok {
+			group, _, _ := strings.Cut(rest, "/")
+			if PlatformOnlyGroup(group) {
+				delete(paths, p)
+			}
+		}
+	}
+	raw, err := json.Marshal(paths)
+	if err != nil {
+		return nil, false
+	}
+	doc["paths"] = raw
+	out, err := json.Marshal(doc)
+	return out, err == nil
+}
+
+// recorder buffers a response so it can be rewritten before it is sent.
+type recorder struct {
+	header http.Header
+	code   int
+	body   bytes.Buffer
+}
+
+func (r *recorder) Header() http.Header         { return r.header }
+func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }
+func (r *recorder) WriteHeader(code int)        { r.code = code }

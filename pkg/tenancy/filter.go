@@ -1,0 +1,158 @@
+package tenancy
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/apiserver/pkg/endpoints/request"
+)
+
+// ProjectLookup tells whether a project exists. It is served from one shared
+// cache of Project objects, never from anything per project.
+type ProjectLookup interface {
+	// ProjectExists reports whether the named Project exists.
+	ProjectExists(ctx context.Context, name string) (bool, error)
+}
+
+// Router is the outermost handler-chain filter: it recognises the project,
+// all-projects and organization URLs, checks the request is allowed there,
+// strips the prefix and puts the tenant into the request context, so that every
+// filter after it (request info, authentication, audit, authorization) and every
+// handler sees an ordinary Kubernetes request for one tenant.
+type Router struct {
+	// Projects answers whether a project exists.
+	Projects ProjectLookup
+	// RequestInfo parses the stripped request, as the handler chain will.
+	RequestInfo request.RequestInfoResolver
+	// Serializer encodes Status errors.
+	Serializer runtime.NegotiatedSerializer
+}
+
+// Wrap returns handler behind the router.
+func (r *Router) Wrap(handler http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		p := parsePath(req.URL.Path)
+		if !p.matched {
+			handler.ServeHTTP(w, req)
+			return
+		}
+		if p.org != "" {
+			err := apierrors.NewNotFound(schema.GroupResource{Group: "resourcemanager.miloapis.com", Resource: "organizations"}, p.org)
+			err.ErrStatus.Message = fmt.Sprintf("organization %q: organization control planes are not served yet", p.org)
+			responsewriters.ErrorNegotiated(err, r.Serializer, schema.GroupVersion{}, w, req)
+			return
+		}
+		if p.tenant.IsProject() {
+			if !r.projectExists(w, req, p.tenant.Name) {
+				return
+			}
+		}
+
+		inner := req.Clone(WithTenant(req.Context(), p.tenant))
+		inner.URL.Path = p.rest
+		inner.URL.RawPath = ""
+		inner.RequestURI = inner.URL.RequestURI()
+
+		info, err := r.RequestInfo.NewRequestInfo(inner)
+		if err != nil {
+			responsewriters.ErrorNegotiated(apierrors.NewBadRequest(err.Error()), r.Serializer, schema.GroupVersion{}, w, req)
+			return
+		}
+		if info.IsResourceRequest && PlatformOnly(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}) {
+			// The same answer as for a resource the server does not know at all.
+			responsewriters.ErrorNegotiated(apierrors.NewNotFound(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, info.Name), r.Serializer, schema.GroupVersion{}, w, req)
+			return
+		}
+		if p.tenant.Kind == AllProjects && !readOnlyAcrossProjects(info) {
+			responsewriters.ErrorNegotiated(apierrors.NewMethodNotSupported(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, info.Verb),
+				r.Serializer, schema.GroupVersion{}, w, req)
+			return
+		}
+		if p.tenant.Kind == AllProjects && info.IsResourceRequest && info.Namespace != "" {
+			responsewriters.ErrorNegotiated(apierrors.NewBadRequest("the all-projects view lists and watches across all namespaces only; select a namespace with a field selector on metadata.namespace"),
+				r.Serializer, schema.GroupVersion{}, w, req)
+			return
+		}
+		if !info.IsResourceRequest && isDiscoveryPath(inner.URL.Path) {
+			if hiddenDiscoveryPath(inner.URL.Path) {
+				responsewriters.ErrorNegotiated(errPathNotFound, r.Serializer, schema.GroupVersion{}, w, req)
+				return
+			}
+			serveFilteredDiscovery(handler, w, inner, p.tenant)
+			return
+		}
+		handler.ServeHTTP(w, inner)
+	})
+}
+
+func (r *Router) projectExists(w http.ResponseWriter, req *http.Request, name string) bool {
+	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "resourcemanager.miloapis.com", Resource: "projects"}, name)
+	if !ValidProjectName(name) {
+		responsewriters.ErrorNegotiated(notFound, r.Serializer, schema.GroupVersion{}, w, req)
+		return false
+	}
+	ok, err := r.Projects.ProjectExists(req.Context(), name)
+	if err != nil {
+		responsewriters.ErrorNegotiated(apierrors.NewServiceUnavailable(fmt.Sprintf("cannot tell whether project %q exists yet: %v", name, err)), r.Serializer, schema.GroupVersion{}, w, req)
+		return false
+	}
+	if !ok {
+		responsewriters.ErrorNegotiated(notFound, r.Serializer, schema.GroupVersion{}, w, req)
+		return false
+	}
+	return true
+}
+
+// readOnlyAcrossProjects allows list and watch of resources, and the GETs of
+// discovery and OpenAPI documents, in the all-projects view.
+func readOnlyAcrossProjects(info *request.RequestInfo) bool {
+	if !info.IsResourceRequest {
+		return info.Verb == "get"
+	}
+	return info.Verb == "list" || info.Verb == "watch"
+}
+
+// platformOnlyGroups are API groups served only at "/": they configure the
+// platform itself, or (for Milo's groups) are the platform's own hierarchy.
+var platformOnlyGroups = sets.New(
+	"apiextensions.k8s.io",
+	"apiregistration.k8s.io",
+	"flowcontrol.apiserver.k8s.io",
+	"internal.apiserver.k8s.io",
+	"storagemigration.k8s.io",
+	"admissionregistration.k8s.io",
+	"certificates.k8s.io",
+	"resourcemanager.miloapis.com",
+	"iam.miloapis.com",
+)
+
+// projectResourcesOfPlatformGroups are the exceptions: kinds of platform groups
+// that live inside projects.
+var projectResourcesOfPlatformGroups = sets.New(
+	schema.GroupResource{Group: "iam.miloapis.com", Resource: "serviceaccounts"},
+)
+
+// platformOnlyResources are single platform-only resources of groups that are
+// otherwise served in projects.
+var platformOnlyResources = sets.New(
+	schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"},
+)
+
+// PlatformOnly reports whether a resource is served only by the platform control plane.
+func PlatformOnly(gr schema.GroupResource) bool {
+	if projectResourcesOfPlatformGroups.Has(gr) {
+		return false
+	}
+	return platformOnlyGroups.Has(gr.Group) || platformOnlyResources.Has(gr)
+}
+
+// PlatformOnlyGroup reports whether a whole API group is hidden from projects.
+func PlatformOnlyGroup(group string) bool {
+	return platformOnlyGroups.Has(group) && group != "iam.miloapis.com"
+}

@@ -1,0 +1,154 @@
+// Package tenancy defines who a request is for — the platform, one project, or
+// every project at once — and how that is read from the URL and carried in the
+// request context.
+package tenancy
+
+import (
+	"context"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Kind is the kind of tenant a request addresses.
+type Kind int
+
+const (
+	// Platform is the root control plane at "/": Milo's own kinds, CRDs, APIServices.
+	Platform Kind = iota
+	// Project is one project's control plane.
+	Project
+	// AllProjects is the read-only view over every project (list and watch only).
+	AllProjects
+)
+
+// Tenant identifies whose data a request reads or writes.
+type Tenant struct {
+	Kind Kind
+	// Name is the project name for Project; empty otherwise.
+	Name string
+}
+
+// PlatformTenant is the tenant of requests made at "/".
+var PlatformTenant = Tenant{Kind: Platform}
+
+// AllProjectsTenant is the tenant of requests made under projects/*/control-plane.
+var AllProjectsTenant = Tenant{Kind: AllProjects}
+
+// ProjectTenant returns the tenant of the named project.
+func ProjectTenant(name string) Tenant { return Tenant{Kind: Project, Name: name} }
+
+// String renders the tenant for logs and messages.
+func (t Tenant) String() string {
+	switch t.Kind {
+	case Project:
+		return "project " + t.Name
+	case AllProjects:
+		return "all projects"
+	default:
+		return "platform"
+	}
+}
+
+// IsProject reports whether t is a single project.
+func (t Tenant) IsProject() bool { return t.Kind == Project }
+
+// AnnotationKey is the server-owned annotation naming the project an object
+// belongs to. The storage layer sets it on every object stored in a project and
+// removes it from platform objects; whatever a client sends is overwritten.
+const AnnotationKey = "tenancy.miloapis.com/project"
+
+// PlatformSegment is the key segment of the platform tenant. It contains a
+// character no project name (a DNS label) may contain, so it never equals a
+// project's segment, and since every tenant segment is followed by "/", no
+// tenant's key prefix is a prefix of another's.
+const PlatformSegment = "_platform"
+
+// KeySegment is the etcd key segment that holds t's objects. AllProjects has none:
+// it reads across segments.
+func (t Tenant) KeySegment() string {
+	if t.Kind == Project {
+		return t.Name
+	}
+	return PlatformSegment
+}
+
+// ValidProjectName reports whether name can be a project: a DNS label.
+func ValidProjectName(name string) bool {
+	return len(validation.IsDNS1123Label(name)) == 0
+}
+
+type contextKey struct{}
+
+// WithTenant returns a context carrying t.
+func WithTenant(ctx context.Context, t Tenant) context.Context {
+	return context.WithValue(ctx, contextKey{}, t)
+}
+
+// From returns the tenant in ctx; a context without one is the platform's, which
+// is what the server's own internal calls address.
+func From(ctx context.Context) Tenant {
+	if t, ok := ctx.Value(contextKey{}).(Tenant); ok {
+		return t
+	}
+	return PlatformTenant
+}
+
+// URL prefixes of the tenant views.
+const (
+	groupVersionPrefix = "/apis/resourcemanager.miloapis.com/v1alpha1/"
+	projectsPrefix     = groupVersionPrefix + "projects/"
+	orgsPrefix         = groupVersionPrefix + "organizations/"
+	controlPlane       = "/control-plane"
+)
+
+// ProjectPath returns the URL path prefix of a project's control plane.
+func ProjectPath(project string) string { return projectsPrefix + project + controlPlane }
+
+// AllProjectsPath is the URL path prefix of the all-projects view.
+const AllProjectsPath = projectsPrefix + "*" + controlPlane
+
+// parsed is what ParsePath found in a URL path.
+type parsed struct {
+	tenant Tenant
+	// org is set for organization control-plane URLs.
+	org string
+	// rest is the path inside the control plane, always starting with "/".
+	rest string
+	// matched is false for ordinary platform paths.
+	matched bool
+}
+
+// parsePath recognises project, all-projects and organization control-plane
+// paths and splits off the prefix. Other paths belong to the platform.
+func parsePath(path string) parsed {
+	var prefix string
+	switch {
+	case strings.HasPrefix(path, projectsPrefix):
+		prefix = projectsPrefix
+	case strings.HasPrefix(path, orgsPrefix):
+		prefix = orgsPrefix
+	default:
+		return parsed{tenant: PlatformTenant, rest: path}
+	}
+	name, rest, ok := strings.Cut(path[len(prefix):], "/")
+	if !ok || name == "" {
+		return parsed{tenant: PlatformTenant, rest: path}
+	}
+	rest = "/" + rest
+	if rest != controlPlane && !strings.HasPrefix(rest, controlPlane+"/") {
+		// e.g. .../projects/web/status: the Project object's own subresource.
+		return parsed{tenant: PlatformTenant, rest: path}
+	}
+	inner := strings.TrimPrefix(rest, controlPlane)
+	if inner == "" {
+		inner = "/"
+	}
+	if prefix == orgsPrefix {
+		return parsed{tenant: PlatformTenant, org: name, rest: inner, matched: true}
+	}
+	if name == "*" {
+		return parsed{tenant: AllProjectsTenant, rest: inner, matched: true}
+	}
+	return parsed{tenant: ProjectTenant(name), rest: inner, matched: true}
+}
