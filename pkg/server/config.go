@@ -21,7 +21,7 @@ import (
 // API: the aggregator (outermost), the generic control plane's built-in APIs, and
 // apiextensions (CustomResourceDefinitions, innermost).
 type Config struct {
-	Options       CompletedOptions
+	Options CompletedOptions
 	// Prefixes records every resource's key prefix, for purging a project's keys.
 	Prefixes *tenantstorage.Prefixes
 	// Projects answers whether a project exists, for the tenant router.
