@@ -202,12 +202,18 @@ type kubectlResult struct {
 	err            error
 }
 
-// kubectl runs the real kubectl against m, with stdin if given.
+// kubectl runs the real kubectl against m's platform, with stdin if given.
 func (m *milo) kubectl(t *testing.T, stdin string, args ...string) kubectlResult {
+	t.Helper()
+	return m.kubectlWith(t, m.kubeconfig, stdin, args...)
+}
+
+// kubectlWith runs the real kubectl with the given kubeconfig.
+func (m *milo) kubectlWith(t *testing.T, kubeconfig, stdin string, args ...string) kubectlResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", m.kubeconfig}, args...)...)
+	cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
 	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+filepath.Join(m.dataDir, "kubectl-cache"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -1,0 +1,703 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const tenantAnnotation = "tenancy.miloapis.com/project"
+
+var projectsGVR = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "projects"}
+
+var projectSeq atomic.Int64
+
+// newProject creates a Project with a unique name in the platform and returns the name.
+func (m *milo) newProject(t *testing.T, base string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s-%d", base, projectSeq.Add(1))
+	m.createProject(t, name)
+	return name
+}
+
+func (m *milo) createProject(t testing.TB, name string) {
+	t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "resourcemanager.miloapis.com/v1alpha1",
+		"kind":       "Project",
+		"metadata":   map[string]any{"name": name},
+		"spec":       map[string]any{"ownerRef": map[string]any{"kind": "Organization", "name": "acme"}},
+	}}
+	c, err := dynamic.NewForConfig(m.restConfigTB(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Resource(projectsGVR).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("creating project %s: %v", name, err)
+	}
+}
+
+func (m *milo) restConfigTB(t testing.TB) *rest.Config {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", m.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// projectConfig is a client config for a project's control plane, as a user's kubeconfig would hold.
+func (m *milo) projectConfig(t testing.TB, project string) *rest.Config {
+	t.Helper()
+	cfg := rest.CopyConfig(m.restConfigTB(t))
+	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + "/apis/resourcemanager.miloapis.com/v1alpha1/projects/" + project + "/control-plane"
+	cfg.QPS, cfg.Burst = 1000, 1000
+	return cfg
+}
+
+func (m *milo) projectKube(t testing.TB, project string) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(m.projectConfig(t, project))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func (m *milo) projectDynamic(t testing.TB, project string) dynamic.Interface {
+	t.Helper()
+	c, err := dynamic.NewForConfig(m.projectConfig(t, project))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// projectKubeconfig writes a kubeconfig for a project, derived from the admin one.
+func (m *milo) projectKubeconfig(t *testing.T, project string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(m.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cfg.Clusters {
+		c.Server = strings.TrimSuffix(c.Server, "/") + "/apis/resourcemanager.miloapis.com/v1alpha1/projects/" + project + "/control-plane"
+	}
+	path := filepath.Join(t.TempDir(), project+".kubeconfig")
+	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func createNamespace(t *testing.T, c kubernetes.Interface, name string) {
+	t.Helper()
+	if _, err := c.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("creating namespace %s: %v", name, err)
+	}
+}
+
+func createConfigMap(t *testing.T, c kubernetes.Interface, ns, name string, data, labels map[string]string) *corev1.ConfigMap {
+	t.Helper()
+	cm, err := c.CoreV1().ConfigMaps(ns).Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}, Data: data}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("creating configmap %s/%s: %v", ns, name, err)
+	}
+	return cm
+}
+
+func names(cms []corev1.ConfigMap) []string {
+	var out []string
+	for _, cm := range cms {
+		out = append(out, cm.Namespace+"/"+cm.Name)
+	}
+	return out
+}
+
+func TestProjectsAreIsolated(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	a, b := m.newProject(t, "iso-a"), m.newProject(t, "iso-b")
+	ca, cb := m.projectKube(t, a), m.projectKube(t, b)
+	for _, c := range []kubernetes.Interface{ca, cb} {
+		createNamespace(t, c, "default")
+		createNamespace(t, c, "shared")
+	}
+	createConfigMap(t, ca, "default", "config", map[string]string{"owner": "a"}, map[string]string{"team": "a"})
+	bConfig := createConfigMap(t, cb, "default", "config", map[string]string{"owner": "b"}, map[string]string{"team": "b"})
+	createConfigMap(t, cb, "shared", "only-in-b", map[string]string{"secret": "b"}, map[string]string{"only": "b"})
+
+	t.Run("get sees only the own object", func(t *testing.T) {
+		got, err := ca.CoreV1().ConfigMaps("default").Get(ctx, "config", metav1.GetOptions{})
+		if err != nil || got.Data["owner"] != "a" {
+			t.Fatalf("A's config: %v %v", got.Data, err)
+		}
+		got, err = cb.CoreV1().ConfigMaps("default").Get(ctx, "config", metav1.GetOptions{})
+		if err != nil || got.Data["owner"] != "b" {
+			t.Fatalf("B's config: %v %v", got.Data, err)
+		}
+	})
+
+	t.Run("an object of B is not found from A, with the same error as a missing one", func(t *testing.T) {
+		_, errB := ca.CoreV1().ConfigMaps("shared").Get(ctx, "only-in-b", metav1.GetOptions{})
+		_, errNone := ca.CoreV1().ConfigMaps("shared").Get(ctx, "in-no-project", metav1.GetOptions{})
+		if !apierrors.IsNotFound(errB) || !apierrors.IsNotFound(errNone) {
+			t.Fatalf("errors: %v / %v", errB, errNone)
+		}
+		if strings.ReplaceAll(errB.Error(), "only-in-b", "X") != strings.ReplaceAll(errNone.Error(), "in-no-project", "X") {
+			t.Fatalf("error messages differ: %q vs %q", errB, errNone)
+		}
+		for _, rv := range []string{"", "0"} {
+			if _, err := ca.CoreV1().ConfigMaps("shared").Get(ctx, "only-in-b", metav1.GetOptions{ResourceVersion: rv}); !apierrors.IsNotFound(err) {
+				t.Fatalf("get with resourceVersion %q: %v", rv, err)
+			}
+		}
+	})
+
+	t.Run("list namespaced, across namespaces, and with selectors", func(t *testing.T) {
+		for _, rv := range []string{"", "0"} {
+			all, err := ca.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{ResourceVersion: rv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := names(all.Items); len(got) != 1 || got[0] != "default/config" {
+				t.Fatalf("A lists %v (rv %q)", got, rv)
+			}
+		}
+		ns, err := ca.CoreV1().ConfigMaps("shared").List(ctx, metav1.ListOptions{})
+		if err != nil || len(ns.Items) != 0 {
+			t.Fatalf("A's shared namespace lists %v %v", names(ns.Items), err)
+		}
+		byField, err := ca.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=only-in-b"})
+		if err != nil || len(byField.Items) != 0 {
+			t.Fatalf("field selector from A finds %v %v", names(byField.Items), err)
+		}
+		byLabel, err := ca.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{LabelSelector: "only=b"})
+		if err != nil || len(byLabel.Items) != 0 {
+			t.Fatalf("label selector from A finds %v %v", names(byLabel.Items), err)
+		}
+		teamB, err := cb.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{LabelSelector: "team=b"})
+		if err != nil || len(teamB.Items) != 1 {
+			t.Fatalf("B's own label selector finds %v %v", names(teamB.Items), err)
+		}
+		nsList, err := ca.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil || len(nsList.Items) != 2 {
+			t.Fatalf("A has namespaces %v %v", nsList.Items, err)
+		}
+	})
+
+	t.Run("paginated list stays in the project", func(t *testing.T) {
+		for i := range 5 {
+			createConfigMap(t, ca, "shared", fmt.Sprintf("page-%d", i), nil, nil)
+			createConfigMap(t, cb, "shared", fmt.Sprintf("page-%d", i), nil, nil)
+		}
+		var seen []string
+		opts := metav1.ListOptions{Limit: 2}
+		for {
+			page, err := ca.CoreV1().ConfigMaps("shared").List(ctx, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen = append(seen, names(page.Items)...)
+			if page.Continue == "" {
+				break
+			}
+			opts.Continue = page.Continue
+		}
+		if len(seen) != 5 {
+			t.Fatalf("A pages through %v, want its 5 configmaps", seen)
+		}
+	})
+
+	t.Run("patch, update and delete of B's object from A fail and leave it intact", func(t *testing.T) {
+		_, err := ca.CoreV1().ConfigMaps("shared").Patch(ctx, "only-in-b", types.MergePatchType, []byte(`{"data":{"secret":"stolen"}}`), metav1.PatchOptions{})
+		if !apierrors.IsNotFound(err) {
+			t.Fatalf("patch: %v", err)
+		}
+		forged := bConfig.DeepCopy()
+		forged.Data = map[string]string{"owner": "a-was-here"}
+		if _, err := ca.CoreV1().ConfigMaps("default").Update(ctx, forged, metav1.UpdateOptions{}); !apierrors.IsConflict(err) && !apierrors.IsInvalid(err) {
+			// A has its own default/config with another UID and resourceVersion: the
+			// update must not reach B's object, whatever A's answer is.
+			t.Logf("update with B's resourceVersion from A: %v", err)
+		}
+		if err := ca.CoreV1().ConfigMaps("shared").Delete(ctx, "only-in-b", metav1.DeleteOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("delete: %v", err)
+		}
+		got, err := cb.CoreV1().ConfigMaps("shared").Get(ctx, "only-in-b", metav1.GetOptions{})
+		if err != nil || got.Data["secret"] != "b" {
+			t.Fatalf("B's object after A's attempts: %v %v", got, err)
+		}
+		gotConfig, err := cb.CoreV1().ConfigMaps("default").Get(ctx, "config", metav1.GetOptions{})
+		if err != nil || gotConfig.Data["owner"] != "b" {
+			t.Fatalf("B's config after A's update: %v %v", gotConfig.Data, err)
+		}
+	})
+
+	t.Run("deletecollection in A leaves B's objects", func(t *testing.T) {
+		if err := ca.CoreV1().ConfigMaps("shared").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		left, err := cb.CoreV1().ConfigMaps("shared").List(ctx, metav1.ListOptions{})
+		if err != nil || len(left.Items) != 6 {
+			t.Fatalf("B's shared namespace after A's deletecollection: %v %v", names(left.Items), err)
+		}
+		gone, err := ca.CoreV1().ConfigMaps("shared").List(ctx, metav1.ListOptions{})
+		if err != nil || len(gone.Items) != 0 {
+			t.Fatalf("A's shared namespace after deletecollection: %v %v", names(gone.Items), err)
+		}
+	})
+
+	t.Run("owner references do not reach across projects", func(t *testing.T) {
+		owned := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owned", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "ConfigMap", Name: "only-in-b", UID: bConfig.UID,
+		}}}}
+		if _, err := ca.CoreV1().ConfigMaps("default").Create(ctx, owned, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := cb.CoreV1().ConfigMaps("default").Delete(ctx, "config", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := ca.CoreV1().ConfigMaps("default").Get(ctx, "owned", metav1.GetOptions{}); err != nil {
+			t.Fatalf("deleting B's object affected A's: %v", err)
+		}
+	})
+}
+
+// collectUntil reads events until one for an object named stop arrives.
+func collectUntil(t *testing.T, w watch.Interface, stop string) []watch.Event {
+	t.Helper()
+	var events []watch.Event
+	timeout := time.After(30 * time.Second)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("watch closed early after %d events", len(events))
+			}
+			events = append(events, ev)
+			if m, ok := ev.Object.(metav1.Object); ok && m.GetName() == stop {
+				return events
+			}
+		case <-timeout:
+			t.Fatalf("no event for %s within 30s; got %d events", stop, len(events))
+		}
+	}
+}
+
+func TestWatchSeesOnlyTheOwnProject(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	a, b := m.newProject(t, "watch-a"), m.newProject(t, "watch-b")
+	ca, cb := m.projectKube(t, a), m.projectKube(t, b)
+	createNamespace(t, ca, "default")
+	createNamespace(t, cb, "default")
+	first := createConfigMap(t, ca, "default", "first", nil, nil)
+	createConfigMap(t, cb, "default", "b-before", nil, nil)
+
+	for _, rv := range []string{"", "0", first.ResourceVersion} {
+		t.Run("from resourceVersion "+rv, func(t *testing.T) {
+			w, err := ca.CoreV1().ConfigMaps("").Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop()
+			suffix := rv
+			if suffix == "" {
+				suffix = "latest"
+			}
+			createConfigMap(t, cb, "default", "b-during-"+suffix, nil, nil)
+			createConfigMap(t, ca, "default", "a-sentinel-"+suffix, nil, nil)
+			for _, ev := range collectUntil(t, w, "a-sentinel-"+suffix) {
+				cm, ok := ev.Object.(*corev1.ConfigMap)
+				if !ok {
+					t.Fatalf("unexpected event %v %T", ev.Type, ev.Object)
+				}
+				if strings.HasPrefix(cm.Name, "b-") || cm.Annotations[tenantAnnotation] != a {
+					t.Fatalf("A's watch delivered %s/%s of %q", cm.Namespace, cm.Name, cm.Annotations[tenantAnnotation])
+				}
+			}
+		})
+	}
+}
+
+func TestTenantAwareNamespaceAdmission(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	a, b := m.newProject(t, "adm-a"), m.newProject(t, "adm-b")
+	ca, cb := m.projectKube(t, a), m.projectKube(t, b)
+	platform := m.kube(t)
+	createNamespace(t, platform, "team-a")
+	createNamespace(t, cb, "team-a")
+
+	_, err := ca.CoreV1().ConfigMaps("team-a").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+	if !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `namespaces "team-a" not found`) {
+		t.Fatalf("create in a namespace only the platform and B have: %v, want NotFound", err)
+	}
+	createNamespace(t, ca, "team-a")
+	createConfigMap(t, ca, "team-a", "x", nil, nil)
+
+	t.Run("a terminating namespace refuses new objects only in its project", func(t *testing.T) {
+		createNamespace(t, ca, "ending")
+		createNamespace(t, cb, "ending")
+		// The namespace keeps its "kubernetes" finalizer, so it stays Terminating.
+		if err := ca.CoreV1().Namespaces().Delete(ctx, "ending", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := ca.CoreV1().ConfigMaps("ending").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late"}}, metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "being terminated") {
+			t.Fatalf("create in A's terminating namespace: %v", err)
+		}
+		createConfigMap(t, cb, "ending", "fine", nil, nil)
+	})
+
+	t.Run("immortal namespaces", func(t *testing.T) {
+		createNamespace(t, ca, "default")
+		if err := ca.CoreV1().Namespaces().Delete(ctx, "default", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+			t.Fatalf("deleting default: %v", err)
+		}
+	})
+}
+
+func TestTenantAnnotationCannotBeForged(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	a, b := m.newProject(t, "forge-a"), m.newProject(t, "forge-b")
+	ca, cb := m.projectKube(t, a), m.projectKube(t, b)
+	createNamespace(t, ca, "default")
+	createNamespace(t, cb, "default")
+
+	forged, err := ca.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Name: "forged", Annotations: map[string]string{tenantAnnotation: b}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if forged.Annotations[tenantAnnotation] != a {
+		t.Fatalf("create: annotation %q, want %q", forged.Annotations[tenantAnnotation], a)
+	}
+	if _, err := cb.CoreV1().ConfigMaps("default").Get(ctx, "forged", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the forged object is visible in B: %v", err)
+	}
+	patched, err := ca.CoreV1().ConfigMaps("default").Patch(ctx, "forged", types.MergePatchType,
+		[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, tenantAnnotation, b)), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if patched.Annotations[tenantAnnotation] != a {
+		t.Fatalf("patch: annotation %q, want %q", patched.Annotations[tenantAnnotation], a)
+	}
+	removed, err := ca.CoreV1().ConfigMaps("default").Patch(ctx, "forged", types.JSONPatchType,
+		[]byte(`[{"op":"remove","path":"/metadata/annotations/tenancy.miloapis.com~1project"}]`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if removed.Annotations[tenantAnnotation] != a {
+		t.Fatalf("removing the annotation: %q, want %q", removed.Annotations[tenantAnnotation], a)
+	}
+
+	platform, err := m.kube(t).CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Name: fmt.Sprintf("platform-forged-%d", projectSeq.Add(1)), Annotations: map[string]string{tenantAnnotation: a}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := platform.Annotations[tenantAnnotation]; ok {
+		t.Fatalf("a platform object kept a tenant annotation: %v", platform.Annotations)
+	}
+	if _, err := ca.CoreV1().ConfigMaps("default").Get(ctx, platform.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a platform object is visible in A: %v", err)
+	}
+}
+
+func TestUnknownProjectIsNotFoundAndWritesNothing(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	for _, name := range []string{"no-such-project", "Not_A_Name"} {
+		c := m.projectKube(t, name)
+		_, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+		var status apierrors.APIStatus
+		if !apierrors.IsNotFound(err) {
+			t.Fatalf("%s: create: %v, want NotFound", name, err)
+		}
+		if s, ok := err.(apierrors.APIStatus); ok {
+			status = s
+		}
+		if status == nil || !strings.Contains(status.Status().Message, `projects.resourcemanager.miloapis.com "`+name+`" not found`) {
+			t.Fatalf("%s: message does not name the project: %v", name, err)
+		}
+	}
+	// Creating the project afterwards shows nothing was written for it.
+	name := fmt.Sprintf("late-project-%d", projectSeq.Add(1))
+	if _, err := m.projectKube(t, name).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("create before the project exists: %v", err)
+	}
+	m.createProject(t, name)
+	list, err := m.projectKube(t, name).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 0 {
+		t.Fatalf("a new project holds %v %v", list.Items, err)
+	}
+}
+
+func TestAllProjectsViewListsAndWatchesOnly(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	a, b := m.newProject(t, "all-a"), m.newProject(t, "all-b")
+	ca, cb := m.projectKube(t, a), m.projectKube(t, b)
+	createNamespace(t, ca, "default")
+	createNamespace(t, cb, "default")
+	all := m.projectKube(t, "*")
+
+	w, err := all.CoreV1().ConfigMaps("").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	createConfigMap(t, ca, "default", "from-a", nil, nil)
+	createConfigMap(t, cb, "default", "from-b", nil, nil)
+	createConfigMap(t, ca, "default", "from-a-again", nil, nil)
+
+	var order []string
+	var lastRV int64
+	for _, ev := range collectUntil(t, w, "from-a-again") {
+		cm := ev.Object.(*corev1.ConfigMap)
+		project := cm.Annotations[tenantAnnotation]
+		if project != a && project != b {
+			continue // other tests' projects share the server
+		}
+		var rv int64
+		fmt.Sscan(cm.ResourceVersion, &rv)
+		if rv <= lastRV {
+			t.Fatalf("resourceVersions out of order: %d after %d", rv, lastRV)
+		}
+		lastRV = rv
+		order = append(order, project+"/"+cm.Name)
+	}
+	want := []string{a + "/from-a", b + "/from-b", a + "/from-a-again"}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Fatalf("events %v, want %v", order, want)
+	}
+
+	list, err := all.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, cm := range list.Items {
+		p := cm.Annotations[tenantAnnotation]
+		if p == "" {
+			t.Fatalf("the all-projects view shows a platform object %s/%s", cm.Namespace, cm.Name)
+		}
+		seen[p+"/"+cm.Name] = true
+	}
+	if !seen[a+"/from-a"] || !seen[b+"/from-b"] {
+		t.Fatalf("the all-projects list misses objects: %v", seen)
+	}
+
+	_, err = all.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "nope"}}, metav1.CreateOptions{})
+	if !apierrors.IsMethodNotSupported(err) {
+		t.Fatalf("create in the all-projects view: %v, want 405", err)
+	}
+	if err := all.CoreV1().ConfigMaps("default").Delete(ctx, "from-a", metav1.DeleteOptions{}); !apierrors.IsMethodNotSupported(err) {
+		t.Fatalf("delete in the all-projects view: %v, want 405", err)
+	}
+	if _, err := all.CoreV1().ConfigMaps("default").Get(ctx, "from-a", metav1.GetOptions{}); !apierrors.IsMethodNotSupported(err) {
+		t.Fatalf("get in the all-projects view: %v, want 405", err)
+	}
+}
+
+func TestPlatformOnlyKindsAreHiddenInProjects(t *testing.T) {
+	m := shared
+	p := m.newProject(t, "hidden")
+	kc := m.projectKubeconfig(t, p)
+
+	out := m.kubectlWith(t, kc, "", "api-resources", "-o", "name")
+	if out.err != nil {
+		t.Fatalf("api-resources: %v %s", out.err, out.stderr)
+	}
+	got := strings.Fields(out.stdout)
+	for _, hidden := range []string{"projects.resourcemanager.miloapis.com", "organizations.resourcemanager.miloapis.com",
+		"customresourcedefinitions.apiextensions.k8s.io", "apiservices.apiregistration.k8s.io", "flowschemas.flowcontrol.apiserver.k8s.io",
+		"roles.iam.miloapis.com", "policybindings.iam.miloapis.com"} {
+		for _, g := range got {
+			if g == hidden {
+				t.Errorf("project discovery lists %s", hidden)
+			}
+		}
+	}
+	for _, want := range []string{"configmaps", "namespaces", "secrets", "roles.rbac.authorization.k8s.io", "leases.coordination.k8s.io", "serviceaccounts.iam.miloapis.com"} {
+		found := false
+		for _, g := range got {
+			found = found || g == want
+		}
+		if !found {
+			t.Errorf("project discovery misses %s: %v", want, got)
+		}
+	}
+	r := m.kubectlWith(t, kc, "", "get", "--raw", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+	if r.err == nil || !strings.Contains(r.stderr, "NotFound") {
+		t.Fatalf("CRDs in a project: %v %s %s", r.err, r.stdout, r.stderr)
+	}
+	r = m.kubectlWith(t, kc, "", "get", "--raw", "/apis/resourcemanager.miloapis.com/v1alpha1/projects")
+	if r.err == nil || !strings.Contains(r.stderr, "NotFound") {
+		t.Fatalf("projects in a project: %v %s %s", r.err, r.stdout, r.stderr)
+	}
+	// kubectl explain reads OpenAPI v3 through the project URL.
+	if out := m.kubectlWith(t, kc, "", "explain", "configmap.data"); out.err != nil || !strings.Contains(out.stdout, "ConfigMap") {
+		t.Fatalf("explain in a project: %v %s %s", out.err, out.stdout, out.stderr)
+	}
+}
+
+func TestKubectlInsideAProject(t *testing.T) {
+	m := shared
+	a, b := m.newProject(t, "kubectl-a"), m.newProject(t, "kubectl-b")
+	ka, kb := m.projectKubeconfig(t, a), m.projectKubeconfig(t, b)
+	for _, kc := range []string{ka, kb} {
+		if r := m.kubectlWith(t, kc, "", "create", "namespace", "default"); r.err != nil {
+			t.Fatalf("%v %s", r.err, r.stderr)
+		}
+	}
+	apply := func(kc, value string) {
+		t.Helper()
+		manifest := fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: default}\ndata: {value: %q}\n", value)
+		if r := m.kubectlWith(t, kc, manifest, "apply", "--server-side", "-f", "-"); r.err != nil {
+			t.Fatalf("apply: %v %s", r.err, r.stderr)
+		}
+	}
+	apply(ka, "from-a")
+	apply(kb, "from-b")
+	for kc, want := range map[string]string{ka: "from-a", kb: "from-b"} {
+		r := m.kubectlWith(t, kc, "", "get", "configmap", "app", "-o", "jsonpath={.data.value}")
+		if r.err != nil || r.stdout != want {
+			t.Fatalf("get app: %q %v %s, want %q", r.stdout, r.err, r.stderr, want)
+		}
+	}
+	if r := m.kubectlWith(t, ka, "", "get", "configmaps", "-A", "-o", "name"); r.err != nil || strings.TrimSpace(r.stdout) != "configmap/app" {
+		t.Fatalf("get configmaps -A: %q %v %s", r.stdout, r.err, r.stderr)
+	}
+	if r := m.kubectlWith(t, ka, "", "delete", "configmap", "app"); r.err != nil {
+		t.Fatalf("delete: %v %s", r.err, r.stderr)
+	}
+	if r := m.kubectlWith(t, kb, "", "get", "configmap", "app", "-o", "name"); r.err != nil || strings.TrimSpace(r.stdout) != "configmap/app" {
+		t.Fatalf("B's app after A deleted its own: %q %v %s", r.stdout, r.err, r.stderr)
+	}
+}
+
+
+const widgetsCRD = `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  names: {kind: Widget, plural: widgets, singular: widget, categories: [all]}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {size: {type: integer}}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: gadgets.example.com}
+spec:
+  group: example.com
+  names: {kind: Gadget, plural: gadgets, singular: gadget}
+  scope: Cluster
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {color: {type: string}}}
+`
+
+func TestCustomResourcesAreIsolated(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	m.mustKubectl(t, widgetsCRD, "apply", "-f", "-")
+	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/widgets.example.com", "crd/gadgets.example.com", "--timeout=60s")
+
+	a, b := m.newProject(t, "cr-a"), m.newProject(t, "cr-b")
+	ka, kb := m.projectKubeconfig(t, a), m.projectKubeconfig(t, b)
+	for kc, size := range map[string]int{ka: 1, kb: 2} {
+		if r := m.kubectlWith(t, kc, "", "create", "namespace", "default"); r.err != nil {
+			t.Fatalf("%v %s", r.err, r.stderr)
+		}
+		manifest := fmt.Sprintf("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: default}\nspec: {size: %d}\n---\napiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g}\nspec: {color: c%d}\n", size, size)
+		// Discovery of a just-installed CRD can lag in a fresh kubectl cache; retry briefly.
+		var r kubectlResult
+		for i := 0; i < 20; i++ {
+			if r = m.kubectlWith(t, kc, manifest, "apply", "-f", "-"); r.err == nil {
+				break
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+		if r.err != nil {
+			t.Fatalf("apply custom resources: %v %s", r.err, r.stderr)
+		}
+	}
+	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	gadgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "gadgets"}
+	for project, want := range map[string]int64{a: 1, b: 2} {
+		c := m.projectDynamic(t, project)
+		w, err := c.Resource(widgets).Namespace("default").Get(ctx, "w", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if size, _, _ := unstructured.NestedInt64(w.Object, "spec", "size"); size != want {
+			t.Fatalf("%s sees widget size %d, want %d", project, size, want)
+		}
+		list, err := c.Resource(gadgets).List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			t.Fatalf("%s lists gadgets %v %v", project, list, err)
+		}
+		if color, _, _ := unstructured.NestedString(list.Items[0].Object, "spec", "color"); color != fmt.Sprintf("c%d", want) {
+			t.Fatalf("%s sees gadget color %s", project, color)
+		}
+		if list.Items[0].GetAnnotations()[tenantAnnotation] != project {
+			t.Fatalf("gadget annotation %v", list.Items[0].GetAnnotations())
+		}
+	}
+	if err := m.projectDynamic(t, a).Resource(gadgets).Delete(ctx, "g", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.projectDynamic(t, b).Resource(gadgets).Get(ctx, "g", metav1.GetOptions{}); err != nil {
+		t.Fatalf("B's gadget after A deleted its own: %v", err)
+	}
+	// The platform's own view of the CRD's resources is empty: instances live in projects.
+	if list, err := m.dynamic(t).Resource(widgets).List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
+		t.Fatalf("platform lists widgets %v %v", list, err)
+	}
+	r := m.kubectlWith(t, ka, "", "get", "all", "-A", "-o", "name")
+	if r.err != nil || strings.TrimSpace(r.stdout) != "widget.example.com/w" {
+		t.Fatalf("get all -A in A: %q %v %s", r.stdout, r.err, r.stderr)
+	}
+	all, err := m.projectDynamic(t, "*").Resource(widgets).List(ctx, metav1.ListOptions{})
+	if err != nil || len(all.Items) != 2 {
+		t.Fatalf("all-projects widgets: %v %v", all, err)
+	}
+}
