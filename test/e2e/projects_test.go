@@ -598,7 +598,6 @@ func TestKubectlInsideAProject(t *testing.T) {
 	}
 }
 
-
 const widgetsCRD = `
 apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
