@@ -206,6 +206,15 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 	first.mustKubectl(t, "", "-n", "keep", "create", "configmap", "survivor", "--from-literal=k=v")
 	first.mustKubectl(t, "apiVersion: resourcemanager.miloapis.com/v1alpha1\nkind: Organization\nmetadata: {name: durable}\n", "apply", "-f", "-")
 
+	// The same namespace and names in the platform and in two projects: the watch
+	// cache must keep them apart when it is refilled from etcd after the restart.
+	for _, p := range []string{"restart-a", "restart-b"} {
+		first.createProject(t, p)
+		c := first.projectKube(t, p)
+		createNamespace(t, c, "keep")
+		createConfigMap(t, c, "keep", "survivor", map[string]string{"k": p}, nil)
+	}
+
 	if code, err := first.stop(); err != nil || code != 0 {
 		t.Fatalf("SIGTERM: exit %d, %v\n%s", code, err, first.logTail())
 	}
@@ -219,6 +228,17 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 		t.Fatalf("configmap after restart: %q", out)
 	}
 	second.mustKubectl(t, "", "get", "organization", "durable")
+	for _, p := range []string{"restart-a", "restart-b"} {
+		for _, rv := range []string{"0", ""} {
+			list, err := second.projectKube(t, p).CoreV1().ConfigMaps("").List(context.Background(), metav1.ListOptions{ResourceVersion: rv})
+			if err != nil || len(list.Items) != 1 || list.Items[0].Data["k"] != p {
+				t.Fatalf("%s after restart (rv %q): %v %v", p, rv, list, err)
+			}
+		}
+	}
+	if list, err := second.kube(t).CoreV1().ConfigMaps("keep").List(context.Background(), metav1.ListOptions{ResourceVersion: "0"}); err != nil || len(list.Items) != 1 || list.Items[0].Data["k"] != "v" {
+		t.Fatalf("platform configmaps after restart: %v %v", list, err)
+	}
 	// The generated CA is reused, so kubeconfigs handed out before the restart keep working.
 	if out := second.mustKubectl(t, "", "get", "namespace", "keep", "-o", "name"); strings.TrimSpace(out) != "namespace/keep" {
 		t.Fatalf("namespace after restart: %q", out)
