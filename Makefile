@@ -2,7 +2,7 @@
 CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
 GO_TEST_FLAGS ?=
 
-.PHONY: all build run test unit e2e generate verify-generated vet fmt-check bench clean
+.PHONY: all build run test generate verify-generated vet fmt-check bench-dispatch clean
 
 all: build
 
@@ -32,3 +32,7 @@ vet:
 
 clean:
 	rm -rf bin
+
+## bench-dispatch: watch event delivery with 10 vs 10,000 watchers in other projects.
+bench-dispatch:
+	go test ./pkg/storage/tenantstorage -run '^$$' -bench EventDispatch -benchtime 2000x -benchmem

@@ -87,6 +87,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		return nil, err
 	}
 	routeTenants(c, c.Projects)
+	authorizeWithParent(c)
 	return c, nil
 }
 

@@ -52,6 +52,16 @@ func makeStorageTenantKeyed(c *Config, prefixes *tenantstorage.Prefixes) {
 	c.Aggregator.GenericConfig.RESTOptionsGetter = wrap(c.Aggregator.GenericConfig.RESTOptionsGetter)
 }
 
+// authorizeWithParent makes every authorizer of the chain see a project request's
+// project in the iam.miloapis.com/parent-* user extras.
+func authorizeWithParent(c *Config) {
+	for _, info := range []*genericapiserver.AuthorizationInfo{&c.ControlPlane.Generic.Authorization, &c.Aggregator.GenericConfig.Authorization, &c.APIExtensions.GenericConfig.Authorization} {
+		if info.Authorizer != nil {
+			info.Authorizer = tenancy.WithParentExtras(info.Authorizer)
+		}
+	}
+}
+
 // routeTenants puts the tenant router in front of the aggregator's handler chain,
 // the outermost of the server.
 func routeTenants(c *Config, projects tenancy.ProjectLookup) {

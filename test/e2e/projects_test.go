@@ -38,6 +38,13 @@ func (m *milo) newProject(t *testing.T, base string) string {
 
 func (m *milo) createProject(t testing.TB, name string) {
 	t.Helper()
+	if err := m.tryCreateProject(t, name); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// tryCreateProject creates a Project and reports failure as an error, for use off the test goroutine.
+func (m *milo) tryCreateProject(t testing.TB, name string) error {
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "resourcemanager.miloapis.com/v1alpha1",
 		"kind":       "Project",
@@ -46,11 +53,12 @@ func (m *milo) createProject(t testing.TB, name string) {
 	}}
 	c, err := dynamic.NewForConfig(m.restConfigTB(t))
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	if _, err := c.Resource(projectsGVR).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating project %s: %v", name, err)
+		return fmt.Errorf("creating project %s: %w", name, err)
 	}
+	return nil
 }
 
 func (m *milo) restConfigTB(t testing.TB) *rest.Config {

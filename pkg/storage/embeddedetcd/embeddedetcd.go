@@ -30,6 +30,8 @@ type Config struct {
 	// QuotaBackendBytes bounds the database; 0 means the default of this package (8 GiB),
 	// larger than etcd's own 2 GiB because one Milo holds many projects.
 	QuotaBackendBytes int64
+	// UnsafeNoFsync skips fsync on writes. Only for tests and benchmarks: a crash loses data.
+	UnsafeNoFsync bool
 	// StartTimeout bounds how long Start waits for the member to serve; 0 means one minute.
 	StartTimeout time.Duration
 }
@@ -64,6 +66,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	}
 	// The API server compacts on its own schedule (--etcd-compaction-interval).
 	cfg.AutoCompactionRetention = "0"
+	cfg.UnsafeNoFsync = c.UnsafeNoFsync
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{"stderr"}
 

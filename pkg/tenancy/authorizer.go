@@ -1,0 +1,47 @@
+package tenancy
+
+import (
+	"context"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+)
+
+// Extra keys that tell an authorizer which project a request is for. External
+// authorization webhooks (for example an OpenFGA-backed one) rely on them.
+const (
+	ExtraParentAPIGroup = "iam.miloapis.com/parent-api-group"
+	ExtraParentType     = "iam.miloapis.com/parent-type"
+	ExtraParentName     = "iam.miloapis.com/parent-name"
+)
+
+// WithParentExtras wraps an authorizer so that every decision made for a
+// project's request sees the project in the user's extra fields.
+func WithParentExtras(inner authorizer.Authorizer) authorizer.Authorizer {
+	return authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+		t := From(ctx)
+		if !t.IsProject() || a.GetUser() == nil {
+			return inner.Authorize(ctx, a)
+		}
+		return inner.Authorize(ctx, withUser{Attributes: a, user: userWithParent(a.GetUser(), t)})
+	})
+}
+
+func userWithParent(u user.Info, t Tenant) user.Info {
+	extra := make(map[string][]string, len(u.GetExtra())+3)
+	for k, v := range u.GetExtra() {
+		extra[k] = v
+	}
+	// The server's word wins over anything an authenticator passed through.
+	extra[ExtraParentAPIGroup] = []string{"resourcemanager.miloapis.com"}
+	extra[ExtraParentType] = []string{"Project"}
+	extra[ExtraParentName] = []string{t.Name}
+	return &user.DefaultInfo{Name: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups(), Extra: extra}
+}
+
+type withUser struct {
+	authorizer.Attributes
+	user user.Info
+}
+
+func (w withUser) GetUser() user.Info { return w.user }
