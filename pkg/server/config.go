@@ -13,6 +13,7 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
+	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenantadmission"
 )
@@ -28,6 +29,8 @@ type Config struct {
 	Projects *projectIndex
 	// Namespaces is filled with the namespace storage for tenant-aware admission.
 	Namespaces *tenantadmission.Namespaces
+	// RBAC is filled with the RBAC storages for project RBAC.
+	RBAC *projectrbac.Storage
 
 	Aggregator    *aggregatorapiserver.Config
 	ControlPlane  *controlplaneapiserver.Config
@@ -40,6 +43,7 @@ type CompletedConfig struct {
 	Prefixes      *tenantstorage.Prefixes
 	Projects      *projectIndex
 	Namespaces    *tenantadmission.Namespaces
+	RBAC          *projectrbac.Storage
 	Aggregator    aggregatorapiserver.CompletedConfig
 	ControlPlane  controlplaneapiserver.CompletedConfig
 	APIExtensions apiextensionsapiserver.CompletedConfig
@@ -81,13 +85,13 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	// their availability is not checked by probing endpoints.
 	aggregator.ExtraConfig.DisableRemoteAvailableConditionController = true
 
-	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Prefixes: tenantstorage.NewPrefixes(), Namespaces: namespaces}
+	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Prefixes: tenantstorage.NewPrefixes(), Namespaces: namespaces, RBAC: &projectrbac.Storage{}}
 	makeStorageTenantKeyed(c, c.Prefixes)
 	if c.Projects, err = newProjectIndex(cp.Generic.LoopbackClientConfig); err != nil {
 		return nil, err
 	}
 	routeTenants(c, c.Projects)
-	authorizeWithParent(c)
+	authorizeProjects(c)
 	return c, nil
 }
 
@@ -98,6 +102,7 @@ func (c *Config) Complete() CompletedConfig {
 		Prefixes:      c.Prefixes,
 		Projects:      c.Projects,
 		Namespaces:    c.Namespaces,
+		RBAC:          c.RBAC,
 		Aggregator:    c.Aggregator.Complete(),
 		ControlPlane:  c.ControlPlane.Complete(),
 		APIExtensions: c.APIExtensions.Complete(),

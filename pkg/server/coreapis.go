@@ -2,6 +2,7 @@ package server
 
 import (
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -9,46 +10,77 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	limitrangestore "k8s.io/kubernetes/pkg/registry/core/limitrange/storage"
 
+	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/tenantadmission"
 )
 
-// coreStorage adds LimitRanges to the core API group of the generic control
-// plane, which leaves them out: Milo serves them because every Kubernetes-style
-// control plane is expected to, and the LimitRanger admission plugin needs them.
-// It also hands the namespace storage to tenant-aware admission.
-func coreStorage(providers []controlplaneapiserver.RESTStorageProvider, namespaces *tenantadmission.Namespaces) []controlplaneapiserver.RESTStorageProvider {
+// storageProviders adapts the generic control plane's built-in API groups:
+//
+//   - LimitRanges join the core group, which the generic control plane leaves out:
+//     every Kubernetes-style control plane is expected to serve them, and the
+//     LimitRanger admission plugin needs them;
+//   - the namespace storage is handed to tenant-aware admission, and the RBAC
+//     storages to project RBAC, which read a project's objects through them.
+func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, namespaces *tenantadmission.Namespaces, rbac *projectrbac.Storage) []controlplaneapiserver.RESTStorageProvider {
 	out := make([]controlplaneapiserver.RESTStorageProvider, len(providers))
 	for i, p := range providers {
-		if p.GroupName() == corev1.GroupName {
-			p = coreWithLimitRanges{RESTStorageProvider: p, namespaces: namespaces}
+		switch p.GroupName() {
+		case corev1.GroupName:
+			p = withStorage{RESTStorageProvider: p, adapt: func(v1 map[string]rest.Storage, resources serverstorage.APIResourceConfigSource, getter generic.RESTOptionsGetter) error {
+				if ns, ok := v1["namespaces"].(rest.Getter); ok {
+					namespaces.Set(ns)
+				}
+				if !resources.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("limitranges")) {
+					return nil
+				}
+				storage, err := limitrangestore.NewREST(getter)
+				if err != nil {
+					return err
+				}
+				v1["limitranges"] = storage
+				return nil
+			}}
+		case rbacv1.GroupName:
+			p = withStorage{RESTStorageProvider: p, adapt: func(v1 map[string]rest.Storage, _ serverstorage.APIResourceConfigSource, _ generic.RESTOptionsGetter) error {
+				for resource, storage := range v1 {
+					rbac.Set(resource, storage)
+				}
+				return nil
+			}}
 		}
-		out[i] = p
+		out[i] = keepPostStartHook(providers[i], p)
 	}
 	return out
 }
 
-type coreWithLimitRanges struct {
-	controlplaneapiserver.RESTStorageProvider
-	namespaces *tenantadmission.Namespaces
+// keepPostStartHook makes sure wrapping a provider does not hide its post-start
+// hook (the RBAC provider's hook bootstraps the default roles).
+func keepPostStartHook(original, wrapped controlplaneapiserver.RESTStorageProvider) controlplaneapiserver.RESTStorageProvider {
+	hooks, ok := original.(genericapiserver.PostStartHookProvider)
+	if !ok || original == wrapped {
+		return wrapped
+	}
+	return withPostStartHook{RESTStorageProvider: wrapped, PostStartHookProvider: hooks}
 }
 
-func (c coreWithLimitRanges) NewRESTStorage(resources serverstorage.APIResourceConfigSource, getter generic.RESTOptionsGetter) (genericapiserver.APIGroupInfo, error) {
-	info, err := c.RESTStorageProvider.NewRESTStorage(resources, getter)
+type withPostStartHook struct {
+	controlplaneapiserver.RESTStorageProvider
+	genericapiserver.PostStartHookProvider
+}
+
+// withStorage lets a provider's v1 storage map be adjusted after it is built.
+type withStorage struct {
+	controlplaneapiserver.RESTStorageProvider
+	adapt func(v1 map[string]rest.Storage, resources serverstorage.APIResourceConfigSource, getter generic.RESTOptionsGetter) error
+}
+
+func (w withStorage) NewRESTStorage(resources serverstorage.APIResourceConfigSource, getter generic.RESTOptionsGetter) (genericapiserver.APIGroupInfo, error) {
+	info, err := w.RESTStorageProvider.NewRESTStorage(resources, getter)
 	if err != nil {
 		return info, err
 	}
-	const resource = "limitranges"
-	v1 := info.VersionedResourcesStorageMap[corev1.SchemeGroupVersion.Version]
-	if ns, ok := v1["namespaces"].(rest.Getter); ok && c.namespaces != nil {
-		c.namespaces.Set(ns)
+	if v1 := info.VersionedResourcesStorageMap["v1"]; v1 != nil {
+		err = w.adapt(v1, resources, getter)
 	}
-	if v1 == nil || !resources.ResourceEnabled(corev1.SchemeGroupVersion.WithResource(resource)) {
-		return info, nil
-	}
-	storage, err := limitrangestore.NewREST(getter)
-	if err != nil {
-		return info, err
-	}
-	v1[resource] = storage
-	return info, nil
+	return info, err
 }

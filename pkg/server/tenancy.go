@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -52,12 +53,18 @@ func makeStorageTenantKeyed(c *Config, prefixes *tenantstorage.Prefixes) {
 	c.Aggregator.GenericConfig.RESTOptionsGetter = wrap(c.Aggregator.GenericConfig.RESTOptionsGetter)
 }
 
-// authorizeWithParent makes every authorizer of the chain see a project request's
-// project in the iam.miloapis.com/parent-* user extras.
-func authorizeWithParent(c *Config) {
+// authorizeProjects makes every authorizer of the chain decide project requests
+// with the project's own RBAC (projectrbac), and see the project in the user's
+// iam.miloapis.com/parent-* extras.
+func authorizeProjects(c *Config) {
+	rbacInformers := c.ControlPlane.VersionedInformers.Rbac().V1()
+	listers := projectrbac.PlatformListers{
+		ClusterRoles:        rbacInformers.ClusterRoles().Lister(),
+		ClusterRoleBindings: rbacInformers.ClusterRoleBindings().Lister(),
+	}
 	for _, info := range []*genericapiserver.AuthorizationInfo{&c.ControlPlane.Generic.Authorization, &c.Aggregator.GenericConfig.Authorization, &c.APIExtensions.GenericConfig.Authorization} {
 		if info.Authorizer != nil {
-			info.Authorizer = tenancy.WithParentExtras(info.Authorizer)
+			info.Authorizer = tenancy.WithParentExtras(projectrbac.Authorizer(info.Authorizer, c.RBAC, listers))
 		}
 	}
 }

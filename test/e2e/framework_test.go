@@ -61,7 +61,12 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dataDir)
-	shared, err = startMilo(dataDir)
+	tokens := filepath.Join(dataDir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(tokenFile), 0o600); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	shared, err = startMilo(dataDir, "--token-auth-file", tokens)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the shared server: %v\n", err)
 		return 1
@@ -75,6 +80,12 @@ func runMain(m *testing.M) int {
 	}
 	return code
 }
+
+// tokenFile gives the shared server static bearer tokens for ordinary users
+// (kube-apiserver's --token-auth-file format: token,user,uid,"groups").
+const tokenFile = `alice-token,alice,alice-uid,"developers"
+bob-token,bob,bob-uid,"developers"
+`
 
 func repoRoot() string {
 	_, file, _, _ := runtime.Caller(0)

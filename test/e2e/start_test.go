@@ -39,7 +39,11 @@ func TestAPIResourcesListCoreAndMiloKinds(t *testing.T) {
 			t.Errorf("api-resources does not list %s; got:\n%s", want, out)
 		}
 	}
-	// The default RBAC policy is in place: the admin identity is a cluster admin through system:masters.
+	// The default RBAC policy is bootstrapped.
+	for _, role := range []string{"cluster-admin", "admin", "edit", "view", "system:discovery"} {
+		shared.mustKubectl(t, "", "get", "clusterrole", role)
+	}
+	// The admin identity is a cluster admin through system:masters.
 	if out := shared.mustKubectl(t, "", "auth", "can-i", "*", "*"); strings.TrimSpace(out) != "yes" {
 		t.Errorf("admin cannot do everything: %q", out)
 	}

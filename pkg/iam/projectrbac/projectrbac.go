@@ -1,0 +1,197 @@
+// Package projectrbac authorizes a project's requests with the Kubernetes RBAC
+// objects stored in that project.
+//
+// Roles, RoleBindings, ClusterRoles and ClusterRoleBindings created inside a
+// project apply only inside it. They are read through the RBAC storage with the
+// project in the context — from the shared watch caches, tenant-keyed like
+// everything else — so there is no informer, lister or cache per project.
+//
+// For a project request the decision is, in order:
+//
+//  1. members of system:masters are allowed (platform superusers);
+//  2. the project's own RBAC;
+//  3. the platform's ClusterRoleBindings (platform-wide grants, such as discovery
+//     for every authenticated user). The platform's namespaced RoleBindings do not
+//     apply: a platform namespace is not a project's namespace of the same name.
+//
+// Platform requests go to the upstream authorizer chain unchanged.
+package projectrbac
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	rbaclisters "k8s.io/client-go/listers/rbac/v1"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	"k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// Storage reads a tenant's RBAC objects from the server's RBAC storage.
+type Storage struct {
+	roles, roleBindings, clusterRoles, clusterRoleBindings atomic.Pointer[readable]
+	// platformClusterRoles backs ClusterRoles a project does not define itself, so
+	// bindings in a project can name the platform's admin, edit, view and cluster-admin.
+	platformClusterRoles rbaclisters.ClusterRoleLister
+}
+
+type readable interface {
+	rest.Getter
+	rest.Lister
+}
+
+// Set installs the storage of one RBAC resource once the server has built it.
+func (s *Storage) Set(resource string, r rest.Storage) {
+	rd, ok := r.(readable)
+	if !ok {
+		return
+	}
+	switch resource {
+	case "roles":
+		s.roles.Store(&rd)
+	case "rolebindings":
+		s.roleBindings.Store(&rd)
+	case "clusterroles":
+		s.clusterRoles.Store(&rd)
+	case "clusterrolebindings":
+		s.clusterRoleBindings.Store(&rd)
+	}
+}
+
+func load(p *atomic.Pointer[readable]) (readable, error) {
+	r := p.Load()
+	if r == nil {
+		return nil, fmt.Errorf("RBAC storage is not ready")
+	}
+	return *r, nil
+}
+
+// fromCache reads served from the watch cache: authorization runs on every request.
+var fromCache = &metav1.GetOptions{ResourceVersion: "0"}
+
+func (s *Storage) get(ctx context.Context, p *atomic.Pointer[readable], namespace, name string, out runtime.Object) error {
+	r, err := load(p)
+	if err != nil {
+		return err
+	}
+	obj, err := r.Get(genericapirequest.WithNamespace(ctx, namespace), name, fromCache)
+	if err != nil {
+		return err
+	}
+	return legacyscheme.Scheme.Convert(obj, out, nil)
+}
+
+func (s *Storage) list(ctx context.Context, p *atomic.Pointer[readable], namespace string, each func(runtime.Object) error) error {
+	r, err := load(p)
+	if err != nil {
+		return err
+	}
+	list, err := r.List(genericapirequest.WithNamespace(ctx, namespace), &metainternalversion.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return err
+	}
+	return meta.EachListItem(list, each)
+}
+
+// GetRole implements the RBAC authorizer's RoleGetter for the context's tenant.
+func (s *Storage) GetRole(ctx context.Context, namespace, name string) (*rbacv1.Role, error) {
+	out := &rbacv1.Role{}
+	return out, s.get(ctx, &s.roles, namespace, name, out)
+}
+
+// GetClusterRole implements ClusterRoleGetter for the context's tenant: the
+// project's own ClusterRole of that name, else the platform's.
+func (s *Storage) GetClusterRole(ctx context.Context, name string) (*rbacv1.ClusterRole, error) {
+	out := &rbacv1.ClusterRole{}
+	err := s.get(ctx, &s.clusterRoles, "", name, out)
+	if apierrors.IsNotFound(err) && s.platformClusterRoles != nil {
+		return s.platformClusterRoles.Get(name)
+	}
+	return out, err
+}
+
+// ListRoleBindings implements RoleBindingLister for the context's tenant.
+func (s *Storage) ListRoleBindings(ctx context.Context, namespace string) ([]*rbacv1.RoleBinding, error) {
+	var out []*rbacv1.RoleBinding
+	err := s.list(ctx, &s.roleBindings, namespace, func(obj runtime.Object) error {
+		rb := &rbacv1.RoleBinding{}
+		if err := legacyscheme.Scheme.Convert(obj, rb, nil); err != nil {
+			return err
+		}
+		out = append(out, rb)
+		return nil
+	})
+	return out, err
+}
+
+// ListClusterRoleBindings implements ClusterRoleBindingLister for the context's tenant.
+func (s *Storage) ListClusterRoleBindings(ctx context.Context) ([]*rbacv1.ClusterRoleBinding, error) {
+	var out []*rbacv1.ClusterRoleBinding
+	err := s.list(ctx, &s.clusterRoleBindings, "", func(obj runtime.Object) error {
+		crb := &rbacv1.ClusterRoleBinding{}
+		if err := legacyscheme.Scheme.Convert(obj, crb, nil); err != nil {
+			return err
+		}
+		out = append(out, crb)
+		return nil
+	})
+	return out, err
+}
+
+// PlatformListers are the platform's RBAC listers (the server's shared informers).
+type PlatformListers struct {
+	ClusterRoles        rbaclisters.ClusterRoleLister
+	ClusterRoleBindings rbaclisters.ClusterRoleBindingLister
+}
+
+// noRoleBindings keeps the platform's namespaced bindings out of project decisions.
+type noRoleBindings struct{}
+
+func (noRoleBindings) ListRoleBindings(context.Context, string) ([]*rbacv1.RoleBinding, error) {
+	return nil, nil
+}
+
+// noRoles answers for the platform's namespaced roles, which no binding used here can name.
+type noRoles struct{}
+
+func (noRoles) GetRole(context.Context, string, string) (*rbacv1.Role, error) {
+	return nil, fmt.Errorf("platform roles do not apply in projects")
+}
+
+// Authorizer returns platform unchanged for platform and all-projects requests,
+// and the project decision described in the package comment for project requests.
+func Authorizer(platform authorizer.Authorizer, project *Storage, listers PlatformListers) authorizer.Authorizer {
+	project.platformClusterRoles = listers.ClusterRoles
+	projectRBAC := rbac.New(project, project, project, project)
+	platformWide := rbac.New(noRoles{}, noRoleBindings{},
+		&rbac.ClusterRoleGetter{Lister: listers.ClusterRoles}, &rbac.ClusterRoleBindingLister{Lister: listers.ClusterRoleBindings})
+	return authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+		if !tenancy.From(ctx).IsProject() {
+			return platform.Authorize(ctx, a)
+		}
+		if u := a.GetUser(); u != nil {
+			for _, g := range u.GetGroups() {
+				if g == user.SystemPrivilegedGroup {
+					return authorizer.DecisionAllow, "platform superuser", nil
+				}
+			}
+		}
+		if d, reason, err := projectRBAC.Authorize(ctx, a); d == authorizer.DecisionAllow {
+			return d, "project RBAC: " + reason, err
+		}
+		// The platform's ClusterRoleBindings are read without a tenant.
+		return platformWide.Authorize(tenancy.WithTenant(ctx, tenancy.PlatformTenant), a)
+	})
+}

@@ -1,0 +1,121 @@
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// as returns a client for a project (or the platform, when project is "") that
+// authenticates with a bearer token instead of the admin certificate.
+func (m *milo) as(t *testing.T, token, project string) kubernetes.Interface {
+	t.Helper()
+	var cfg *rest.Config
+	if project == "" {
+		cfg = rest.CopyConfig(m.restConfig(t))
+	} else {
+		cfg = m.projectConfig(t, project)
+	}
+	cfg = rest.AnonymousClientConfig(cfg)
+	cfg.BearerToken = token
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestProjectRBACAppliesOnlyInItsProject(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	a, b := m.newProject(t, "rbac-a"), m.newProject(t, "rbac-b")
+	adminA, adminB := m.projectKube(t, a), m.projectKube(t, b)
+	for _, c := range []kubernetes.Interface{adminA, adminB} {
+		createNamespace(t, c, "default")
+		createConfigMap(t, c, "default", "settings", nil, nil)
+	}
+	aliceA, aliceB, alicePlatform := m.as(t, "alice-token", a), m.as(t, "alice-token", b), m.as(t, "alice-token", "")
+	bobA := m.as(t, "bob-token", a)
+
+	if _, err := aliceA.CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("alice without a binding: %v, want Forbidden", err)
+	}
+
+	// A namespaced grant in project A.
+	if _, err := adminA.RbacV1().Roles("default").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "cm-reader"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminA.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "alice-reads"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "cm-reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Authorization reads the watch cache, which sees a new binding within milliseconds.
+	eventually(t, "alice reads with her binding in A", func() error {
+		_, err := aliceA.CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{})
+		return err
+	})
+	if _, err := aliceA.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("alice lists secrets in A: %v, want Forbidden", err)
+	}
+	if _, err := bobA.CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("bob uses alice's binding: %v", err)
+	}
+	if _, err := aliceB.CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("A's binding reaches B: %v", err)
+	}
+	if _, err := alicePlatform.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("A's binding reaches the platform: %v", err)
+	}
+
+	// A project-wide grant naming the platform's cluster-admin role.
+	if _, err := adminA.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "alice-admin"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "alice"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "alice acts as A's cluster-admin", func() error {
+		_, err := aliceA.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mine"}}, metav1.CreateOptions{})
+		return err
+	})
+	if _, err := aliceB.CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mine"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("A's cluster-admin binding reaches B: %v", err)
+	}
+	if _, err := alicePlatform.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("A's cluster-admin binding reaches the platform: %v", err)
+	}
+	all := m.as(t, "alice-token", "*")
+	if _, err := all.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("A's cluster-admin binding opens the all-projects view: %v", err)
+	}
+
+	// kubectl auth can-i answers per project.
+	for project, want := range map[string]string{a: "yes", b: "no"} {
+		kc := m.projectKubeconfig(t, project)
+		r := m.kubectlWith(t, kc, "", "auth", "can-i", "create", "secrets", "--as", "alice")
+		if strings.TrimSpace(r.stdout) != want {
+			t.Fatalf("can-i create secrets as alice in %s: %q %s, want %s", project, r.stdout, r.stderr, want)
+		}
+	}
+}
+
+// eventually retries f until it succeeds, for state that reaches a cache within moments.
+func eventually(t *testing.T, what string, f func() error) {
+	t.Helper()
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if err = f(); err == nil {
+			return
+		}
+	}
+	t.Fatalf("%s: %v", what, err)
+}
