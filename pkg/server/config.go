@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/util/webhook"
@@ -31,6 +32,10 @@ type Config struct {
 	Namespaces *tenantadmission.Namespaces
 	// RBAC is filled with the RBAC storages for project RBAC.
 	RBAC *projectrbac.Storage
+	// Quotas is filled with the ResourceQuota storage for project quota admission.
+	Quotas *tenantadmission.Quotas
+	// EtcdClient works on key ranges: quota counts and purges.
+	EtcdClient *clientv3.Client
 
 	Aggregator    *aggregatorapiserver.Config
 	ControlPlane  *controlplaneapiserver.Config
@@ -44,6 +49,8 @@ type CompletedConfig struct {
 	Projects      *projectIndex
 	Namespaces    *tenantadmission.Namespaces
 	RBAC          *projectrbac.Storage
+	Quotas        *tenantadmission.Quotas
+	EtcdClient    *clientv3.Client
 	Aggregator    aggregatorapiserver.CompletedConfig
 	ControlPlane  controlplaneapiserver.CompletedConfig
 	APIExtensions apiextensionsapiserver.CompletedConfig
@@ -62,9 +69,15 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 
 	// Admission plugins answer for the request's tenant; they read a project's
 	// namespaces through the namespace storage, captured when it is built.
+	etcdClient, err := newEtcdClient(opts.ControlPlane.Etcd.StorageConfig.Transport)
+	if err != nil {
+		return nil, err
+	}
+	prefixes := tenantstorage.NewPrefixes()
 	namespaces := &tenantadmission.Namespaces{}
+	quotas := tenantadmission.NewQuotas(objectCounter(etcdClient, prefixes))
 	genericAdmission := opts.ControlPlane.Admission.GenericAdmission
-	genericAdmission.Decorators = append(genericAdmission.Decorators, tenantadmission.Decorator(namespaces))
+	genericAdmission.Decorators = append(genericAdmission.Decorators, tenantadmission.Decorator(namespaces, quotas))
 
 	services := webhook.NewDefaultServiceResolver()
 	cp, admissionInitializers, err := controlplaneapiserver.CreateConfig(opts.ControlPlane, generic, informers, storageFactory, services, nil)
@@ -85,7 +98,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	// their availability is not checked by probing endpoints.
 	aggregator.ExtraConfig.DisableRemoteAvailableConditionController = true
 
-	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Prefixes: tenantstorage.NewPrefixes(), Namespaces: namespaces, RBAC: &projectrbac.Storage{}}
+	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Prefixes: prefixes, Namespaces: namespaces, Quotas: quotas, RBAC: &projectrbac.Storage{}, EtcdClient: etcdClient}
 	makeStorageTenantKeyed(c, c.Prefixes)
 	if c.Projects, err = newProjectIndex(cp.Generic.LoopbackClientConfig); err != nil {
 		return nil, err
@@ -103,6 +116,8 @@ func (c *Config) Complete() CompletedConfig {
 		Projects:      c.Projects,
 		Namespaces:    c.Namespaces,
 		RBAC:          c.RBAC,
+		Quotas:        c.Quotas,
+		EtcdClient:    c.EtcdClient,
 		Aggregator:    c.Aggregator.Complete(),
 		ControlPlane:  c.ControlPlane.Complete(),
 		APIExtensions: c.APIExtensions.Complete(),

@@ -21,7 +21,7 @@ import (
 //     LimitRanger admission plugin needs them;
 //   - the namespace storage is handed to tenant-aware admission, and the RBAC
 //     storages to project RBAC, which read a project's objects through them.
-func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, namespaces *tenantadmission.Namespaces, rbac *projectrbac.Storage) []controlplaneapiserver.RESTStorageProvider {
+func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, namespaces *tenantadmission.Namespaces, quotas *tenantadmission.Quotas, rbac *projectrbac.Storage) []controlplaneapiserver.RESTStorageProvider {
 	out := make([]controlplaneapiserver.RESTStorageProvider, len(providers))
 	for i, p := range providers {
 		switch p.GroupName() {
@@ -29,6 +29,9 @@ func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, nam
 			p = withStorage{RESTStorageProvider: p, adapt: func(v1 map[string]rest.Storage, resources serverstorage.APIResourceConfigSource, getter generic.RESTOptionsGetter) error {
 				if ns, ok := v1["namespaces"].(rest.Getter); ok {
 					namespaces.Set(ns)
+				}
+				if q, ok := v1["resourcequotas"].(rest.Lister); ok {
+					quotas.Set(q)
 				}
 				if !resources.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("limitranges")) {
 					return nil

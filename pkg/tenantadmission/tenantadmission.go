@@ -29,14 +29,15 @@ import (
 // Plugin names handled here.
 const (
 	namespaceLifecycle = "NamespaceLifecycle"
+	resourceQuota      = "ResourceQuota"
 )
 
-// notYetInProjects are upstream plugins whose state (quotas, limit ranges, service
+// notYetInProjects are upstream plugins whose state (limit ranges, service
 // account token secrets) is read from the platform's informers and written through
 // the platform's client. For project requests they are skipped rather than let
 // them read or charge another tenant's objects; tenant-aware versions replace them
 // as they are built (see docs/tenancy.md).
-var notYetInProjects = sets.New("ResourceQuota", "LimitRanger", "ServiceAccount")
+var notYetInProjects = sets.New("LimitRanger", "ServiceAccount")
 
 // immortalNamespaces cannot be deleted, in the platform and in every project.
 var immortalNamespaces = sets.New(metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic)
@@ -77,11 +78,13 @@ func (n *Namespaces) phase(ctx context.Context, name string) (corev1.NamespacePh
 }
 
 // Decorator returns the admission decorator that makes plugins tenant-aware.
-func Decorator(namespaces *Namespaces) admission.Decorator {
+func Decorator(namespaces *Namespaces, quotas *Quotas) admission.Decorator {
 	return admission.DecoratorFunc(func(handler admission.Interface, name string) admission.Interface {
 		switch {
 		case name == namespaceLifecycle:
 			return &tenantAware{name: name, platform: handler, project: &projectNamespaceLifecycle{namespaces: namespaces}}
+		case name == resourceQuota:
+			return &tenantAware{name: name, platform: handler, project: &projectQuota{quotas: quotas}}
 		case notYetInProjects.Has(name):
 			return &tenantAware{name: name, platform: handler}
 		default:
@@ -95,7 +98,8 @@ func Decorator(namespaces *Namespaces) admission.Decorator {
 type tenantAware struct {
 	name     string
 	platform admission.Interface
-	project  admission.MutationInterface
+	// project is a MutationInterface, a ValidationInterface, or nil.
+	project admission.Interface
 }
 
 var (
@@ -114,8 +118,8 @@ func (t *tenantAware) Admit(ctx context.Context, a admission.Attributes, o admis
 		}
 		return nil
 	}
-	if t.project != nil && t.project.Handles(a.GetOperation()) {
-		return t.project.Admit(ctx, a, o)
+	if m, ok := t.project.(admission.MutationInterface); ok && m.Handles(a.GetOperation()) {
+		return m.Admit(ctx, a, o)
 	}
 	return nil
 }
@@ -125,6 +129,10 @@ func (t *tenantAware) Validate(ctx context.Context, a admission.Attributes, o ad
 		if v, ok := t.platform.(admission.ValidationInterface); ok && v.Handles(a.GetOperation()) {
 			return v.Validate(ctx, a, o)
 		}
+		return nil
+	}
+	if v, ok := t.project.(admission.ValidationInterface); ok && v.Handles(a.GetOperation()) {
+		return v.Validate(ctx, a, o)
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -706,5 +707,57 @@ func TestCustomResourcesAreIsolated(t *testing.T) {
 	all, err := m.projectDynamic(t, "*").Resource(widgets).List(ctx, metav1.ListOptions{})
 	if err != nil || len(all.Items) != 2 {
 		t.Fatalf("all-projects widgets: %v %v", all, err)
+	}
+}
+
+func TestResourceQuotaLimitsOnlyItsProject(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	a, b := m.newProject(t, "quota-a"), m.newProject(t, "quota-b")
+	ca, cb := m.projectKube(t, a), m.projectKube(t, b)
+	platform := m.kube(t)
+	for _, c := range []kubernetes.Interface{ca, cb, platform} {
+		createNamespace(t, c, "quota-test")
+	}
+	quota := func(hard corev1.ResourceList) *corev1.ResourceQuota {
+		return &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "objects"}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}
+	}
+	if _, err := ca.CoreV1().ResourceQuotas("quota-test").Create(ctx, quota(corev1.ResourceList{
+		"count/configmaps": resource.MustParse("2"), "secrets": resource.MustParse("1")}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The platform's namespace of the same name allows no configmaps at all.
+	if _, err := platform.CoreV1().ResourceQuotas("quota-test").Create(ctx, quota(corev1.ResourceList{
+		"count/configmaps": resource.MustParse("0")}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Admission reads quotas from the watch cache; wait until it has A's.
+	eventually(t, "A's quota reaches the cache", func() error {
+		list, err := ca.CoreV1().ResourceQuotas("quota-test").List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil || len(list.Items) != 1 {
+			return fmt.Errorf("quotas %v %v", list, err)
+		}
+		return nil
+	})
+	createConfigMap(t, ca, "quota-test", "one", nil, nil)
+	createConfigMap(t, ca, "quota-test", "two", nil, nil)
+	_, err := ca.CoreV1().ConfigMaps("quota-test").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "three"}}, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota: objects") {
+		t.Fatalf("over A's quota: %v, want Forbidden naming the quota", err)
+	}
+	if list, _ := ca.CoreV1().ConfigMaps("quota-test").List(ctx, metav1.ListOptions{}); len(list.Items) > 2 {
+		t.Fatalf("A holds %d configmaps under a quota of 2", len(list.Items))
+	}
+	if _, err := ca.CoreV1().Secrets("quota-test").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "one"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ca.CoreV1().Secrets("quota-test").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "two"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("second secret under the legacy 'secrets: 1' quota: %v", err)
+	}
+	// B is not charged for A's objects, and the platform's quota on its namespace
+	// of the same name does not reach the projects.
+	for i := range 3 {
+		createConfigMap(t, cb, "quota-test", fmt.Sprintf("b-%d", i), nil, nil)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -18,18 +19,50 @@ import (
 // tenant's keys can be found across all of them. It grows with the number of
 // resources (and CRDs), never with the number of tenants.
 type Prefixes struct {
-	mu  sync.Mutex
-	set map[string]struct{}
+	mu         sync.Mutex
+	set        map[string]struct{}
+	byResource map[schema.GroupResource]string
 }
 
 // NewPrefixes returns an empty record.
-func NewPrefixes() *Prefixes { return &Prefixes{set: map[string]struct{}{}} }
+func NewPrefixes() *Prefixes {
+	return &Prefixes{set: map[string]struct{}{}, byResource: map[schema.GroupResource]string{}}
+}
 
-func (p *Prefixes) add(storagePrefix, resourcePrefix string) {
+func (p *Prefixes) add(storagePrefix, resourcePrefix string, resource schema.GroupResource) {
 	full := path.Join("/", storagePrefix, resourcePrefix)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.set[full] = struct{}{}
+	if !resource.Empty() {
+		p.byResource[resource] = full
+	}
+}
+
+// NamespaceKeyPrefix returns the etcd key prefix holding one namespace's objects
+// of a resource in a project, or false when the server stores no such resource.
+func (p *Prefixes) NamespaceKeyPrefix(resource schema.GroupResource, project, namespace string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	full, ok := p.byResource[resource]
+	if !ok {
+		return "", false
+	}
+	return full + "/" + tenancy.ProjectTenant(project).KeySegment() + "/" + namespace + "/", true
+}
+
+// CountInNamespace counts, directly in etcd and without reading values, a
+// project's objects of one resource in one namespace.
+func CountInNamespace(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, resource schema.GroupResource, project, namespace string) (int64, error) {
+	prefix, ok := prefixes.NamespaceKeyPrefix(resource, project, namespace)
+	if !ok {
+		return 0, fmt.Errorf("no storage for %s", resource)
+	}
+	resp, err := client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("counting %s in %s/%s: %w", resource, project, namespace, err)
+	}
+	return resp.Count, nil
 }
 
 // List returns the recorded prefixes, sorted.

@@ -57,7 +57,7 @@ func Decorate(inner generic.StorageDecorator, prefixes *Prefixes) generic.Storag
 		indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
 		if prefixes != nil {
-			prefixes.add(config.Config.Prefix, resourcePrefix)
+			prefixes.add(config.Config.Prefix, resourcePrefix, config.GroupResource)
 		}
 		s := &store{prefix: resourcePrefix, resource: config.GroupResource}
 		tenantKeyFunc := func(obj runtime.Object) (string, error) {
