@@ -24,6 +24,17 @@ import (
 // apiextensions (CustomResourceDefinitions, innermost).
 type Config struct {
 	Options CompletedOptions
+	Tenancy
+
+	Aggregator    *aggregatorapiserver.Config
+	ControlPlane  *controlplaneapiserver.Config
+	APIExtensions *apiextensionsapiserver.Config
+}
+
+// Tenancy is the state Milo's tenancy seams share. None of it grows with the
+// number of projects, except the Project index, which holds the platform's
+// Project objects.
+type Tenancy struct {
 	// Prefixes records every resource's key prefix, for purging a project's keys.
 	Prefixes *tenantstorage.Prefixes
 	// Projects answers whether a project exists, for the tenant router.
@@ -36,21 +47,12 @@ type Config struct {
 	Quotas *tenantadmission.Quotas
 	// EtcdClient works on key ranges: quota counts and purges.
 	EtcdClient *clientv3.Client
-
-	Aggregator    *aggregatorapiserver.Config
-	ControlPlane  *controlplaneapiserver.Config
-	APIExtensions *apiextensionsapiserver.Config
 }
 
 // CompletedConfig is a Config whose parts have been completed.
 type CompletedConfig struct {
-	Options       CompletedOptions
-	Prefixes      *tenantstorage.Prefixes
-	Projects      *projectIndex
-	Namespaces    *tenantadmission.Namespaces
-	RBAC          *projectrbac.Storage
-	Quotas        *tenantadmission.Quotas
-	EtcdClient    *clientv3.Client
+	Options CompletedOptions
+	Tenancy
 	Aggregator    aggregatorapiserver.CompletedConfig
 	ControlPlane  controlplaneapiserver.CompletedConfig
 	APIExtensions apiextensionsapiserver.CompletedConfig
@@ -98,7 +100,9 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	// their availability is not checked by probing endpoints.
 	aggregator.ExtraConfig.DisableRemoteAvailableConditionController = true
 
-	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Prefixes: prefixes, Namespaces: namespaces, Quotas: quotas, RBAC: &projectrbac.Storage{}, EtcdClient: etcdClient}
+	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Tenancy: Tenancy{
+		Prefixes: prefixes, Namespaces: namespaces, Quotas: quotas, RBAC: &projectrbac.Storage{}, EtcdClient: etcdClient,
+	}}
 	makeStorageTenantKeyed(c, c.Prefixes)
 	if c.Projects, err = newProjectIndex(cp.Generic.LoopbackClientConfig); err != nil {
 		return nil, err
@@ -112,12 +116,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 func (c *Config) Complete() CompletedConfig {
 	return CompletedConfig{
 		Options:       c.Options,
-		Prefixes:      c.Prefixes,
-		Projects:      c.Projects,
-		Namespaces:    c.Namespaces,
-		RBAC:          c.RBAC,
-		Quotas:        c.Quotas,
-		EtcdClient:    c.EtcdClient,
+		Tenancy:       c.Tenancy,
 		Aggregator:    c.Aggregator.Complete(),
 		ControlPlane:  c.ControlPlane.Complete(),
 		APIExtensions: c.APIExtensions.Complete(),
