@@ -20,6 +20,7 @@ import (
 	"go.miloapis.com/milo/pkg/kubeconfig"
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
+	"go.miloapis.com/milo/pkg/tenantadmission"
 )
 
 // Options are the flags of `milo start`: Milo's own, plus every flag of the
@@ -40,6 +41,8 @@ func NewOptions() *Options {
 	cp.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
 	cp.SecureServing.BindPort = 6443
 	cp.Authorization.Modes = []string{authzmodes.ModeRBAC}
+	tenantadmission.RegisterTenantAnnotation(cp.Admission.GenericAdmission.Plugins)
+	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin}, cp.Admission.GenericAdmission.RecommendedPluginOrder...)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
 	cp.Authentication.ServiceAccounts.OptionalTokenGetter = newTokenGetter
 	return &Options{DataDir: ".milo", ControlPlane: cp}

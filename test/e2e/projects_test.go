@@ -761,3 +761,63 @@ func TestResourceQuotaLimitsOnlyItsProject(t *testing.T) {
 		createConfigMap(t, cb, "quota-test", fmt.Sprintf("b-%d", i), nil, nil)
 	}
 }
+
+// Admission policies are platform-wide: installed at /, they apply to every
+// project's requests and see the true project of each object.
+func TestPlatformAdmissionPolicyAppliesToProjects(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	a, b := m.newProject(t, "vap-a"), m.newProject(t, "vap-b")
+	ca, cb := m.projectKube(t, a), m.projectKube(t, b)
+	createNamespace(t, ca, "default")
+	createNamespace(t, cb, "default")
+	m.mustKubectl(t, fmt.Sprintf(`
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: freeze-%[1]s}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["CREATE"]
+      resources: ["configmaps"]
+  validations:
+  - expression: "!has(object.metadata.annotations) || object.metadata.annotations[?'tenancy.miloapis.com/project'].orValue('') != '%[1]s'"
+    message: "project %[1]s is frozen"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: freeze-%[1]s}
+spec:
+  policyName: freeze-%[1]s
+  validationActions: [Deny]
+`, a), "apply", "-f", "-")
+	t.Cleanup(func() {
+		m.kubectl(t, "", "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", "freeze-"+a)
+	})
+
+	eventually(t, "the policy denies in A", func() error {
+		_, err := ca.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "x-"}}, metav1.CreateOptions{})
+		if err == nil || !strings.Contains(err.Error(), "project "+a+" is frozen") {
+			return fmt.Errorf("create in A: %v", err)
+		}
+		return nil
+	})
+	// B is not frozen, even when its client writes A's name into the annotation.
+	if _, err := cb.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Name: "claims-a", Annotations: map[string]string{tenantAnnotation: a}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create in B: %v", err)
+	}
+	// And A cannot escape the policy by claiming to be B.
+	if _, err := ca.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Name: "claims-b", Annotations: map[string]string{tenantAnnotation: b}}}, metav1.CreateOptions{}); err == nil {
+		t.Fatal("A escaped the policy with a forged annotation")
+	}
+	// The policy's kinds stay platform-only.
+	if _, err := m.projectDynamic(t, a).Resource(schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}).
+		List(ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("admission policies listed in a project: %v", err)
+	}
+}

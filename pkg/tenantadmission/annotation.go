@@ -1,0 +1,60 @@
+package tenantadmission
+
+import (
+	"context"
+	"io"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apiserver/pkg/admission"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// TenantAnnotationPlugin is the name of the admission plugin that stamps the
+// tenant annotation before any other plugin runs.
+const TenantAnnotationPlugin = "TenantAnnotation"
+
+// RegisterTenantAnnotation registers the plugin. It must run first of the
+// mutating plugins so that webhooks and admission policies — which are
+// platform-wide — see which project an object belongs to, and cannot be fooled by
+// an annotation the client wrote. The storage layer stamps it again on write.
+func RegisterTenantAnnotation(plugins *admission.Plugins) {
+	plugins.Register(TenantAnnotationPlugin, func(io.Reader) (admission.Interface, error) {
+		return &tenantAnnotation{Handler: admission.NewHandler(admission.Create, admission.Update)}, nil
+	})
+}
+
+type tenantAnnotation struct {
+	*admission.Handler
+}
+
+var _ admission.MutationInterface = &tenantAnnotation{}
+
+func (p *tenantAnnotation) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	obj := a.GetObject()
+	if obj == nil || a.GetSubresource() != "" {
+		return nil
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil // not an object with metadata, e.g. a review request
+	}
+	t := tenancy.From(ctx)
+	annotations := m.GetAnnotations()
+	switch {
+	case t.IsProject():
+		if annotations[tenancy.AnnotationKey] != t.Name {
+			if annotations == nil {
+				annotations = map[string]string{}
+			}
+			annotations[tenancy.AnnotationKey] = t.Name
+			m.SetAnnotations(annotations)
+		}
+	default:
+		if _, ok := annotations[tenancy.AnnotationKey]; ok {
+			delete(annotations, tenancy.AnnotationKey)
+			m.SetAnnotations(annotations)
+		}
+	}
+	return nil
+}
