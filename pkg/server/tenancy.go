@@ -71,10 +71,10 @@ func authorizeProjects(c *Config) {
 
 // routeTenants puts the tenant router in front of the aggregator's handler chain,
 // the outermost of the server.
-func routeTenants(c *Config, projects tenancy.ProjectLookup) {
+func routeTenants(c *Config, projects *projectIndex) {
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
 		chain := genericapiserver.DefaultBuildHandlerChain(apiHandler, gc)
-		router := &tenancy.Router{Projects: projects, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer}
+		router := &tenancy.Router{Projects: projects, Hierarchy: projects, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer}
 		return router.Wrap(chain)
 	}
 }
@@ -85,6 +85,7 @@ func routeTenants(c *Config, projects tenancy.ProjectLookup) {
 type projectIndex struct {
 	informer cache.SharedIndexInformer
 	client   metadata.ResourceInterface
+	metadata metadata.Interface
 }
 
 func newProjectIndex(loopback *rest.Config) (*projectIndex, error) {
@@ -93,7 +94,7 @@ func newProjectIndex(loopback *rest.Config) (*projectIndex, error) {
 		return nil, err
 	}
 	informer := metadatainformer.NewFilteredMetadataInformer(client, projectsResource, metav1.NamespaceAll, 10*time.Minute, cache.Indexers{}, nil)
-	return &projectIndex{informer: informer.Informer(), client: client.Resource(projectsResource)}, nil
+	return &projectIndex{informer: informer.Informer(), client: client.Resource(projectsResource), metadata: client}, nil
 }
 
 func (p *projectIndex) run(ctx context.Context) {
@@ -114,5 +115,32 @@ func (p *projectIndex) ProjectExists(ctx context.Context, name string) (bool, er
 		return false, nil
 	default:
 		return false, err
+	}
+}
+
+// OrganizationExists reads the Organization live: organization contexts are
+// entered far less often than projects, and a live read is always current.
+func (p *projectIndex) OrganizationExists(ctx context.Context, name string) (bool, error) {
+	_, err := p.metadata.Resource(projectsResource.GroupVersion().WithResource("organizations")).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// OrganizationOf returns the organization label of a Folder or Project.
+func (p *projectIndex) OrganizationOf(ctx context.Context, gr schema.GroupResource, name string) (string, bool, error) {
+	obj, err := p.metadata.Resource(projectsResource.GroupVersion().WithResource(gr.Resource)).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return obj.Labels[tenancy.OrganizationLabel], true, nil
+	case apierrors.IsNotFound(err):
+		return "", false, nil
+	default:
+		return "", false, err
 	}
 }

@@ -16,11 +16,11 @@ const (
 )
 
 // WithParentExtras wraps an authorizer so that every decision made for a
-// project's request sees the project in the user's extra fields.
+// project's or an organization's request sees it in the user's extra fields.
 func WithParentExtras(inner authorizer.Authorizer) authorizer.Authorizer {
 	return authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 		t := From(ctx)
-		if !t.IsProject() || a.GetUser() == nil {
+		if (t.Kind != Project && t.Kind != Organization) || a.GetUser() == nil {
 			return inner.Authorize(ctx, a)
 		}
 		return inner.Authorize(ctx, withUser{Attributes: a, user: userWithParent(a.GetUser(), t)})
@@ -35,6 +35,9 @@ func userWithParent(u user.Info, t Tenant) user.Info {
 	// The server's word wins over anything an authenticator passed through.
 	extra[ExtraParentAPIGroup] = []string{"resourcemanager.miloapis.com"}
 	extra[ExtraParentType] = []string{"Project"}
+	if t.Kind == Organization {
+		extra[ExtraParentType] = []string{"Organization"}
+	}
 	extra[ExtraParentName] = []string{t.Name}
 	return &user.DefaultInfo{Name: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups(), Extra: extra}
 }

@@ -28,6 +28,8 @@ type ProjectLookup interface {
 type Router struct {
 	// Projects answers whether a project exists.
 	Projects ProjectLookup
+	// Hierarchy answers questions about organizations, folders and projects.
+	Hierarchy HierarchyLookup
 	// RequestInfo parses the stripped request, as the handler chain will.
 	RequestInfo request.RequestInfoResolver
 	// Serializer encodes Status errors.
@@ -42,12 +44,6 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 			handler.ServeHTTP(w, req)
 			return
 		}
-		if p.org != "" {
-			err := apierrors.NewNotFound(schema.GroupResource{Group: "resourcemanager.miloapis.com", Resource: "organizations"}, p.org)
-			err.ErrStatus.Message = fmt.Sprintf("organization %q: organization control planes are not served yet", p.org)
-			responsewriters.ErrorNegotiated(err, r.Serializer, schema.GroupVersion{}, w, req)
-			return
-		}
 		if p.tenant.IsProject() {
 			if !r.projectExists(w, req, p.tenant.Name) {
 				return
@@ -58,6 +54,13 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 		inner.URL.Path = p.rest
 		inner.URL.RawPath = ""
 		inner.RequestURI = inner.URL.RequestURI()
+
+		if p.tenant.Kind == Organization {
+			if inner = r.routeOrganization(w, inner, p.org); inner != nil {
+				handler.ServeHTTP(w, inner)
+			}
+			return
+		}
 
 		info, err := r.RequestInfo.NewRequestInfo(inner)
 		if err != nil {

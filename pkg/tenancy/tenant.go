@@ -20,12 +20,15 @@ const (
 	Project
 	// AllProjects is the read-only view over every project (list and watch only).
 	AllProjects
+	// Organization is the platform seen through one organization: its Folders and
+	// Projects, and the objects of its namespace organization-{name}.
+	Organization
 )
 
 // Tenant identifies whose data a request reads or writes.
 type Tenant struct {
 	Kind Kind
-	// Name is the project name for Project; empty otherwise.
+	// Name is the project name for Project, the organization name for Organization.
 	Name string
 }
 
@@ -38,6 +41,12 @@ var AllProjectsTenant = Tenant{Kind: AllProjects}
 // ProjectTenant returns the tenant of the named project.
 func ProjectTenant(name string) Tenant { return Tenant{Kind: Project, Name: name} }
 
+// OrganizationTenant returns the tenant of the named organization's context.
+func OrganizationTenant(name string) Tenant { return Tenant{Kind: Organization, Name: name} }
+
+// OrganizationNamespace is the namespace holding an organization's namespaced objects.
+func OrganizationNamespace(org string) string { return "organization-" + org }
+
 // String renders the tenant for logs and messages.
 func (t Tenant) String() string {
 	switch t.Kind {
@@ -45,6 +54,8 @@ func (t Tenant) String() string {
 		return "project " + t.Name
 	case AllProjects:
 		return "all projects"
+	case Organization:
+		return "organization " + t.Name
 	default:
 		return "platform"
 	}
@@ -64,8 +75,9 @@ const AnnotationKey = "tenancy.miloapis.com/project"
 // tenant's key prefix is a prefix of another's.
 const PlatformSegment = "_platform"
 
-// KeySegment is the etcd key segment that holds t's objects. AllProjects has none:
-// it reads across segments.
+// KeySegment is the etcd key segment that holds t's objects. An organization's
+// context is a view of the platform's objects. AllProjects has none: it reads
+// across segments.
 func (t Tenant) KeySegment() string {
 	if t.Kind == Project {
 		return t.Name
@@ -145,7 +157,7 @@ func parsePath(path string) parsed {
 		inner = "/"
 	}
 	if prefix == orgsPrefix {
-		return parsed{tenant: PlatformTenant, org: name, rest: inner, matched: true}
+		return parsed{tenant: OrganizationTenant(name), org: name, rest: inner, matched: true}
 	}
 	if name == "*" {
 		return parsed{tenant: AllProjectsTenant, rest: inner, matched: true}

@@ -22,7 +22,7 @@ func TestParsePath(t *testing.T) {
 		{"/apis/resourcemanager.miloapis.com/v1alpha1/projects/web/control-plane", ProjectTenant("web"), "", "/", true},
 		{"/apis/resourcemanager.miloapis.com/v1alpha1/projects/web/control-plane/api/v1/configmaps", ProjectTenant("web"), "", "/api/v1/configmaps", true},
 		{"/apis/resourcemanager.miloapis.com/v1alpha1/projects/*/control-plane/api/v1/configmaps", AllProjectsTenant, "", "/api/v1/configmaps", true},
-		{"/apis/resourcemanager.miloapis.com/v1alpha1/organizations/acme/control-plane/apis", PlatformTenant, "acme", "/apis", true},
+		{"/apis/resourcemanager.miloapis.com/v1alpha1/organizations/acme/control-plane/apis", OrganizationTenant("acme"), "acme", "/apis", true},
 	}
 	for _, c := range cases {
 		got := parsePath(c.path)

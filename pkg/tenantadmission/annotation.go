@@ -2,6 +2,7 @@ package tenantadmission
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -40,6 +41,18 @@ func (p *tenantAnnotation) Admit(ctx context.Context, a admission.Attributes, _ 
 		return nil // not an object with metadata, e.g. a review request
 	}
 	t := tenancy.From(ctx)
+	if t.Kind == tenancy.Organization && tenancy.IsOrganizationScoped(a.GetResource().GroupResource()) {
+		// A Folder or Project made in an organization's context belongs to it.
+		labels := m.GetLabels()
+		if owner, ok := labels[tenancy.OrganizationLabel]; ok && owner != t.Name {
+			return admission.NewForbidden(a, fmt.Errorf("label %s=%s names another organization than %q", tenancy.OrganizationLabel, owner, t.Name))
+		}
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[tenancy.OrganizationLabel] = t.Name
+		m.SetLabels(labels)
+	}
 	annotations := m.GetAnnotations()
 	switch {
 	case t.IsProject():

@@ -112,7 +112,7 @@ func (t *tenantAware) Handles(op admission.Operation) bool {
 }
 
 func (t *tenantAware) Admit(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
-	if tenancy.From(ctx).Kind == tenancy.Platform {
+	if !tenancy.From(ctx).IsProject() {
 		if m, ok := t.platform.(admission.MutationInterface); ok && m.Handles(a.GetOperation()) {
 			return m.Admit(ctx, a, o)
 		}
@@ -125,7 +125,7 @@ func (t *tenantAware) Admit(ctx context.Context, a admission.Attributes, o admis
 }
 
 func (t *tenantAware) Validate(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
-	if tenancy.From(ctx).Kind == tenancy.Platform {
+	if !tenancy.From(ctx).IsProject() {
 		if v, ok := t.platform.(admission.ValidationInterface); ok && v.Handles(a.GetOperation()) {
 			return v.Validate(ctx, a, o)
 		}
