@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/admission"
 
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -25,6 +26,10 @@ func RegisterTenantAnnotation(plugins *admission.Plugins) {
 	})
 }
 
+// reviewGroups hold request-only kinds (access and token reviews), which are never
+// stored and must keep empty metadata.
+var reviewGroups = sets.New("authorization.k8s.io", "authentication.k8s.io")
+
 type tenantAnnotation struct {
 	*admission.Handler
 }
@@ -33,7 +38,7 @@ var _ admission.MutationInterface = &tenantAnnotation{}
 
 func (p *tenantAnnotation) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	obj := a.GetObject()
-	if obj == nil || a.GetSubresource() != "" {
+	if obj == nil || a.GetSubresource() != "" || reviewGroups.Has(a.GetResource().Group) {
 		return nil
 	}
 	m, err := meta.Accessor(obj)
