@@ -70,11 +70,13 @@ func authorizeProjects(c *Config) {
 }
 
 // routeTenants puts the tenant router in front of the aggregator's handler chain,
-// the outermost of the server.
+// the outermost of the server, and its existence check behind authorization.
 func routeTenants(c *Config, projects *projectIndex) {
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
-		chain := genericapiserver.DefaultBuildHandlerChain(apiHandler, gc)
 		router := &tenancy.Router{Projects: projects, Hierarchy: projects, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer}
+		// Outermost: route by URL. Innermost, after authentication and
+		// authorization: check the project or organization exists.
+		chain := genericapiserver.DefaultBuildHandlerChain(router.CheckExistence(apiHandler), gc)
 		return router.Wrap(chain)
 	}
 }

@@ -44,13 +44,16 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 			handler.ServeHTTP(w, req)
 			return
 		}
+		ctx := WithTenant(req.Context(), p.tenant)
 		if p.tenant.IsProject() {
-			if !r.projectExists(w, req, p.tenant.Name) {
+			if !ValidProjectName(p.tenant.Name) {
+				responsewriters.ErrorNegotiated(apierrors.NewNotFound(projectsResource, p.tenant.Name), r.Serializer, schema.GroupVersion{}, w, req)
 				return
 			}
+			ctx = withExistenceCheck(ctx, existenceCheck{project: p.tenant.Name})
 		}
 
-		inner := req.Clone(WithTenant(req.Context(), p.tenant))
+		inner := req.Clone(ctx)
 		inner.URL.Path = p.rest
 		inner.URL.RawPath = ""
 		inner.RequestURI = inner.URL.RequestURI()
@@ -94,22 +97,76 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 	})
 }
 
-func (r *Router) projectExists(w http.ResponseWriter, req *http.Request, name string) bool {
-	notFound := apierrors.NewNotFound(schema.GroupResource{Group: "resourcemanager.miloapis.com", Resource: "projects"}, name)
-	if !ValidProjectName(name) {
-		responsewriters.ErrorNegotiated(notFound, r.Serializer, schema.GroupVersion{}, w, req)
-		return false
-	}
-	ok, err := r.Projects.ProjectExists(req.Context(), name)
-	if err != nil {
-		responsewriters.ErrorNegotiated(apierrors.NewServiceUnavailable(fmt.Sprintf("cannot tell whether project %q exists yet: %v", name, err)), r.Serializer, schema.GroupVersion{}, w, req)
-		return false
-	}
-	if !ok {
-		responsewriters.ErrorNegotiated(notFound, r.Serializer, schema.GroupVersion{}, w, req)
-		return false
-	}
-	return true
+// existenceCheck is what the router leaves for CheckExistence to verify once the
+// request is authenticated and authorized, so that nobody learns whether a
+// project or organization exists from an answer they were not entitled to.
+type existenceCheck struct {
+	project string
+	org     string
+	// orgObject, with org, requires that the Folder or Project belongs to org.
+	orgObject *schema.GroupResource
+	name      string
+}
+
+type existenceCheckKey struct{}
+
+func withExistenceCheck(ctx context.Context, c existenceCheck) context.Context {
+	return context.WithValue(ctx, existenceCheckKey{}, c)
+}
+
+// CheckExistence is the innermost filter of the handler chain, after
+// authentication and authorization: it answers 404 for requests to a project or
+// organization that does not exist, or to a Folder or Project of another
+// organization, as the router asked it to.
+func (r *Router) CheckExistence(handler http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		c, ok := req.Context().Value(existenceCheckKey{}).(existenceCheck)
+		if !ok {
+			handler.ServeHTTP(w, req)
+			return
+		}
+		fail := func(err error) {
+			responsewriters.ErrorNegotiated(err, r.Serializer, schema.GroupVersion{}, w, req)
+		}
+		unavailable := func(what string, err error) {
+			fail(apierrors.NewServiceUnavailable(fmt.Sprintf("cannot tell whether %s exists yet: %v", what, err)))
+		}
+		ctx := req.Context()
+		switch {
+		case c.project != "":
+			exists, err := r.Projects.ProjectExists(ctx, c.project)
+			if err != nil {
+				unavailable("project "+c.project, err)
+				return
+			}
+			if !exists {
+				fail(apierrors.NewNotFound(projectsResource, c.project))
+				return
+			}
+		case c.org != "":
+			exists, err := r.Hierarchy.OrganizationExists(ctx, c.org)
+			if err != nil {
+				unavailable("organization "+c.org, err)
+				return
+			}
+			if !exists {
+				fail(apierrors.NewNotFound(organizationsResource, c.org))
+				return
+			}
+			if c.orgObject != nil {
+				owner, found, err := r.Hierarchy.OrganizationOf(ctx, *c.orgObject, c.name)
+				if err != nil {
+					fail(apierrors.NewInternalError(err))
+					return
+				}
+				if !found || owner != c.org {
+					fail(apierrors.NewNotFound(*c.orgObject, c.name))
+					return
+				}
+			}
+		}
+		handler.ServeHTTP(w, req)
+	})
 }
 
 // readOnlyAcrossProjects allows list and watch of resources, and the GETs of

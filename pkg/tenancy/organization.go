@@ -2,7 +2,6 @@ package tenancy
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strings"
 
@@ -39,7 +38,9 @@ func IsOrganizationScoped(gr schema.GroupResource) bool {
 
 // routeOrganization admits a request made in an organization's context, narrowing
 // it to what the organization owns, or answers it with an error. It returns the
-// request to serve, or nil when it has answered.
+// request to serve, or nil when it has answered. Whether the organization exists,
+// and which organization a Folder or Project belongs to, is checked after
+// authorization (CheckExistence).
 //
 // What an organization's context serves:
 //   - its own Organization (get);
@@ -58,14 +59,8 @@ func (r *Router) routeOrganization(w http.ResponseWriter, req *http.Request, org
 	if !ValidProjectName(org) || r.Hierarchy == nil {
 		return notFound(organizationsResource, org)
 	}
-	ok, err := r.Hierarchy.OrganizationExists(req.Context(), org)
-	if err != nil {
-		responsewriters.ErrorNegotiated(apierrors.NewServiceUnavailable(fmt.Sprintf("cannot tell whether organization %q exists yet: %v", org, err)), r.Serializer, schema.GroupVersion{}, w, req)
-		return nil
-	}
-	if !ok {
-		return notFound(organizationsResource, org)
-	}
+	check := existenceCheck{org: org}
+	req = req.WithContext(withExistenceCheck(req.Context(), check))
 	info, err := r.RequestInfo.NewRequestInfo(req)
 	if err != nil {
 		responsewriters.ErrorNegotiated(apierrors.NewBadRequest(err.Error()), r.Serializer, schema.GroupVersion{}, w, req)
@@ -97,15 +92,8 @@ func (r *Router) routeOrganization(w http.ResponseWriter, req *http.Request, org
 			responsewriters.ErrorNegotiated(apierrors.NewMethodNotSupported(gr, info.Verb), r.Serializer, schema.GroupVersion{}, w, req)
 			return nil
 		}
-		owner, found, err := r.Hierarchy.OrganizationOf(req.Context(), gr, info.Name)
-		if err != nil {
-			responsewriters.ErrorNegotiated(apierrors.NewInternalError(err), r.Serializer, schema.GroupVersion{}, w, req)
-			return nil
-		}
-		if !found || owner != org {
-			return notFound(gr, info.Name)
-		}
-		return req
+		check.orgObject, check.name = &gr, info.Name
+		return req.WithContext(withExistenceCheck(req.Context(), check))
 	case info.Namespace == orgNamespace:
 		return req
 	case info.Namespace != "":

@@ -119,3 +119,28 @@ func eventually(t *testing.T, what string, f func() error) {
 	}
 	t.Fatalf("%s: %v", what, err)
 }
+
+// A user with no access gets the same answer for an existing project as for one
+// that does not exist: existence is checked only after authorization.
+func TestProjectExistenceIsNotRevealedWithoutAccess(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	existing := m.newProject(t, "secret-project")
+	createNamespace(t, m.projectKube(t, existing), "default")
+	missing := "no-such-project-" + existing
+
+	for _, token := range []string{"alice-token", ""} {
+		var msgs []string
+		for _, p := range []string{existing, missing} {
+			c := m.as(t, token, p)
+			_, err := c.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
+			if !apierrors.IsForbidden(err) {
+				t.Fatalf("token %q, project %s: %v, want Forbidden", token, p, err)
+			}
+			msgs = append(msgs, err.Error())
+		}
+		if msgs[0] != msgs[1] {
+			t.Fatalf("answers differ for an existing and a missing project:\n%s\n%s", msgs[0], msgs[1])
+		}
+	}
+}
