@@ -39,7 +39,7 @@ func run(args []string) int {
 			rest.SetDefaultWarningHandler(rest.NoWarnings{})
 		},
 	}
-	root.AddCommand(newStartCommand(), newVersionCommand())
+	root.AddCommand(newStartCommand(), newKubeconfigCommand(), newVersionCommand())
 	root.SetArgs(args)
 	err := root.Execute()
 	logs.FlushLogs()

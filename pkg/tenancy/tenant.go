@@ -117,6 +117,9 @@ const (
 // ProjectPath returns the URL path prefix of a project's control plane.
 func ProjectPath(project string) string { return projectsPrefix + project + controlPlane }
 
+// OrganizationPath returns the URL path prefix of an organization's context.
+func OrganizationPath(org string) string { return orgsPrefix + org + controlPlane }
+
 // AllProjectsPath is the URL path prefix of the all-projects view.
 const AllProjectsPath = projectsPrefix + "*" + controlPlane
 
