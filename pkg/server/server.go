@@ -14,6 +14,7 @@ import (
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -25,6 +26,7 @@ import (
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 
+	"go.miloapis.com/milo/pkg/controllers/crdcleanup"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 )
 
@@ -44,6 +46,22 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		return nil, fmt.Errorf("creating apiextensions server: %w", err)
 	}
 	crdAPIEnabled := c.APIExtensions.GenericConfig.MergedResourceConfig.ResourceEnabled(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"))
+	// Projects' instances of a deleted CRD go with it (the apiserver removes only the platform's).
+	crdClient, err := apiextensionsclient.NewForConfig(c.ControlPlane.Generic.LoopbackClientConfig)
+	if err != nil {
+		return nil, err
+	}
+	crdCleanup, err := crdcleanup.New(apiExtensions.Informers.Apiextensions().V1().CustomResourceDefinitions(),
+		crdClient.ApiextensionsV1().CustomResourceDefinitions(), c.EtcdClient, c.Options.ControlPlane.Etcd.StorageConfig.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	if err := apiExtensions.GenericAPIServer.AddPostStartHook("milo-crd-project-instances", func(ctx genericapiserver.PostStartHookContext) error {
+		go crdCleanup.Run(ctx)
+		return nil
+	}); err != nil {
+		return nil, err
+	}
 
 	builtIn, err := c.ControlPlane.New("milo", apiExtensions.GenericAPIServer)
 	if err != nil {

@@ -708,6 +708,22 @@ func TestCustomResourcesAreIsolated(t *testing.T) {
 	if err != nil || len(all.Items) != 2 {
 		t.Fatalf("all-projects widgets: %v %v", all, err)
 	}
+
+	// Deleting the CRD takes every project's instances with it: a CRD of the same
+	// name installed again starts empty everywhere.
+	m.mustKubectl(t, "", "delete", "crd", "gadgets.example.com", "--wait=true")
+	m.mustKubectl(t, widgetsCRD, "apply", "-f", "-")
+	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/gadgets.example.com", "--timeout=60s")
+	eventually(t, "gadgets are served again", func() error {
+		list, err := m.projectDynamic(t, b).Resource(gadgets).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		if len(list.Items) != 0 {
+			t.Fatalf("B's gadget survived the deletion of its CRD: %v", list.Items[0].GetName())
+		}
+		return nil
+	})
 }
 
 func TestResourceQuotaLimitsOnlyItsProject(t *testing.T) {
