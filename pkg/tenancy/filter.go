@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 )
@@ -114,12 +115,32 @@ func withExistenceCheck(ctx context.Context, c existenceCheck) context.Context {
 	return context.WithValue(ctx, existenceCheckKey{}, c)
 }
 
+// Audit annotations naming the tenant of a request.
+const (
+	AuditProject      = "tenancy.miloapis.com/project"
+	AuditOrganization = "tenancy.miloapis.com/organization"
+)
+
+// annotateAudit records the request's project or organization in its audit event.
+func annotateAudit(ctx context.Context) {
+	switch t := From(ctx); t.Kind {
+	case Project:
+		audit.AddAuditAnnotation(ctx, AuditProject, t.Name)
+	case AllProjects:
+		audit.AddAuditAnnotation(ctx, AuditProject, "*")
+	case Organization:
+		audit.AddAuditAnnotation(ctx, AuditOrganization, t.Name)
+	}
+}
+
 // CheckExistence is the innermost filter of the handler chain, after
 // authentication and authorization: it answers 404 for requests to a project or
 // organization that does not exist, or to a Folder or Project of another
-// organization, as the router asked it to.
+// organization, as the router asked it to. It also names the tenant in the
+// request's audit event.
 func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		annotateAudit(req.Context())
 		c, ok := req.Context().Value(existenceCheckKey{}).(existenceCheck)
 		if !ok {
 			handler.ServeHTTP(w, req)

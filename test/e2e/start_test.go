@@ -201,7 +201,13 @@ func hasCause(s metav1.Status, field string) bool {
 
 func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 	dataDir := t.TempDir()
-	first, err := startMilo(dataDir)
+	// This server also writes an audit log, to check requests name their project.
+	policy := filepath.Join(dataDir, "audit-policy.yaml")
+	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	auditLog := filepath.Join(dataDir, "audit.log")
+	first, err := startMilo(dataDir, "--audit-policy-file", policy, "--audit-log-path", auditLog)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,8 +225,29 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 		createConfigMap(t, c, "keep", "survivor", map[string]string{"k": p}, nil)
 	}
 
+	// Denied requests carry their project too.
+	if _, err := first.as(t, "", "restart-a").CoreV1().Secrets("keep").List(context.Background(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("anonymous list: %v", err)
+	}
+
 	if code, err := first.stop(); err != nil || code != 0 {
 		t.Fatalf("SIGTERM: exit %d, %v\n%s", code, err, first.logTail())
+	}
+
+	audited, err := os.ReadFile(auditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var allowed, denied bool
+	for _, line := range strings.Split(string(audited), "\n") {
+		if !strings.Contains(line, `"tenancy.miloapis.com/project":"restart-a"`) || !strings.Contains(line, `"stage":"ResponseComplete"`) {
+			continue
+		}
+		allowed = allowed || strings.Contains(line, `"resource":"configmaps"`) && strings.Contains(line, `"code":201`)
+		denied = denied || strings.Contains(line, `"resource":"secrets"`) && strings.Contains(line, `"code":403`)
+	}
+	if !allowed || !denied {
+		t.Fatalf("audit log lacks project-annotated events (allowed %v, denied %v)", allowed, denied)
 	}
 
 	second, err := startMilo(dataDir)
