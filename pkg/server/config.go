@@ -107,6 +107,11 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	if c.Projects, err = newProjectIndex(cp.Generic.LoopbackClientConfig); err != nil {
 		return nil, err
 	}
+	if opts.Hierarchy != nil {
+		if err := opts.Hierarchy.Init(cp.Generic.LoopbackClientConfig); err != nil {
+			return nil, err
+		}
+	}
 	routeTenants(c, c.Projects)
 	authorizeProjects(c)
 	return c, nil

@@ -17,6 +17,7 @@ import (
 	authzmodes "k8s.io/kubernetes/pkg/kubeapiserver/authorizer/modes"
 	netutils "k8s.io/utils/net"
 
+	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/kubeconfig"
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
@@ -32,6 +33,9 @@ type Options struct {
 	// ControlPlane are the generic control plane's options (serving, etcd,
 	// authentication, authorization, admission, audit, logging, ...).
 	ControlPlane *cpoptions.Options
+
+	// hierarchy is what the MiloHierarchy admission plugin reads; the server fills it.
+	hierarchy *hierarchy.Tree
 }
 
 // NewOptions returns options with Milo's defaults: loopback on port 6443, RBAC
@@ -41,11 +45,15 @@ func NewOptions() *Options {
 	cp.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
 	cp.SecureServing.BindPort = 6443
 	cp.Authorization.Modes = []string{authzmodes.ModeRBAC}
+	tree := &hierarchy.Tree{}
 	tenantadmission.RegisterTenantAnnotation(cp.Admission.GenericAdmission.Plugins)
-	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin}, cp.Admission.GenericAdmission.RecommendedPluginOrder...)
+	hierarchy.Register(cp.Admission.GenericAdmission.Plugins, tree)
+	// Milo's own plugins run first: webhooks and policies see stamped objects.
+	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin, hierarchy.PluginName},
+		cp.Admission.GenericAdmission.RecommendedPluginOrder...)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
 	cp.Authentication.ServiceAccounts.OptionalTokenGetter = newTokenGetter
-	return &Options{DataDir: ".milo", ControlPlane: cp}
+	return &Options{DataDir: ".milo", ControlPlane: cp, hierarchy: tree}
 }
 
 // Flag groups shown by `milo start --help`; the rest are listed by --help-all.
@@ -76,6 +84,8 @@ type CompletedOptions struct {
 	AdminKubeconfig string
 	// URL is where clients on this machine reach the server.
 	URL string
+	// Hierarchy is what hierarchy admission reads, to be initialized by the server.
+	Hierarchy *hierarchy.Tree
 }
 
 // Complete prepares the data directory (PKI, admin.kubeconfig), binds the serving
@@ -141,7 +151,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {

@@ -94,7 +94,10 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		if err := InstallCRDs(ctx, loopback); err != nil {
 			return err
 		}
-		// The tenant router's index of projects needs the Project CRD.
+		// Hierarchy admission and the tenant router's index of projects need the CRDs.
+		if tree := c.Options.Hierarchy; tree != nil && !tree.Run(ctx) {
+			return errors.New("hierarchy informers did not sync")
+		}
 		projects.run(ctx)
 		if !cache.WaitForCacheSync(ctx.Done(), projects.informer.HasSynced) {
 			return errors.New("project index did not sync")

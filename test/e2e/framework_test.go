@@ -71,6 +71,11 @@ func runMain(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "starting the shared server: %v\n", err)
 		return 1
 	}
+	// Projects of the tests belong to organization acme.
+	if err := shared.ensureOrganization("acme"); err != nil {
+		fmt.Fprintf(os.Stderr, "creating organization acme: %v\n", err)
+		return 1
+	}
 	code := m.Run()
 	if exit, err := shared.stop(); err != nil || exit != 0 {
 		fmt.Fprintf(os.Stderr, "stopping the shared server: exit %d, %v\n%s", exit, err, shared.logTail())
@@ -264,3 +269,13 @@ func (b *syncBuffer) String() string {
 }
 
 var _ io.Writer = (*syncBuffer)(nil)
+
+// ensureOrganization creates an Organization unless it exists.
+func (m *milo) ensureOrganization(name string) error {
+	cmd := exec.Command(kubectlBin, "--kubeconfig", m.kubeconfig, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader("apiVersion: resourcemanager.miloapis.com/v1alpha1\nkind: Organization\nmetadata: {name: " + name + "}\n")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%v: %s", err, out)
+	}
+	return nil
+}

@@ -27,14 +27,14 @@ func (m *milo) orgConfig(t *testing.T, org string) *rest.Config {
 	return cfg
 }
 
-func project(name string, labels map[string]any) *unstructured.Unstructured {
+func project(name, org string, labels map[string]any) *unstructured.Unstructured {
 	meta := map[string]any{"name": name}
 	if labels != nil {
 		meta["labels"] = labels
 	}
 	return &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": meta,
-		"spec": map[string]any{"ownerRef": map[string]any{"kind": "Organization", "name": "x"}},
+		"spec": map[string]any{"ownerRef": map[string]any{"kind": "Organization", "name": org}},
 	}}
 }
 
@@ -65,18 +65,18 @@ func TestOrganizationContextShowsOnlyItsOwnObjects(t *testing.T) {
 	}
 
 	// A Project made in acme's context is labelled with acme by the server.
-	made, err := acmeDyn.Resource(projectsGVR).Create(ctx, project(fmt.Sprintf("acme-web-%d", n), nil), metav1.CreateOptions{})
+	made, err := acmeDyn.Resource(projectsGVR).Create(ctx, project(fmt.Sprintf("acme-web-%d", n), acme, nil), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if made.GetLabels()[orgLabel] != acme {
 		t.Fatalf("project created in acme's context has labels %v", made.GetLabels())
 	}
-	if _, err := acmeDyn.Resource(projectsGVR).Create(ctx, project(fmt.Sprintf("sneaky-%d", n), map[string]any{orgLabel: globex}), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+	if _, err := acmeDyn.Resource(projectsGVR).Create(ctx, project(fmt.Sprintf("sneaky-%d", n), acme, map[string]any{orgLabel: globex}), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("creating a project labelled for globex in acme's context: %v", err)
 	}
 	globexProject := fmt.Sprintf("globex-web-%d", n)
-	if _, err := platform.Resource(projectsGVR).Create(ctx, project(globexProject, map[string]any{orgLabel: globex}), metav1.CreateOptions{}); err != nil {
+	if _, err := platform.Resource(projectsGVR).Create(ctx, project(globexProject, globex, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -218,6 +218,9 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 
 	// The same namespace and names in the platform and in two projects: the watch
 	// cache must keep them apart when it is refilled from etcd after the restart.
+	if err := first.ensureOrganization("acme"); err != nil {
+		t.Fatal(err)
+	}
 	for _, p := range []string{"restart-a", "restart-b"} {
 		first.createProject(t, p)
 		c := first.projectKube(t, p)
