@@ -27,6 +27,7 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 
 	"go.miloapis.com/milo/pkg/controllers/crdcleanup"
+	hierarchycontrollers "go.miloapis.com/milo/pkg/controllers/hierarchy"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 )
 
@@ -102,6 +103,11 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		if !cache.WaitForCacheSync(ctx.Done(), projects.informer.HasSynced) {
 			return errors.New("project index did not sync")
 		}
+		controllers, err := hierarchycontrollers.New(loopback, 4)
+		if err != nil {
+			return err
+		}
+		go controllers.Run(ctx)
 		return nil
 	}); err != nil {
 		return nil, err

@@ -30,7 +30,7 @@ func TestMiloKubeconfigGetsIntoProjects(t *testing.T) {
 	if err := os.WriteFile(standalone, out, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	for _, args := range [][]string{{"create", "namespace", "default"}, {"create", "configmap", "where", "--from-literal=project=" + a}} {
+	for _, args := range [][]string{{"create", "configmap", "where", "--from-literal=project=" + a}} {
 		if r := m.kubectlWith(t, standalone, "", args...); r.err != nil {
 			t.Fatalf("kubectl %v: %v %s", args, r.err, r.stderr)
 		}
@@ -41,9 +41,6 @@ func TestMiloKubeconfigGetsIntoProjects(t *testing.T) {
 		if out, err := exec.Command(miloBin, "kubeconfig", "--kubeconfig", base, "--project", p, "--merge").CombinedOutput(); err != nil {
 			t.Fatalf("milo kubeconfig --merge: %v %s", err, out)
 		}
-	}
-	if r := m.kubectlWith(t, base, "", "--context", "project-"+b, "create", "namespace", "default"); r.err != nil {
-		t.Fatalf("%v %s", r.err, r.stderr)
 	}
 	for _, p := range []string{a, b} {
 		if r := m.kubectlWith(t, base, "", "config", "use-context", "project-"+p); r.err != nil {

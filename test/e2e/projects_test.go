@@ -29,12 +29,31 @@ var projectsGVR = schema.GroupVersionResource{Group: "resourcemanager.miloapis.c
 
 var projectSeq atomic.Int64
 
-// newProject creates a Project with a unique name in the platform and returns the name.
+// newProject creates a Project with a unique name in the platform, waits until it
+// is Ready (its control plane bootstrapped) and returns the name.
 func (m *milo) newProject(t *testing.T, base string) string {
 	t.Helper()
 	name := fmt.Sprintf("%s-%d", base, projectSeq.Add(1))
 	m.createProject(t, name)
+	m.waitProjectReady(t, name)
 	return name
+}
+
+func (m *milo) waitProjectReady(t *testing.T, name string) {
+	t.Helper()
+	eventually(t, "project "+name+" Ready", func() error {
+		p, err := m.dynamic(t).Resource(projectsGVR).Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
+		for _, c := range conds {
+			if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", conds)
+	})
 }
 
 func (m *milo) createProject(t testing.TB, name string) {
@@ -457,9 +476,13 @@ func TestUnknownProjectIsNotFoundAndWritesNothing(t *testing.T) {
 		t.Fatalf("create before the project exists: %v", err)
 	}
 	m.createProject(t, name)
+	m.waitProjectReady(t, name)
 	list, err := m.projectKube(t, name).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	if err != nil || len(list.Items) != 0 {
-		t.Fatalf("a new project holds %v %v", list.Items, err)
+	if err != nil || len(list.Items) != 1 || list.Items[0].Name != "default" {
+		t.Fatalf("a new project holds namespaces %v %v, want only default", list.Items, err)
+	}
+	if cms, err := m.projectKube(t, name).CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); err != nil || len(cms.Items) != 0 {
+		t.Fatalf("a new project holds configmaps %v %v", cms, err)
 	}
 }
 
@@ -576,11 +599,6 @@ func TestKubectlInsideAProject(t *testing.T) {
 	m := shared
 	a, b := m.newProject(t, "kubectl-a"), m.newProject(t, "kubectl-b")
 	ka, kb := m.projectKubeconfig(t, a), m.projectKubeconfig(t, b)
-	for _, kc := range []string{ka, kb} {
-		if r := m.kubectlWith(t, kc, "", "create", "namespace", "default"); r.err != nil {
-			t.Fatalf("%v %s", r.err, r.stderr)
-		}
-	}
 	apply := func(kc, value string) {
 		t.Helper()
 		manifest := fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: app, namespace: default}\ndata: {value: %q}\n", value)
@@ -652,9 +670,6 @@ func TestCustomResourcesAreIsolated(t *testing.T) {
 	a, b := m.newProject(t, "cr-a"), m.newProject(t, "cr-b")
 	ka, kb := m.projectKubeconfig(t, a), m.projectKubeconfig(t, b)
 	for kc, size := range map[string]int{ka: 1, kb: 2} {
-		if r := m.kubectlWith(t, kc, "", "create", "namespace", "default"); r.err != nil {
-			t.Fatalf("%v %s", r.err, r.stderr)
-		}
 		manifest := fmt.Sprintf("apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: w, namespace: default}\nspec: {size: %d}\n---\napiVersion: example.com/v1\nkind: Gadget\nmetadata: {name: g}\nspec: {color: c%d}\n", size, size)
 		// Discovery of a just-installed CRD can lag in a fresh kubectl cache; retry briefly.
 		var r kubectlResult

@@ -112,7 +112,7 @@ func TestProjectRBACAppliesOnlyInItsProject(t *testing.T) {
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
 	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if err = f(); err == nil {
 			return
 		}
