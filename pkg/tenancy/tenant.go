@@ -7,6 +7,7 @@ import (
 	"context"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -166,4 +167,25 @@ func parsePath(path string) parsed {
 		return parsed{tenant: AllProjectsTenant, rest: inner, matched: true}
 	}
 	return parsed{tenant: ProjectTenant(name), rest: inner, matched: true}
+}
+
+// Stamp makes an object's tenant annotation say t: the project's name for a
+// project, absent otherwise. Whatever the client wrote is overwritten.
+func Stamp(obj metav1.Object, t Tenant) {
+	annotations := obj.GetAnnotations()
+	if t.IsProject() {
+		if annotations[AnnotationKey] == t.Name {
+			return
+		}
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[AnnotationKey] = t.Name
+		obj.SetAnnotations(annotations)
+		return
+	}
+	if _, ok := annotations[AnnotationKey]; ok {
+		delete(annotations, AnnotationKey)
+		obj.SetAnnotations(annotations)
+	}
 }

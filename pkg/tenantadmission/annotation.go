@@ -58,21 +58,6 @@ func (p *tenantAnnotation) Admit(ctx context.Context, a admission.Attributes, _ 
 		labels[tenancy.OrganizationLabel] = t.Name
 		m.SetLabels(labels)
 	}
-	annotations := m.GetAnnotations()
-	switch {
-	case t.IsProject():
-		if annotations[tenancy.AnnotationKey] != t.Name {
-			if annotations == nil {
-				annotations = map[string]string{}
-			}
-			annotations[tenancy.AnnotationKey] = t.Name
-			m.SetAnnotations(annotations)
-		}
-	default:
-		if _, ok := annotations[tenancy.AnnotationKey]; ok {
-			delete(annotations, tenancy.AnnotationKey)
-			m.SetAnnotations(annotations)
-		}
-	}
+	tenancy.Stamp(m, t)
 	return nil
 }

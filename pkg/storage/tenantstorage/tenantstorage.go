@@ -172,24 +172,7 @@ func stamp(ctx context.Context, obj runtime.Object) error {
 	if err != nil {
 		return err
 	}
-	t := tenancy.From(ctx)
-	annotations := m.GetAnnotations()
-	switch {
-	case t.IsProject():
-		if annotations[tenancy.AnnotationKey] == t.Name {
-			return nil
-		}
-		if annotations == nil {
-			annotations = map[string]string{}
-		}
-		annotations[tenancy.AnnotationKey] = t.Name
-		m.SetAnnotations(annotations)
-	default:
-		if _, ok := annotations[tenancy.AnnotationKey]; ok {
-			delete(annotations, tenancy.AnnotationKey)
-			m.SetAnnotations(annotations)
-		}
-	}
+	tenancy.Stamp(m, tenancy.From(ctx))
 	return nil
 }
 
