@@ -29,6 +29,7 @@ import (
 	"go.miloapis.com/milo/pkg/controllers/crdcleanup"
 	hierarchycontrollers "go.miloapis.com/milo/pkg/controllers/hierarchy"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
+	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 )
 
 // Server is Milo's assembled API server, not yet running.
@@ -103,7 +104,12 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		if !cache.WaitForCacheSync(ctx.Done(), projects.informer.HasSynced) {
 			return errors.New("project index did not sync")
 		}
-		controllers, err := hierarchycontrollers.New(loopback, 4)
+		etcd, prefixes := c.EtcdClient, c.Prefixes
+		purge := func(ctx context.Context, project string) error {
+			_, err := tenantstorage.Purge(ctx, etcd, prefixes, project)
+			return err
+		}
+		controllers, err := hierarchycontrollers.New(loopback, 4, purge)
 		if err != nil {
 			return err
 		}

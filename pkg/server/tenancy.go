@@ -103,21 +103,28 @@ func (p *projectIndex) run(ctx context.Context) {
 	go p.informer.RunWithContext(ctx)
 }
 
-func (p *projectIndex) ProjectExists(ctx context.Context, name string) (bool, error) {
+func (p *projectIndex) ProjectState(ctx context.Context, name string) (tenancy.ProjectState, error) {
 	if p.informer.HasSynced() {
-		if _, ok, _ := p.informer.GetStore().GetByKey(name); ok {
-			return true, nil
+		if obj, ok, _ := p.informer.GetStore().GetByKey(name); ok {
+			return stateOf(obj.(metav1.Object)), nil
 		}
 	}
-	_, err := p.client.Get(ctx, name, metav1.GetOptions{})
+	obj, err := p.client.Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case err == nil:
-		return true, nil
+		return stateOf(obj), nil
 	case apierrors.IsNotFound(err):
-		return false, nil
+		return tenancy.ProjectMissing, nil
 	default:
-		return false, err
+		return tenancy.ProjectMissing, err
 	}
+}
+
+func stateOf(p metav1.Object) tenancy.ProjectState {
+	if p.GetDeletionTimestamp() != nil {
+		return tenancy.ProjectDeleting
+	}
+	return tenancy.ProjectActive
 }
 
 // OrganizationExists reads the Organization live: organization contexts are

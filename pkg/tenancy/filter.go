@@ -14,11 +14,22 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 )
 
+// ProjectState is what the router needs to know of a project.
+type ProjectState int
+
+// Project states.
+const (
+	ProjectMissing ProjectState = iota
+	ProjectActive
+	// ProjectDeleting refuses new objects while the project is emptied.
+	ProjectDeleting
+)
+
 // ProjectLookup tells whether a project exists. It is served from one shared
 // cache of Project objects, never from anything per project.
 type ProjectLookup interface {
-	// ProjectExists reports whether the named Project exists.
-	ProjectExists(ctx context.Context, name string) (bool, error)
+	// ProjectState reports whether the named Project exists and is being deleted.
+	ProjectState(ctx context.Context, name string) (ProjectState, error)
 }
 
 // Router is the outermost handler-chain filter: it recognises the project,
@@ -155,13 +166,18 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 		ctx := req.Context()
 		switch {
 		case c.project != "":
-			exists, err := r.Projects.ProjectExists(ctx, c.project)
+			state, err := r.Projects.ProjectState(ctx, c.project)
 			if err != nil {
 				unavailable("project "+c.project, err)
 				return
 			}
-			if !exists {
+			if state == ProjectMissing {
 				fail(apierrors.NewNotFound(projectsResource, c.project))
+				return
+			}
+			if info, ok := request.RequestInfoFrom(ctx); state == ProjectDeleting && ok && info.Verb == "create" {
+				fail(apierrors.NewForbidden(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, info.Name,
+					fmt.Errorf("project %s is being deleted", c.project)))
 				return
 			}
 		case c.org != "":

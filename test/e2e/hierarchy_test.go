@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -97,5 +98,89 @@ func TestHierarchyAdmission(t *testing.T) {
 	}
 	if got, _ := projects.Get(ctx, made.GetName(), metav1.GetOptions{}); got.GetLabels()[orgLabel] != orgA {
 		t.Fatalf("the organization label changed to %v", got.GetLabels())
+	}
+}
+
+func projectCondition(t *testing.T, m *milo, name, condType string) (string, string, bool) {
+	t.Helper()
+	p, err := m.dynamic(t).Resource(projectsGVR).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return "", "", false
+	}
+	conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
+	for _, c := range conds {
+		if cm, ok := c.(map[string]any); ok && cm["type"] == condType {
+			status, _ := cm["status"].(string)
+			msg, _ := cm["message"].(string)
+			return status, msg, true
+		}
+	}
+	return "", "", true
+}
+
+func TestProjectDeletionEmptiesItAndReleasesTheName(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	name := m.newProject(t, "doomed")
+	c := m.projectKube(t, name)
+	createNamespace(t, c, "team")
+	createConfigMap(t, c, "team", "plain", nil, nil)
+	held := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{"example.com/hold"}}}
+	if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, held, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	other := m.newProject(t, "bystander")
+	createConfigMap(t, m.projectKube(t, other), "default", "held", nil, nil)
+
+	if err := m.dynamic(t).Resource(projectsGVR).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the cleanup reports the object it waits for", func() error {
+		status, msg, _ := projectCondition(t, m, name, "ResourceCleanup")
+		if status != "True" || !strings.Contains(msg, "configmaps default/held") {
+			return fmt.Errorf("ResourceCleanup %s %q", status, msg)
+		}
+		return nil
+	})
+	if _, err := c.CoreV1().ConfigMaps("team").Get(ctx, "plain", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("an object without finalizers survived: %v", err)
+	}
+	_, err := c.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late"}}, metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "being deleted") {
+		t.Fatalf("create in a project being deleted: %v", err)
+	}
+
+	// Releasing the finalizer lets the deletion finish.
+	if _, err := c.CoreV1().ConfigMaps("default").Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the project is gone", func() error {
+		if _, _, exists := projectCondition(t, m, name, "Ready"); exists {
+			return fmt.Errorf("project %s still exists", name)
+		}
+		return nil
+	})
+	all, err := m.projectKube(t, "*").CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range all.Items {
+		if cm.Annotations[tenantAnnotation] == name {
+			t.Fatalf("object %s/%s of the deleted project remains", cm.Namespace, cm.Name)
+		}
+	}
+	if _, err := m.projectKube(t, other).CoreV1().ConfigMaps("default").Get(ctx, "held", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the bystander project lost its object: %v", err)
+	}
+
+	// The name is free again, and the new project starts empty.
+	m.createProject(t, name)
+	m.waitProjectReady(t, name)
+	nss, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil || len(nss.Items) != 1 || nss.Items[0].Name != "default" {
+		t.Fatalf("the re-created project holds namespaces %v %v", nss, err)
+	}
+	if cms, err := c.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); err != nil || len(cms.Items) != 0 {
+		t.Fatalf("the re-created project holds configmaps %v %v", cms, err)
 	}
 }

@@ -13,17 +13,17 @@ package hierarchy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
@@ -45,6 +45,7 @@ var (
 
 // Controllers makes hierarchy objects ready.
 type Controllers struct {
+	purge    Purger
 	config   *rest.Config
 	http     *http.Client
 	dynamic  dynamic.Interface
@@ -53,8 +54,9 @@ type Controllers struct {
 	workers  int
 }
 
-// New prepares the controllers over a client configuration of the platform.
-func New(config *rest.Config, workers int) (*Controllers, error) {
+// New prepares the controllers over a client configuration of the platform;
+// purge removes a deleted project's keys from storage.
+func New(config *rest.Config, workers int, purge Purger) (*Controllers, error) {
 	config = rest.CopyConfig(config)
 	// A shared transport serves the platform and every project.
 	httpClient, err := rest.HTTPClientFor(config)
@@ -72,7 +74,7 @@ func New(config *rest.Config, workers int) (*Controllers, error) {
 	if workers < 1 {
 		workers = 1
 	}
-	return &Controllers{config: config, http: httpClient, dynamic: dyn, platform: platform,
+	return &Controllers{purge: purge, config: config, http: httpClient, dynamic: dyn, platform: platform,
 		factory: dynamicinformer.NewDynamicSharedInformerFactory(dyn, 10*time.Minute), workers: workers}, nil
 }
 
@@ -141,6 +143,11 @@ func (l *loop) next(ctx context.Context) bool {
 	if err == nil && exists {
 		err = l.sync(ctx, obj.(*unstructured.Unstructured))
 	}
+	var waiting errWaiting
+	if errors.As(err, &waiting) {
+		l.queue.AddAfter(key, 2*time.Second)
+		return true
+	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Syncing", "resource", l.gvr.Resource, "name", key)
 		l.queue.AddRateLimited(key)
@@ -176,7 +183,18 @@ func (c *Controllers) syncFolder(ctx context.Context, f *unstructured.Unstructur
 
 func (c *Controllers) syncProject(ctx context.Context, p *unstructured.Unstructured) error {
 	if p.GetDeletionTimestamp() != nil {
-		return nil
+		return c.deleteProject(ctx, p)
+	}
+	if !slices.Contains(p.GetFinalizers(), ProjectFinalizer) {
+		// Nothing is bootstrapped before the finalizer is in place, so that
+		// nothing can outlive the Project.
+		updated := p.DeepCopy()
+		updated.SetFinalizers(append(updated.GetFinalizers(), ProjectFinalizer))
+		_, err := c.dynamic.Resource(projects).Update(ctx, updated, metav1.UpdateOptions{FieldManager: "milo-hierarchy"})
+		if apierrors.IsConflict(err) {
+			return nil
+		}
+		return err
 	}
 	if isReady(p) {
 		return nil
@@ -205,41 +223,10 @@ func isReady(obj *unstructured.Unstructured) bool {
 	return false
 }
 
-// setReady sets the Ready condition, writing only when it changes.
+// setReady sets the Ready condition.
 func (c *Controllers) setReady(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, reason, message string) error {
 	if isReady(obj) {
 		return nil
 	}
-	var conditions []metav1.Condition
-	existing, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
-	for _, e := range existing {
-		m, ok := e.(map[string]any)
-		if !ok {
-			continue
-		}
-		var cond metav1.Condition
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cond); err == nil {
-			conditions = append(conditions, cond)
-		}
-	}
-	meta.SetStatusCondition(&conditions, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: reason,
-		Message: message, ObservedGeneration: obj.GetGeneration()})
-	raw := make([]any, 0, len(conditions))
-	for _, cond := range conditions {
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&cond)
-		if err != nil {
-			return err
-		}
-		raw = append(raw, u)
-	}
-	updated := obj.DeepCopy()
-	if err := unstructured.SetNestedSlice(updated.Object, raw, "status", "conditions"); err != nil {
-		return err
-	}
-	unstructured.SetNestedField(updated.Object, obj.GetGeneration(), "status", "observedGeneration") //nolint:errcheck
-	_, err := c.dynamic.Resource(gvr).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: "milo-hierarchy"})
-	if apierrors.IsConflict(err) {
-		return nil // the newer version is queued and will be synced
-	}
-	return err
+	return c.setCondition(ctx, gvr, obj, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: reason, Message: message})
 }
