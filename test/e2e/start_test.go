@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 var organizations = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "organizations"}
@@ -228,6 +230,22 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 		createConfigMap(t, c, "keep", "survivor", map[string]string{"k": p}, nil)
 	}
 
+	// A project deletion waiting on a finalizer when the server stops.
+	doomed := first.newProject(t, "restart-doomed")
+	if _, err := first.projectKube(t, doomed).CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{"example.com/hold"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.dynamic(t).Resource(projectsGVR).Delete(context.Background(), doomed, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deletion waits for the finalizer", func() error {
+		if status, msg, _ := projectCondition(t, first, doomed, "ResourceCleanup"); status != "True" || !strings.Contains(msg, "default/held") {
+			return fmt.Errorf("ResourceCleanup %s %q", status, msg)
+		}
+		return nil
+	})
+
 	// Denied requests carry their project too.
 	if _, err := first.as(t, "", "restart-a").CoreV1().Secrets("keep").List(context.Background(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("anonymous list: %v", err)
@@ -262,6 +280,17 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 		t.Fatalf("configmap after restart: %q", out)
 	}
 	second.mustKubectl(t, "", "get", "organization", "durable")
+	// The deletion resumes after the restart and finishes once the finalizer goes.
+	if _, err := second.projectKube(t, doomed).CoreV1().ConfigMaps("default").Patch(context.Background(), "held",
+		types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deletion finishes after the restart", func() error {
+		if _, _, exists := projectCondition(t, second, doomed, "Ready"); exists {
+			return fmt.Errorf("project %s still exists", doomed)
+		}
+		return nil
+	})
 	for _, p := range []string{"restart-a", "restart-b"} {
 		for _, rv := range []string{"0", ""} {
 			list, err := second.projectKube(t, p).CoreV1().ConfigMaps("").List(context.Background(), metav1.ListOptions{ResourceVersion: rv})
