@@ -109,7 +109,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			_, err := tenantstorage.Purge(ctx, etcd, prefixes, project)
 			return err
 		}
-		controllers, err := hierarchycontrollers.New(loopback, 4, purge)
+		controllers, err := hierarchycontrollers.New(loopback, 16, purge)
 		if err != nil {
 			return err
 		}

@@ -111,8 +111,14 @@ func TestProjectRBACAppliesOnlyInItsProject(t *testing.T) {
 // eventually retries f until it succeeds, for state that reaches a cache within moments.
 func eventually(t *testing.T, what string, f func() error) {
 	t.Helper()
+	eventuallyWithin(t, time.Minute, what, f)
+}
+
+// eventuallyWithin retries f until it succeeds or timeout passes.
+func eventuallyWithin(t *testing.T, timeout time.Duration, what string, f func() error) {
+	t.Helper()
 	var err error
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if err = f(); err == nil {
 			return
 		}

@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -45,7 +46,12 @@ var (
 
 // Controllers makes hierarchy objects ready.
 type Controllers struct {
-	purge    Purger
+	purge Purger
+	// discovered caches what projects serve, for deletions.
+	discoveryMu  sync.Mutex
+	discovered   []*metav1.APIResourceList
+	discoveredAt time.Time
+
 	config   *rest.Config
 	http     *http.Client
 	dynamic  dynamic.Interface

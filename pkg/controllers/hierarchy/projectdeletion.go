@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -90,8 +91,8 @@ func (c *Controllers) deleteContents(ctx context.Context, project string) ([]str
 	if err != nil {
 		return nil, err
 	}
-	lists, err := disco.ServerPreferredResources()
-	if err != nil && len(lists) == 0 {
+	lists, err := c.projectResources(disco)
+	if err != nil {
 		return nil, fmt.Errorf("discovering the resources of project %s: %w", project, err)
 	}
 	nsList, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).List(ctx, metav1.ListOptions{})
@@ -117,6 +118,15 @@ func (c *Controllers) deleteContents(ctx context.Context, project string) ([]str
 				}
 			}
 			for _, scope := range scopes {
+				// Most resources of a project are empty: a list from the watch cache
+				// says so without a write.
+				present, err := scope.List(ctx, metav1.ListOptions{ResourceVersion: "0", Limit: 1})
+				if err != nil && !apierrors.IsNotFound(err) {
+					return nil, err
+				}
+				if present == nil || len(present.Items) == 0 {
+					continue
+				}
 				if err := scope.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
 					return nil, fmt.Errorf("deleting %s in project %s: %w", r.Name, project, err)
 				}
@@ -187,4 +197,23 @@ func (c *Controllers) writeConditions(ctx context.Context, gvr schema.GroupVersi
 		return nil // the newer version is queued and will be synced
 	}
 	return err
+}
+
+// projectResources returns what a project serves. Every project serves the same
+// resources, so one discovery answer is shared by all deletions for a few seconds.
+func (c *Controllers) projectResources(disco discovery.DiscoveryInterface) ([]*metav1.APIResourceList, error) {
+	c.discoveryMu.Lock()
+	defer c.discoveryMu.Unlock()
+	if c.discovered != nil && time.Since(c.discoveredAt) < 10*time.Second {
+		return c.discovered, nil
+	}
+	lists, err := disco.ServerPreferredResources()
+	if err != nil && len(lists) == 0 {
+		return nil, err
+	}
+	// A partial answer (a group failing discovery) is used but not kept.
+	if err == nil {
+		c.discovered, c.discoveredAt = lists, time.Now()
+	}
+	return lists, nil
 }
