@@ -1,6 +1,7 @@
 # Milo's build, test and code-generation targets.
 CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
-GO_TEST_FLAGS ?=
+# -count=1: the e2e tests build and run the milo binary, which the test cache cannot see.
+GO_TEST_FLAGS ?= -count=1
 
 .PHONY: all build run test generate verify-generated vet fmt-check bench-dispatch clean
 
