@@ -9,18 +9,12 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -36,45 +30,6 @@ var (
 	folders       = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "folders"}
 	projects      = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "projects"}
 )
-
-// Tree reads Organizations and Folders from one shared informer each, confirming
-// a miss with a live read (a parent created a moment ago may not be cached yet).
-type Tree struct {
-	client    dynamic.Interface
-	factory   dynamicinformer.DynamicSharedInformerFactory
-	orgs      cache.SharedIndexInformer
-	folderInf cache.SharedIndexInformer
-}
-
-// Init prepares the informers over the server's loopback connection; Run starts
-// them. Admission is registered before the server exists, so the Tree is made
-// empty and initialized once the loopback configuration is known.
-func (t *Tree) Init(loopback *rest.Config) error {
-	client, err := dynamic.NewForConfig(loopback)
-	if err != nil {
-		return err
-	}
-	t.client = client
-	t.factory = dynamicinformer.NewDynamicSharedInformerFactory(client, 10*time.Minute)
-	t.orgs = t.factory.ForResource(organizations).Informer()
-	t.folderInf = t.factory.ForResource(folders).Informer()
-	return nil
-}
-
-// Run starts the informers and waits for them to sync; call it once the CRDs are established.
-func (t *Tree) Run(ctx context.Context) bool {
-	t.factory.Start(ctx.Done())
-	return cache.WaitForCacheSync(ctx.Done(), t.orgs.HasSynced, t.folderInf.HasSynced)
-}
-
-func (t *Tree) get(ctx context.Context, inf cache.SharedIndexInformer, gvr schema.GroupVersionResource, name string) (*unstructured.Unstructured, error) {
-	if obj, ok, _ := inf.GetStore().GetByKey(name); ok {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			return u, nil
-		}
-	}
-	return t.client.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
-}
 
 // Register adds the plugin to plugins.
 func Register(plugins *admission.Plugins, tree *Tree) {
@@ -94,7 +49,7 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	if a.GetSubresource() != "" || tenancy.From(ctx).IsProject() {
 		return nil
 	}
-	if p.tree.client == nil {
+	if !p.tree.initialized() {
 		return apierrors.NewServiceUnavailable("the hierarchy is not loaded yet")
 	}
 	gvr := a.GetResource()
@@ -157,7 +112,7 @@ func (p *plugin) organizationOf(ctx context.Context, kind, name, self string, is
 			if isFolder && depth >= MaxDepth {
 				return "", fmt.Sprintf("folders nest at most %d deep below their organization", MaxDepth), nil
 			}
-			f, err := p.tree.get(ctx, p.tree.folderInf, folders, name)
+			f, err := p.tree.get(ctx, p.tree.folders, folders, name)
 			if err != nil {
 				return missing("Folder", name, err)
 			}

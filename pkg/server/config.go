@@ -14,6 +14,7 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
+	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenantadmission"
@@ -37,8 +38,9 @@ type Config struct {
 type Tenancy struct {
 	// Prefixes records every resource's key prefix, for purging a project's keys.
 	Prefixes *tenantstorage.Prefixes
-	// Projects answers whether a project exists, for the tenant router.
-	Projects *projectIndex
+	// Hierarchy is the one cache of Organizations, Folders and Projects, read by
+	// admission, the tenant router and the hierarchy controllers.
+	Hierarchy *hierarchy.Tree
 	// Namespaces is filled with the namespace storage for tenant-aware admission.
 	Namespaces *tenantadmission.Namespaces
 	// RBAC is filled with the RBAC storages for project RBAC.
@@ -104,15 +106,14 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		Prefixes: prefixes, Namespaces: namespaces, Quotas: quotas, RBAC: &projectrbac.Storage{}, EtcdClient: etcdClient,
 	}}
 	makeStorageTenantKeyed(c, c.Prefixes)
-	if c.Projects, err = newProjectIndex(cp.Generic.LoopbackClientConfig); err != nil {
+	c.Hierarchy = opts.Hierarchy
+	if c.Hierarchy == nil {
+		c.Hierarchy = &hierarchy.Tree{}
+	}
+	if err := c.Hierarchy.Init(cp.Generic.LoopbackClientConfig); err != nil {
 		return nil, err
 	}
-	if opts.Hierarchy != nil {
-		if err := opts.Hierarchy.Init(cp.Generic.LoopbackClientConfig); err != nil {
-			return nil, err
-		}
-	}
-	routeTenants(c, c.Projects)
+	routeTenants(c, c.Hierarchy)
 	authorizeProjects(c)
 	return c, nil
 }

@@ -21,7 +21,6 @@ import (
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
@@ -91,25 +90,22 @@ func NewServer(c CompletedConfig) (*Server, error) {
 	// A post-start hook also gates /readyz until it returns, so the server is not
 	// ready before Milo's own kinds are served.
 	loopback := aggregator.GenericAPIServer.LoopbackClientConfig
-	projects := c.Projects
+	tree := c.Hierarchy
 	if err := aggregator.GenericAPIServer.AddPostStartHook("milo-install-crds", func(ctx genericapiserver.PostStartHookContext) error {
 		if err := InstallCRDs(ctx, loopback); err != nil {
 			return err
 		}
-		// Hierarchy admission and the tenant router's index of projects need the CRDs.
-		if tree := c.Options.Hierarchy; tree != nil && !tree.Run(ctx) {
+		// Hierarchy admission, the tenant router and the controllers read the
+		// hierarchy's informers, which need the CRDs.
+		if !tree.Run(ctx) {
 			return errors.New("hierarchy informers did not sync")
-		}
-		projects.run(ctx)
-		if !cache.WaitForCacheSync(ctx.Done(), projects.informer.HasSynced) {
-			return errors.New("project index did not sync")
 		}
 		etcd, prefixes := c.EtcdClient, c.Prefixes
 		purge := func(ctx context.Context, project string) error {
 			_, err := tenantstorage.Purge(ctx, etcd, prefixes, project)
 			return err
 		}
-		controllers, err := hierarchycontrollers.New(loopback, 16, purge)
+		controllers, err := hierarchycontrollers.New(loopback, tree.Factory(), 16, purge)
 		if err != nil {
 			return err
 		}

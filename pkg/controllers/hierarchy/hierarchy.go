@@ -60,9 +60,10 @@ type Controllers struct {
 	workers  int
 }
 
-// New prepares the controllers over a client configuration of the platform;
-// purge removes a deleted project's keys from storage.
-func New(config *rest.Config, workers int, purge Purger) (*Controllers, error) {
+// New prepares the controllers over a client configuration of the platform and
+// the server's shared hierarchy informers (factory); purge removes a deleted
+// project's keys from storage.
+func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFactory, workers int, purge Purger) (*Controllers, error) {
 	config = rest.CopyConfig(config)
 	// A shared transport serves the platform and every project.
 	httpClient, err := rest.HTTPClientFor(config)
@@ -81,7 +82,7 @@ func New(config *rest.Config, workers int, purge Purger) (*Controllers, error) {
 		workers = 1
 	}
 	return &Controllers{purge: purge, config: config, http: httpClient, dynamic: dyn, platform: platform,
-		factory: dynamicinformer.NewDynamicSharedInformerFactory(dyn, 10*time.Minute), workers: workers}, nil
+		factory: factory, workers: workers}, nil
 }
 
 // project returns a client of one project's control plane over the shared transport.
