@@ -21,6 +21,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"go.miloapis.com/milo/pkg/kubeconfig"
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 // The binaries under test, built once per test run by TestMain.
@@ -185,31 +188,87 @@ func (m *milo) logTail() string {
 	return s
 }
 
-func (m *milo) restConfig(t *testing.T) *rest.Config {
+// restConfig is the admin's client configuration of the platform.
+func (m *milo) restConfig(t testing.TB) *rest.Config {
 	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", m.kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.QPS, cfg.Burst = 1000, 1000
 	return cfg
 }
 
-func (m *milo) kube(t *testing.T) kubernetes.Interface {
+// configAt is the admin's client configuration of the control plane under path,
+// e.g. tenancy.ProjectPath("web"), as a user's kubeconfig would hold it.
+func (m *milo) configAt(t testing.TB, path string) *rest.Config {
 	t.Helper()
-	c, err := kubernetes.NewForConfig(m.restConfig(t))
+	cfg := m.restConfig(t)
+	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + path
+	return cfg
+}
+
+func (m *milo) projectConfig(t testing.TB, project string) *rest.Config {
+	return m.configAt(t, tenancy.ProjectPath(project))
+}
+
+func kubeFor(t testing.TB, cfg *rest.Config) kubernetes.Interface {
+	t.Helper()
+	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
 }
 
-func (m *milo) dynamic(t *testing.T) dynamic.Interface {
+func dynamicFor(t testing.TB, cfg *rest.Config) dynamic.Interface {
 	t.Helper()
-	c, err := dynamic.NewForConfig(m.restConfig(t))
+	c, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+func (m *milo) kube(t testing.TB) kubernetes.Interface { return kubeFor(t, m.restConfig(t)) }
+func (m *milo) dynamic(t testing.TB) dynamic.Interface { return dynamicFor(t, m.restConfig(t)) }
+func (m *milo) projectKube(t testing.TB, p string) kubernetes.Interface {
+	return kubeFor(t, m.projectConfig(t, p))
+}
+func (m *milo) projectDynamic(t testing.TB, p string) dynamic.Interface {
+	return dynamicFor(t, m.projectConfig(t, p))
+}
+
+// as is a client of the control plane under path ("" for the platform) that
+// authenticates with a bearer token (empty: anonymous) instead of the admin certificate.
+func (m *milo) as(t testing.TB, token, path string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.AnonymousClientConfig(m.configAt(t, path))
+	cfg.BearerToken = token
+	return kubeFor(t, cfg)
+}
+
+// projectKubeconfig writes a kubeconfig for a project the way users get one:
+// derived from the admin kubeconfig by pkg/kubeconfig (milo kubeconfig).
+func (m *milo) projectKubeconfig(t *testing.T, project string) string {
+	t.Helper()
+	cfg, err := clientcmd.LoadFromFile(m.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, err := kubeconfig.Derive(cfg, "", kubeconfig.Target{Project: project})
+	if err != nil {
+		t.Fatal(err)
+	}
+	only, err := kubeconfig.Only(cfg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), project+".kubeconfig")
+	if err := clientcmd.WriteToFile(*only, path); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
 
 // kubectlResult is the outcome of one kubectl run.

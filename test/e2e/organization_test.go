@@ -11,21 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
+
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 const orgLabel = "resourcemanager.miloapis.com/organization-name"
 
 var policyBindingsGVR = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "policybindings"}
-
-func (m *milo) orgConfig(t *testing.T, org string) *rest.Config {
-	t.Helper()
-	cfg := rest.CopyConfig(m.restConfig(t))
-	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + "/apis/resourcemanager.miloapis.com/v1alpha1/organizations/" + org + "/control-plane"
-	return cfg
-}
 
 func project(name, org string, labels map[string]any) *unstructured.Unstructured {
 	meta := map[string]any{"name": name}
@@ -59,10 +51,7 @@ func TestOrganizationContextShowsOnlyItsOwnObjects(t *testing.T) {
 		m.mustKubectl(t, fmt.Sprintf("apiVersion: resourcemanager.miloapis.com/v1alpha1\nkind: Organization\nmetadata: {name: %s}\n", org), "apply", "-f", "-")
 		createNamespace(t, m.kube(t), "organization-"+org)
 	}
-	acmeDyn, err := dynamic.NewForConfig(m.orgConfig(t, acme))
-	if err != nil {
-		t.Fatal(err)
-	}
+	acmeDyn := dynamicFor(t, m.configAt(t, tenancy.OrganizationPath(acme)))
 
 	// A Project made in acme's context is labelled with acme by the server.
 	made, err := acmeDyn.Resource(projectsGVR).Create(ctx, project(fmt.Sprintf("acme-web-%d", n), acme, nil), metav1.CreateOptions{})
@@ -117,10 +106,7 @@ func TestOrganizationContextShowsOnlyItsOwnObjects(t *testing.T) {
 		t.Fatalf("listing globex's namespace through acme: %v", err)
 	}
 
-	kube, err := kubernetes.NewForConfig(m.orgConfig(t, acme))
-	if err != nil {
-		t.Fatal(err)
-	}
+	kube := kubeFor(t, m.configAt(t, tenancy.OrganizationPath(acme)))
 	if _, err := kube.CoreV1().Namespaces().Get(ctx, "organization-"+acme, metav1.GetOptions{}); err != nil {
 		t.Fatalf("acme's own namespace: %v", err)
 	}
@@ -135,7 +121,7 @@ func TestOrganizationContextShowsOnlyItsOwnObjects(t *testing.T) {
 	}
 
 	// Unknown organizations do not exist.
-	nope, _ := kubernetes.NewForConfig(m.orgConfig(t, "no-such-org"))
+	nope := kubeFor(t, m.configAt(t, tenancy.OrganizationPath("no-such-org")))
 	if _, err := nope.CoreV1().Namespaces().Get(ctx, "organization-no-such-org", metav1.GetOptions{}); !apierrors.IsNotFound(err) || !strings.Contains(err.Error(), `organizations.resourcemanager.miloapis.com "no-such-org" not found`) {
 		t.Fatalf("unknown organization: %v", err)
 	}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -17,10 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 const tenantAnnotation = "tenancy.miloapis.com/project"
@@ -71,67 +67,10 @@ func (m *milo) tryCreateProject(t testing.TB, name string) error {
 		"metadata":   map[string]any{"name": name},
 		"spec":       map[string]any{"ownerRef": map[string]any{"kind": "Organization", "name": "acme"}},
 	}}
-	c, err := dynamic.NewForConfig(m.restConfigTB(t))
-	if err != nil {
-		return err
-	}
-	if _, err := c.Resource(projectsGVR).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
+	if _, err := dynamicFor(t, m.restConfig(t)).Resource(projectsGVR).Create(context.Background(), obj, metav1.CreateOptions{}); err != nil {
 		return fmt.Errorf("creating project %s: %w", name, err)
 	}
 	return nil
-}
-
-func (m *milo) restConfigTB(t testing.TB) *rest.Config {
-	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", m.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
-
-// projectConfig is a client config for a project's control plane, as a user's kubeconfig would hold.
-func (m *milo) projectConfig(t testing.TB, project string) *rest.Config {
-	t.Helper()
-	cfg := rest.CopyConfig(m.restConfigTB(t))
-	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + "/apis/resourcemanager.miloapis.com/v1alpha1/projects/" + project + "/control-plane"
-	cfg.QPS, cfg.Burst = 1000, 1000
-	return cfg
-}
-
-func (m *milo) projectKube(t testing.TB, project string) kubernetes.Interface {
-	t.Helper()
-	c, err := kubernetes.NewForConfig(m.projectConfig(t, project))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-func (m *milo) projectDynamic(t testing.TB, project string) dynamic.Interface {
-	t.Helper()
-	c, err := dynamic.NewForConfig(m.projectConfig(t, project))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
-
-// projectKubeconfig writes a kubeconfig for a project, derived from the admin one.
-func (m *milo) projectKubeconfig(t *testing.T, project string) string {
-	t.Helper()
-	cfg, err := clientcmd.LoadFromFile(m.kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range cfg.Clusters {
-		c.Server = strings.TrimSuffix(c.Server, "/") + "/apis/resourcemanager.miloapis.com/v1alpha1/projects/" + project + "/control-plane"
-	}
-	path := filepath.Join(t.TempDir(), project+".kubeconfig")
-	if err := clientcmd.WriteToFile(*cfg, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 func createNamespace(t *testing.T, c kubernetes.Interface, name string) {

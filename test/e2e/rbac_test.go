@@ -11,27 +11,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-)
 
-// as returns a client for a project (or the platform, when project is "") that
-// authenticates with a bearer token instead of the admin certificate.
-func (m *milo) as(t *testing.T, token, project string) kubernetes.Interface {
-	t.Helper()
-	var cfg *rest.Config
-	if project == "" {
-		cfg = rest.CopyConfig(m.restConfig(t))
-	} else {
-		cfg = m.projectConfig(t, project)
-	}
-	cfg = rest.AnonymousClientConfig(cfg)
-	cfg.BearerToken = token
-	c, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
+	"go.miloapis.com/milo/pkg/tenancy"
+)
 
 func TestProjectRBACAppliesOnlyInItsProject(t *testing.T) {
 	m := shared
@@ -42,8 +24,8 @@ func TestProjectRBACAppliesOnlyInItsProject(t *testing.T) {
 		createNamespace(t, c, "default")
 		createConfigMap(t, c, "default", "settings", nil, nil)
 	}
-	aliceA, aliceB, alicePlatform := m.as(t, "alice-token", a), m.as(t, "alice-token", b), m.as(t, "alice-token", "")
-	bobA := m.as(t, "bob-token", a)
+	aliceA, aliceB, alicePlatform := m.as(t, "alice-token", tenancy.ProjectPath(a)), m.as(t, "alice-token", tenancy.ProjectPath(b)), m.as(t, "alice-token", "")
+	bobA := m.as(t, "bob-token", tenancy.ProjectPath(a))
 
 	if _, err := aliceA.CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("alice without a binding: %v, want Forbidden", err)
@@ -93,7 +75,7 @@ func TestProjectRBACAppliesOnlyInItsProject(t *testing.T) {
 	if _, err := alicePlatform.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("A's cluster-admin binding reaches the platform: %v", err)
 	}
-	all := m.as(t, "alice-token", "*")
+	all := m.as(t, "alice-token", tenancy.AllProjectsPath)
 	if _, err := all.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("A's cluster-admin binding opens the all-projects view: %v", err)
 	}
@@ -138,7 +120,7 @@ func TestProjectExistenceIsNotRevealedWithoutAccess(t *testing.T) {
 	for _, token := range []string{"alice-token", ""} {
 		var msgs []string
 		for _, p := range []string{existing, missing} {
-			c := m.as(t, token, p)
+			c := m.as(t, token, tenancy.ProjectPath(p))
 			_, err := c.CoreV1().ConfigMaps("default").List(ctx, metav1.ListOptions{})
 			if !apierrors.IsForbidden(err) {
 				t.Fatalf("token %q, project %s: %v, want Forbidden", token, p, err)

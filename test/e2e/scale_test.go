@@ -17,6 +17,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 // metricSum adds up every sample of a metric whose labels contain all of labels.
@@ -133,7 +135,7 @@ func TestThousandProjectsCostNoGoroutinesOrWatches(t *testing.T) {
 	// All the test's clients share one HTTP client, whose connections are closed
 	// before the server is measured again: the server's goroutines for open client
 	// connections are the test's, not the projects'.
-	base := m.restConfigTB(t)
+	base := m.restConfig(t)
 	base.QPS, base.Burst = 5000, 5000
 	// HTTP/1.1, so that every connection the workers opened is idle, and closed, at the end.
 	base.TLSClientConfig.NextProtos = []string{"http/1.1"}
@@ -165,7 +167,7 @@ func TestThousandProjectsCostNoGoroutinesOrWatches(t *testing.T) {
 					continue
 				}
 				cfg := rest.CopyConfig(base)
-				cfg.Host = strings.TrimSuffix(cfg.Host, "/") + "/apis/resourcemanager.miloapis.com/v1alpha1/projects/" + name + "/control-plane"
+				cfg.Host = strings.TrimSuffix(cfg.Host, "/") + tenancy.ProjectPath(name)
 				c, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
 				if err != nil {
 					errs <- err

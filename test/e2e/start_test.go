@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 var organizations = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "organizations"}
@@ -247,7 +249,7 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 	})
 
 	// Denied requests carry their project too.
-	if _, err := first.as(t, "", "restart-a").CoreV1().Secrets("keep").List(context.Background(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+	if _, err := first.as(t, "", tenancy.ProjectPath("restart-a")).CoreV1().Secrets("keep").List(context.Background(), metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("anonymous list: %v", err)
 	}
 
