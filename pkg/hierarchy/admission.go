@@ -1,13 +1,15 @@
 // Package hierarchy keeps the Organization → Folder → Project tree consistent at
-// admission: parents exist, everything below an organization carries its label,
-// folders nest at most MaxDepth deep, and nothing moves across organizations or
-// into a cycle.
+// admission: parents exist and are not being deleted, everything below an
+// organization carries its label, folders nest at most MaxDepth deep, nothing
+// moves across organizations or into a cycle, and every object gets the
+// finalizers that make its deletion complete.
 package hierarchy
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -24,6 +28,27 @@ const PluginName = "MiloHierarchy"
 
 // MaxDepth is how deep folders may nest below their organization.
 const MaxDepth = 8
+
+// Finalizers set at creation. Each keeps its object until what it names is done.
+const (
+	// OrganizationFinalizer: the organization's folders, projects and namespace are deleted.
+	OrganizationFinalizer = "resourcemanager.miloapis.com/organization-cleanup"
+	// FolderFinalizer: the folder's child folders and projects are deleted.
+	FolderFinalizer = "resourcemanager.miloapis.com/folder-cleanup"
+	// ProjectFinalizer: every object in the project is deleted through its API.
+	ProjectFinalizer = "resourcemanager.miloapis.com/project-cleanup"
+	// PurgeFinalizer: the project's keys are purged from storage. Only the API
+	// server itself (which purges) may remove it, so that no project's name is
+	// released while data of it remains.
+	PurgeFinalizer = "resourcemanager.miloapis.com/project-purge"
+)
+
+// finalizersOf lists the finalizers each kind gets at creation.
+var finalizersOf = map[string][]string{
+	organizations.Resource: {OrganizationFinalizer},
+	folders.Resource:       {FolderFinalizer},
+	projects.Resource:      {ProjectFinalizer, PurgeFinalizer},
+}
 
 var (
 	organizations = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "organizations"}
@@ -53,11 +78,27 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		return apierrors.NewServiceUnavailable("the hierarchy is not loaded yet")
 	}
 	gvr := a.GetResource()
-	if gvr.Group != organizations.Group || (gvr.Resource != folders.Resource && gvr.Resource != projects.Resource) {
+	if gvr.Group != organizations.Group || finalizersOf[gvr.Resource] == nil {
 		return nil
 	}
 	obj, ok := a.GetObject().(*unstructured.Unstructured)
 	if !ok {
+		return nil
+	}
+	old, _ := a.GetOldObject().(*unstructured.Unstructured)
+	if a.GetOperation() == admission.Create {
+		for _, f := range finalizersOf[gvr.Resource] {
+			if !slices.Contains(obj.GetFinalizers(), f) {
+				obj.SetFinalizers(append(obj.GetFinalizers(), f))
+			}
+		}
+	} else if old != nil && slices.Contains(old.GetFinalizers(), PurgeFinalizer) && !slices.Contains(obj.GetFinalizers(), PurgeFinalizer) {
+		if u, ok := request.UserFrom(ctx); !ok || u.GetName() != user.APIServerUser {
+			return apierrors.NewForbidden(gvr.GroupResource(), a.GetName(),
+				fmt.Errorf("finalizer %s is removed by the server once the project's storage is purged", PurgeFinalizer))
+		}
+	}
+	if gvr.Resource == organizations.Resource {
 		return nil
 	}
 	refField := "parentRef"
@@ -68,14 +109,19 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	name, _, _ := unstructured.NestedString(obj.Object, "spec", refField, "name")
 	field := "spec." + refField
 
-	org, problem, err := p.organizationOf(ctx, kind, name, a.GetName(), gvr.Resource == folders.Resource)
+	org, problem, deleting, err := p.organizationOf(ctx, kind, name, a.GetName(), gvr.Resource == folders.Resource)
 	if err != nil {
 		return apierrors.NewInternalError(err)
 	}
 	if problem != "" {
 		return invalid(a, field, kind+"/"+name, problem)
 	}
-	if old, ok := a.GetOldObject().(*unstructured.Unstructured); ok && a.GetOperation() == admission.Update {
+	// Nothing new may appear below an object being deleted, or its deletion
+	// could never finish; what is already there may still be updated.
+	if deleting != "" && (old == nil || !sameParent(old, obj)) {
+		return apierrors.NewForbidden(gvr.GroupResource(), a.GetName(), fmt.Errorf("%s is being deleted", deleting))
+	}
+	if old != nil && a.GetOperation() == admission.Update {
 		if was := old.GetLabels()[tenancy.OrganizationLabel]; was != "" && was != org {
 			return invalid(a, field, kind+"/"+name, fmt.Sprintf("%s %q is in organization %q; moving from organization %q to another organization is not allowed", kind, name, org, was))
 		}
@@ -96,43 +142,59 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 // the chain on the way: every parent exists, folders nest at most MaxDepth deep,
 // and (for a folder, self) the chain does not pass through the object itself.
 // A problem with the reference is returned as a message; err is for failures to look.
-func (p *plugin) organizationOf(ctx context.Context, kind, name, self string, isFolder bool) (org, problem string, err error) {
+//
+// deleting names the first object of the chain that is being deleted, if any.
+func (p *plugin) organizationOf(ctx context.Context, kind, name, self string, isFolder bool) (org, problem, deleting string, err error) {
 	depth := 1
+	noteDeleting := func(o *unstructured.Unstructured) {
+		if deleting == "" && o.GetDeletionTimestamp() != nil {
+			deleting = o.GetKind() + " " + o.GetName()
+		}
+	}
 	for {
 		switch kind {
 		case "Organization":
-			if _, err := p.tree.get(ctx, p.tree.orgs, organizations, name); err != nil {
+			o, err := p.tree.get(ctx, p.tree.orgs, organizations, name)
+			if err != nil {
 				return missing("Organization", name, err)
 			}
-			return name, "", nil
+			noteDeleting(o)
+			return name, "", deleting, nil
 		case "Folder":
 			if isFolder && name == self {
-				return "", fmt.Sprintf("folder %q would become its own ancestor", self), nil
+				return "", fmt.Sprintf("folder %q would become its own ancestor", self), "", nil
 			}
 			if isFolder && depth >= MaxDepth {
-				return "", fmt.Sprintf("folders nest at most %d deep below their organization", MaxDepth), nil
+				return "", fmt.Sprintf("folders nest at most %d deep below their organization", MaxDepth), "", nil
 			}
 			f, err := p.tree.get(ctx, p.tree.folders, folders, name)
 			if err != nil {
 				return missing("Folder", name, err)
 			}
+			noteDeleting(f)
 			kind, _, _ = unstructured.NestedString(f.Object, "spec", "parentRef", "kind")
 			name, _, _ = unstructured.NestedString(f.Object, "spec", "parentRef", "name")
 			depth++
 			if depth > MaxDepth+1 {
-				return "", "", fmt.Errorf("folder chain above %q is longer than %d: a cycle in storage", self, MaxDepth)
+				return "", "", "", fmt.Errorf("folder chain above %q is longer than %d: a cycle in storage", self, MaxDepth)
 			}
 		default:
-			return "", "kind must be Organization or Folder", nil
+			return "", "kind must be Organization or Folder", "", nil
 		}
 	}
 }
 
-func missing(kind, name string, err error) (string, string, error) {
+func missing(kind, name string, err error) (string, string, string, error) {
 	if apierrors.IsNotFound(err) {
-		return "", fmt.Sprintf("%s %q does not exist", kind, name), nil
+		return "", fmt.Sprintf("%s %q does not exist", kind, name), "", nil
 	}
-	return "", "", err
+	return "", "", "", err
+}
+
+func sameParent(a, b *unstructured.Unstructured) bool {
+	ak, an := ParentOf(a)
+	bk, bn := ParentOf(b)
+	return ak == bk && an == bn
 }
 
 func invalid(a admission.Attributes, path, value, msg string) error {

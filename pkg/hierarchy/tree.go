@@ -42,7 +42,63 @@ func (t *Tree) Init(loopback *rest.Config) error {
 	t.orgs = t.factory.ForResource(organizations).Informer()
 	t.folders = t.factory.ForResource(folders).Informer()
 	t.projects = t.factory.ForResource(projects).Informer()
+	return AddIndexes(t.folders, t.projects)
+}
+
+// AddIndexes adds the ByOrganization and ByParent indexes to informers of
+// Folders and Projects that lack them. Informers that already run must have them.
+func AddIndexes(informers ...cache.SharedIndexInformer) error {
+	for _, inf := range informers {
+		if _, ok := inf.GetIndexer().GetIndexers()[ByParent]; ok {
+			continue
+		}
+		if err := inf.AddIndexers(cache.Indexers{ByOrganization: byOrganization, ByParent: byParent}); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// Index names of the Folder and Project informers.
+const (
+	// ByOrganization indexes by the organization label.
+	ByOrganization = "organization"
+	// ByParent indexes by the parent, as ParentKey gives it.
+	ByParent = "parent"
+)
+
+// ParentKey is the ByParent index value of the children of the named Organization or Folder.
+func ParentKey(kind, name string) string { return kind + "/" + name }
+
+func byOrganization(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok || u.GetLabels()[tenancy.OrganizationLabel] == "" {
+		return nil, nil
+	}
+	return []string{u.GetLabels()[tenancy.OrganizationLabel]}, nil
+}
+
+func byParent(obj any) ([]string, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return nil, nil
+	}
+	kind, name := ParentOf(u)
+	if kind == "" || name == "" {
+		return nil, nil
+	}
+	return []string{ParentKey(kind, name)}, nil
+}
+
+// ParentOf returns the kind and name of a Folder's parentRef or a Project's ownerRef.
+func ParentOf(obj *unstructured.Unstructured) (kind, name string) {
+	field := "parentRef"
+	if obj.GetKind() == "Project" {
+		field = "ownerRef"
+	}
+	kind, _, _ = unstructured.NestedString(obj.Object, "spec", field, "kind")
+	name, _, _ = unstructured.NestedString(obj.Object, "spec", field, "name")
+	return kind, name
 }
 
 func (t *Tree) initialized() bool { return t.client != nil }
@@ -65,7 +121,7 @@ func (t *Tree) get(ctx context.Context, inf cache.SharedIndexInformer, gvr schem
 	return t.client.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
 }
 
-// ProjectState tells the tenant router whether a project exists and is being deleted.
+// ProjectState tells the tenant router whether a project exists, is ready, or is being deleted.
 func (t *Tree) ProjectState(ctx context.Context, name string) (tenancy.ProjectState, error) {
 	p, err := t.get(ctx, t.projects, projects, name)
 	switch {
@@ -75,6 +131,8 @@ func (t *Tree) ProjectState(ctx context.Context, name string) (tenancy.ProjectSt
 		return tenancy.ProjectMissing, err
 	case p.GetDeletionTimestamp() != nil:
 		return tenancy.ProjectDeleting, nil
+	case !initialized(p):
+		return tenancy.ProjectInitializing, nil
 	default:
 		return tenancy.ProjectActive, nil
 	}
@@ -108,4 +166,31 @@ func (t *Tree) OrganizationOf(ctx context.Context, gr schema.GroupResource, name
 	default:
 		return obj.GetLabels()[tenancy.OrganizationLabel], true, nil
 	}
+}
+
+// IsReady reports whether obj's Ready condition is True for its current generation.
+func IsReady(obj *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Ready" && m["status"] == string(metav1.ConditionTrue) {
+			if gen, ok := m["observedGeneration"].(int64); !ok || gen == obj.GetGeneration() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// initialized reports whether the project has been Ready once. Its control plane
+// stays initialized when a later change of its spec (a move) waits for the
+// controllers to confirm Ready again.
+func initialized(p *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Ready" && m["status"] == string(metav1.ConditionTrue) {
+			return true
+		}
+	}
+	return false
 }

@@ -29,6 +29,9 @@ import (
 type Options struct {
 	// DataDir holds the embedded etcd data, the generated PKI and admin.kubeconfig.
 	DataDir string
+	// Controllers runs the hierarchy controllers in the server (under leader
+	// election, so a separate `milo controller-manager` may run as well).
+	Controllers bool
 
 	// ControlPlane are the generic control plane's options (serving, etcd,
 	// authentication, authorization, admission, audit, logging, ...).
@@ -53,7 +56,7 @@ func NewOptions() *Options {
 		cp.Admission.GenericAdmission.RecommendedPluginOrder...)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
 	cp.Authentication.ServiceAccounts.OptionalTokenGetter = newTokenGetter
-	return &Options{DataDir: ".milo", ControlPlane: cp, hierarchy: tree}
+	return &Options{DataDir: ".milo", Controllers: true, ControlPlane: cp, hierarchy: tree}
 }
 
 // Flag groups shown by `milo start --help`; the rest are listed by --help-all.
@@ -65,6 +68,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, ""+
 		"Directory for Milo's state: the embedded etcd data (etcd/), generated certificates and keys (pki/) "+
 		"and admin.kubeconfig. Created if missing. Certificates and keys found there are reused.")
+	fs.BoolVar(&o.Controllers, "controllers", o.Controllers, ""+
+		"Run the Organization, Folder and Project controllers in this process. They join the leader election "+
+		"of every `milo controller-manager`, so only one instance acts at a time. With --controllers=false a "+
+		"separate `milo controller-manager` must run. Deleted projects' storage is always purged by the server.")
 	o.ControlPlane.AddFlags(fss)
 }
 
@@ -86,6 +93,8 @@ type CompletedOptions struct {
 	URL string
 	// Hierarchy is what hierarchy admission reads, to be initialized by the server.
 	Hierarchy *hierarchy.Tree
+	// Controllers runs the hierarchy controllers in the server.
+	Controllers bool
 }
 
 // Complete prepares the data directory (PKI, admin.kubeconfig), binds the serving
@@ -151,7 +160,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, Controllers: o.Controllers}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {

@@ -101,15 +101,26 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			return errors.New("hierarchy informers did not sync")
 		}
 		etcd, prefixes := c.EtcdClient, c.Prefixes
-		purge := func(ctx context.Context, project string) error {
+		purger, err := hierarchycontrollers.NewPurger(loopback, tree.Factory(), func(ctx context.Context, project string) error {
 			_, err := tenantstorage.Purge(ctx, etcd, prefixes, project)
 			return err
-		}
-		controllers, err := hierarchycontrollers.New(loopback, tree.Factory(), 16, purge)
+		})
 		if err != nil {
 			return err
 		}
-		go controllers.Run(ctx)
+		go purger.Run(ctx, 4)
+		if !c.Options.Controllers {
+			return nil
+		}
+		controllers, err := hierarchycontrollers.New(loopback, tree.Factory(), 16)
+		if err != nil {
+			return err
+		}
+		go func() {
+			if err := hierarchycontrollers.RunElected(ctx, loopback, hierarchycontrollers.DefaultLeaderElection(), controllers.Run); err != nil {
+				klog.FromContext(ctx).Error(err, "Hierarchy controllers stopped")
+			}
+		}()
 		return nil
 	}); err != nil {
 		return nil, err

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/audit"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 )
@@ -21,6 +24,9 @@ type ProjectState int
 const (
 	ProjectMissing ProjectState = iota
 	ProjectActive
+	// ProjectInitializing is a project whose control plane is not bootstrapped
+	// yet: only platform superusers (the controllers bootstrapping it) are served.
+	ProjectInitializing
 	// ProjectDeleting refuses new objects while the project is emptied.
 	ProjectDeleting
 )
@@ -175,6 +181,16 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 				fail(apierrors.NewNotFound(projectsResource, c.project))
 				return
 			}
+			if state == ProjectInitializing && !superuser(ctx) {
+				if info, ok := request.RequestInfoFrom(ctx); ok && info.IsResourceRequest {
+					// 503 with Retry-After: client-go and kubectl wait and retry by themselves.
+					err := apierrors.NewServiceUnavailable(fmt.Sprintf("project %s is initializing; retry in a moment", c.project))
+					err.ErrStatus.Details = &metav1.StatusDetails{Name: c.project, Group: projectsResource.Group, Kind: "projects", RetryAfterSeconds: 1}
+					w.Header().Set("Retry-After", "1")
+					fail(err)
+					return
+				}
+			}
 			if info, ok := request.RequestInfoFrom(ctx); state == ProjectDeleting && ok && info.Verb == "create" {
 				fail(apierrors.NewForbidden(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, info.Name,
 					fmt.Errorf("project %s is being deleted", c.project)))
@@ -252,4 +268,11 @@ func PlatformOnly(gr schema.GroupResource) bool {
 // PlatformOnlyGroup reports whether a whole API group is hidden from projects.
 func PlatformOnlyGroup(group string) bool {
 	return platformOnlyGroups.Has(group) && group != "iam.miloapis.com"
+}
+
+// superuser reports whether the request comes from a platform superuser
+// (group system:masters), such as the controllers bootstrapping a project.
+func superuser(ctx context.Context) bool {
+	u, ok := request.UserFrom(ctx)
+	return ok && slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup)
 }

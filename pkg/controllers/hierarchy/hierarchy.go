@@ -1,10 +1,13 @@
-// Package hierarchy runs the controllers that make Organizations, Folders and
-// Projects ready:
+// Package hierarchy runs the controllers of Organizations, Folders and Projects:
 //
-//   - an Organization gets its namespace organization-{name}, then Ready;
-//   - a Folder is Ready once admission has placed it (its chain is valid);
+//   - an Organization gets its namespace organization-{name}, then Ready; when
+//     deleted, its folders and projects go first, then its namespace, then it;
+//   - a Folder is Ready once admission has placed it; when deleted, its child
+//     folders and projects go first;
 //   - a Project's control plane is bootstrapped — its `default` namespace is
-//     created inside the project — then the Project is Ready.
+//     created inside the project — then the Project is Ready; when deleted,
+//     every object in it is deleted through its API, then the server purges its
+//     keys (Purger, which runs inside the API server because it needs etcd).
 //
 // Each kind has one shared informer and one work queue; a project is reached
 // through a client scoped to it over one shared HTTP transport. Nothing is
@@ -13,28 +16,23 @@ package hierarchy
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
-	"k8s.io/klog/v2"
 
+	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -44,26 +42,23 @@ var (
 	projects      = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "projects"}
 )
 
-// Controllers makes hierarchy objects ready.
+// Controllers makes hierarchy objects ready and deletes them completely.
 type Controllers struct {
-	purge Purger
-	// discovered caches what projects serve, for deletions.
-	discoveryMu  sync.Mutex
-	discovered   []*metav1.APIResourceList
-	discoveredAt time.Time
+	// What projects and the platform serve, for deletions.
+	projectResources, platformResources resourceCache
 
 	config   *rest.Config
 	http     *http.Client
 	dynamic  dynamic.Interface
 	platform kubernetes.Interface
-	factory  dynamicinformer.DynamicSharedInformerFactory
 	workers  int
+
+	orgs, folders, projects cache.SharedIndexInformer
 }
 
 // New prepares the controllers over a client configuration of the platform and
-// the server's shared hierarchy informers (factory); purge removes a deleted
-// project's keys from storage.
-func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFactory, workers int, purge Purger) (*Controllers, error) {
+// shared informers of the hierarchy (factory). The caller starts factory after New.
+func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFactory, workers int) (*Controllers, error) {
 	config = rest.CopyConfig(config)
 	// A shared transport serves the platform and every project.
 	httpClient, err := rest.HTTPClientFor(config)
@@ -81,92 +76,71 @@ func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFacto
 	if workers < 1 {
 		workers = 1
 	}
-	return &Controllers{purge: purge, config: config, http: httpClient, dynamic: dyn, platform: platform,
-		factory: factory, workers: workers}, nil
+	c := &Controllers{config: config, http: httpClient, dynamic: dyn, platform: platform, workers: workers,
+		orgs:     factory.ForResource(organizations).Informer(),
+		folders:  factory.ForResource(folders).Informer(),
+		projects: factory.ForResource(projects).Informer(),
+	}
+	if err := hierarchy.AddIndexes(c.folders, c.projects); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
-// project returns a client of one project's control plane over the shared transport.
-func (c *Controllers) project(name string) (kubernetes.Interface, error) {
+// projectConfig returns a client configuration of one project's control plane.
+func (c *Controllers) projectConfig(name string) *rest.Config {
 	cfg := rest.CopyConfig(c.config)
 	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + tenancy.ProjectPath(name)
-	return kubernetes.NewForConfigAndClient(cfg, c.http)
+	return cfg
 }
 
-// Run starts one loop per kind and works until ctx ends.
+// Run works until ctx ends and returns once every worker has stopped, so that
+// an instance that loses leadership stops acting before another one starts.
 func (c *Controllers) Run(ctx context.Context) {
-	loops := []*loop{
-		c.newLoop(organizations, c.syncOrganization),
-		c.newLoop(folders, c.syncFolder),
-		c.newLoop(projects, c.syncProject),
-	}
-	c.factory.Start(ctx.Done())
-	for _, l := range loops {
-		go l.run(ctx, c.workers)
-	}
-	<-ctx.Done()
-}
+	orgLoop := newLoop("organizations", c.orgs, c.syncOrganization)
+	folderLoop := newLoop("folders", c.folders, c.syncFolder)
+	projectLoop := newLoop("projects", c.projects, c.syncProject)
 
-type loop struct {
-	gvr      schema.GroupVersionResource
-	informer cache.SharedIndexInformer
-	queue    workqueue.TypedRateLimitingInterface[string]
-	sync     func(ctx context.Context, obj *unstructured.Unstructured) error
-}
-
-func (c *Controllers) newLoop(gvr schema.GroupVersionResource, sync func(context.Context, *unstructured.Unstructured) error) *loop {
-	l := &loop{gvr: gvr, informer: c.factory.ForResource(gvr).Informer(), sync: sync,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: gvr.Resource})}
-	enqueue := func(obj any) {
-		if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
-			l.queue.Add(key)
+	// The deletion of a child may let its parent's deletion finish.
+	parentDeleting := func(inf cache.SharedIndexInformer, key string) bool {
+		obj, ok, _ := inf.GetStore().GetByKey(key)
+		return ok && obj.(*unstructured.Unstructured).GetDeletionTimestamp() != nil
+	}
+	childGone := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return
+		}
+		if org := u.GetLabels()[tenancy.OrganizationLabel]; org != "" && parentDeleting(c.orgs, org) {
+			orgLoop.queue.Add(org)
+		}
+		if kind, name := hierarchy.ParentOf(u); kind == "Folder" && parentDeleting(c.folders, name) {
+			folderLoop.queue.Add(name)
 		}
 	}
-	l.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }}) //nolint:errcheck
-	return l
-}
+	for _, inf := range []cache.SharedIndexInformer{c.folders, c.projects} {
+		reg, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: childGone})
+		if err == nil {
+			defer inf.RemoveEventHandler(reg) //nolint:errcheck
+		}
+	}
 
-func (l *loop) run(ctx context.Context, workers int) {
-	defer l.queue.ShutDown()
-	if !cache.WaitForCacheSync(ctx.Done(), l.informer.HasSynced) {
-		return
+	var wg sync.WaitGroup
+	for _, l := range []*loop{orgLoop, folderLoop, projectLoop} {
+		wg.Go(func() { l.run(ctx, c.workers) })
 	}
-	for range workers {
-		go wait.UntilWithContext(ctx, func(ctx context.Context) {
-			for l.next(ctx) {
-			}
-		}, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (l *loop) next(ctx context.Context) bool {
-	key, quit := l.queue.Get()
-	if quit {
-		return false
-	}
-	defer l.queue.Done(key)
-	obj, exists, err := l.informer.GetStore().GetByKey(key)
-	if err == nil && exists {
-		err = l.sync(ctx, obj.(*unstructured.Unstructured))
-	}
-	var waiting errWaiting
-	if errors.As(err, &waiting) {
-		l.queue.AddAfter(key, 2*time.Second)
-		return true
-	}
-	if err != nil {
-		klog.FromContext(ctx).Error(err, "Syncing", "resource", l.gvr.Resource, "name", key)
-		l.queue.AddRateLimited(key)
-		return true
-	}
-	l.queue.Forget(key)
-	return true
+	wg.Wait()
 }
 
 func (c *Controllers) syncOrganization(ctx context.Context, org *unstructured.Unstructured) error {
 	if org.GetDeletionTimestamp() != nil {
-		return nil
+		return c.deleteOrganization(ctx, org)
+	}
+	if wrote, err := addFinalizers(ctx, c.dynamic, organizations, org, hierarchy.OrganizationFinalizer); wrote || err != nil {
+		return err
 	}
 	ns := tenancy.OrganizationNamespace(org.GetName())
 	_, err := c.platform.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{
@@ -183,7 +157,10 @@ func (c *Controllers) syncOrganization(ctx context.Context, org *unstructured.Un
 
 func (c *Controllers) syncFolder(ctx context.Context, f *unstructured.Unstructured) error {
 	if f.GetDeletionTimestamp() != nil {
-		return nil
+		return c.deleteFolder(ctx, f)
+	}
+	if wrote, err := addFinalizers(ctx, c.dynamic, folders, f, hierarchy.FolderFinalizer); wrote || err != nil {
+		return err
 	}
 	return c.setReady(ctx, folders, f, "Placed", "in organization "+f.GetLabels()[tenancy.OrganizationLabel])
 }
@@ -192,21 +169,15 @@ func (c *Controllers) syncProject(ctx context.Context, p *unstructured.Unstructu
 	if p.GetDeletionTimestamp() != nil {
 		return c.deleteProject(ctx, p)
 	}
-	if !slices.Contains(p.GetFinalizers(), ProjectFinalizer) {
-		// Nothing is bootstrapped before the finalizer is in place, so that
-		// nothing can outlive the Project.
-		updated := p.DeepCopy()
-		updated.SetFinalizers(append(updated.GetFinalizers(), ProjectFinalizer))
-		_, err := c.dynamic.Resource(projects).Update(ctx, updated, metav1.UpdateOptions{FieldManager: "milo-hierarchy"})
-		if apierrors.IsConflict(err) {
-			return nil
-		}
+	// Nothing is bootstrapped before the finalizers are in place, so that
+	// nothing can outlive the Project.
+	if wrote, err := addFinalizers(ctx, c.dynamic, projects, p, hierarchy.ProjectFinalizer, hierarchy.PurgeFinalizer); wrote || err != nil {
 		return err
 	}
-	if isReady(p) {
+	if hierarchy.IsReady(p) {
 		return nil
 	}
-	client, err := c.project(p.GetName())
+	client, err := kubernetes.NewForConfigAndClient(c.projectConfig(p.GetName()), c.http)
 	if err != nil {
 		return err
 	}
@@ -217,22 +188,9 @@ func (c *Controllers) syncProject(ctx context.Context, p *unstructured.Unstructu
 	return c.setReady(ctx, projects, p, "ControlPlaneReady", "the project's control plane is initialized")
 }
 
-func isReady(obj *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Ready" && m["status"] == string(metav1.ConditionTrue) {
-			if gen, ok := m["observedGeneration"].(int64); !ok || gen == obj.GetGeneration() {
-				return true
-			}
-		}
-	}
-	return false
-}
-
 // setReady sets the Ready condition.
 func (c *Controllers) setReady(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, reason, message string) error {
-	if isReady(obj) {
+	if hierarchy.IsReady(obj) {
 		return nil
 	}
 	return c.setCondition(ctx, gvr, obj, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: reason, Message: message})

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"errors"
+	"time"
+
+	"github.com/spf13/cobra"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/clientcmd"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/cli/globalflag"
+	componentbaseoptions "k8s.io/component-base/config/options"
+	"k8s.io/component-base/logs"
+	"k8s.io/klog/v2"
+
+	hierarchycontrollers "go.miloapis.com/milo/pkg/controllers/hierarchy"
+	"go.miloapis.com/milo/pkg/version"
+)
+
+func newControllerManagerCommand() *cobra.Command {
+	var (
+		kubeconfigPath, context string
+		workers                 int
+	)
+	leaderElection := hierarchycontrollers.DefaultLeaderElection()
+	var fss cliflag.NamedFlagSets
+	cmd := &cobra.Command{
+		Use:   "controller-manager --kubeconfig FILE",
+		Short: "Run the Organization, Folder and Project controllers against a Milo server",
+		Long: "Run Milo's hierarchy controllers as their own process. Instances elect one leader through the Lease\n" +
+			"milo-system/milo-controller-manager, which the controllers inside `milo start` join as well, so any\n" +
+			"number may run at once. The identity in --kubeconfig must be a platform superuser (system:masters):\n" +
+			"the controllers bootstrap projects before they are open to anyone else.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if kubeconfigPath == "" {
+				return errors.New("--kubeconfig is required")
+			}
+			config, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+				&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfigPath},
+				&clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+			if err != nil {
+				return err
+			}
+			config.UserAgent = "milo-controller-manager/" + version.Get().Milo
+			// Deletions of many projects at once are bounded by the workers, not by client-side throttling.
+			config.QPS, config.Burst = -1, -1
+			klog.InfoS("Starting Milo controller manager", "version", version.Get().String(), "server", config.Host)
+
+			ctx := genericapiserver.SetupSignalContext()
+			client, err := dynamic.NewForConfig(config)
+			if err != nil {
+				return err
+			}
+			factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 10*time.Minute)
+			controllers, err := hierarchycontrollers.New(config, factory, workers)
+			if err != nil {
+				return err
+			}
+			factory.Start(ctx.Done())
+			return hierarchycontrollers.RunElected(ctx, config, leaderElection, controllers.Run)
+		},
+	}
+	fs := fss.FlagSet("controller manager")
+	fs.StringVar(&kubeconfigPath, "kubeconfig", "", "Kubeconfig of the Milo server to manage (for example its admin.kubeconfig).")
+	fs.StringVar(&context, "context", "", "Context of --kubeconfig to use; its current context when empty.")
+	fs.IntVar(&workers, "workers", 16, "Objects of each kind worked on at once.")
+	componentbaseoptions.BindLeaderElectionFlags(&leaderElection, fss.FlagSet("leader election"))
+	globalflag.AddGlobalFlags(fss.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
+	for _, name := range fss.Order {
+		cmd.Flags().AddFlagSet(fss.FlagSets[name])
+	}
+	return cmd
+}

@@ -1,0 +1,332 @@
+package hierarchy
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"go.miloapis.com/milo/pkg/hierarchy"
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// deleteOrganization deletes the organization's folders and projects, then its
+// namespace (emptied first, as no namespace controller runs for the platform),
+// then releases the Organization.
+func (c *Controllers) deleteOrganization(ctx context.Context, org *unstructured.Unstructured) error {
+	if !slices.Contains(org.GetFinalizers(), hierarchy.OrganizationFinalizer) {
+		return nil
+	}
+	waiting, err := c.deleteChildren(ctx, hierarchy.ByOrganization, org.GetName())
+	if err != nil {
+		return err
+	}
+	if waiting == "" {
+		waiting, err = c.deleteOrganizationNamespace(ctx, tenancy.OrganizationNamespace(org.GetName()))
+		if err != nil {
+			return err
+		}
+	}
+	if waiting != "" {
+		if err := c.setCondition(ctx, organizations, org, cleanupCondition("DeletingContents", waiting)); err != nil {
+			return err
+		}
+		return errWaiting{waiting}
+	}
+	return removeFinalizer(ctx, c.dynamic, organizations, org, hierarchy.OrganizationFinalizer)
+}
+
+// deleteFolder deletes the folder's child folders and projects, then releases it.
+func (c *Controllers) deleteFolder(ctx context.Context, f *unstructured.Unstructured) error {
+	if !slices.Contains(f.GetFinalizers(), hierarchy.FolderFinalizer) {
+		return nil
+	}
+	waiting, err := c.deleteChildren(ctx, hierarchy.ByParent, hierarchy.ParentKey("Folder", f.GetName()))
+	if err != nil {
+		return err
+	}
+	if waiting != "" {
+		if err := c.setCondition(ctx, folders, f, cleanupCondition("DeletingContents", waiting)); err != nil {
+			return err
+		}
+		return errWaiting{waiting}
+	}
+	return removeFinalizer(ctx, c.dynamic, folders, f, hierarchy.FolderFinalizer)
+}
+
+// deleteChildren deletes the Folders and Projects found under key in the given
+// index, and describes those still present ("" when none is).
+func (c *Controllers) deleteChildren(ctx context.Context, index, key string) (string, error) {
+	var counts []string
+	for _, kind := range []struct {
+		gvr      schema.GroupVersionResource
+		informer cache.SharedIndexInformer
+	}{{folders, c.folders}, {projects, c.projects}} {
+		children, err := kind.informer.GetIndexer().ByIndex(index, key)
+		if err != nil {
+			return "", err
+		}
+		for _, obj := range children {
+			child := obj.(*unstructured.Unstructured)
+			if child.GetDeletionTimestamp() != nil {
+				continue
+			}
+			err := c.dynamic.Resource(kind.gvr).Delete(ctx, child.GetName(), metav1.DeleteOptions{
+				Preconditions: &metav1.Preconditions{UID: ptr.To(child.GetUID())}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return "", fmt.Errorf("deleting %s %s: %w", kind.gvr.Resource, child.GetName(), err)
+			}
+		}
+		if len(children) > 0 {
+			counts = append(counts, fmt.Sprintf("%d %s", len(children), kind.gvr.Resource))
+		}
+	}
+	if len(counts) == 0 {
+		return "", nil
+	}
+	return "waiting for " + strings.Join(counts, " and ") + " to be deleted", nil
+}
+
+// deleteOrganizationNamespace deletes the namespace and everything in it, and
+// describes what is still there ("" once the namespace is gone).
+func (c *Controllers) deleteOrganizationNamespace(ctx context.Context, name string) (string, error) {
+	namespaces := c.platform.CoreV1().Namespaces()
+	ns, err := namespaces.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if ns.DeletionTimestamp == nil {
+		if err := namespaces.Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return "", err
+		}
+	}
+	remaining, err := c.deleteContents(ctx, c.config, &c.platformResources, []string{name}, false)
+	if err != nil {
+		return "", err
+	}
+	if len(remaining) > 0 {
+		return describeRemaining(remaining), nil
+	}
+	if len(ns.Spec.Finalizers) > 0 {
+		ns.Spec.Finalizers = nil
+		if _, err := namespaces.Finalize(ctx, ns, metav1.UpdateOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return "", fmt.Errorf("finalizing namespace %s: %w", name, err)
+		}
+	}
+	if _, err := namespaces.Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return "waiting for namespace " + name + " to be deleted", err
+	}
+	return "", nil
+}
+
+// deleteProject empties a project being deleted, through its API so that
+// finalizers and watchers see every deletion, then releases the Project to the
+// server's Purger. Objects held by finalizers are reported in the
+// ResourceCleanup condition and waited for.
+func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstructured) error {
+	if !slices.Contains(p.GetFinalizers(), hierarchy.ProjectFinalizer) {
+		return nil
+	}
+	remaining, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, nil, true)
+	if err != nil {
+		return err
+	}
+	if len(remaining) > 0 {
+		msg := describeRemaining(remaining)
+		if err := c.setCondition(ctx, projects, p, cleanupCondition("WaitingForFinalizers", msg)); err != nil {
+			return err
+		}
+		return errWaiting{msg}
+	}
+	if err := c.setCondition(ctx, projects, p, cleanupCondition("Purging", "every object is deleted; the server purges the project's storage")); err != nil {
+		return err
+	}
+	return removeFinalizer(ctx, c.dynamic, projects, p, hierarchy.ProjectFinalizer)
+}
+
+func cleanupCondition(reason, message string) metav1.Condition {
+	return metav1.Condition{Type: "ResourceCleanup", Status: metav1.ConditionTrue, Reason: reason, Message: message}
+}
+
+func describeRemaining(remaining []string) string {
+	sort.Strings(remaining)
+	shown := remaining
+	if len(shown) > 5 {
+		shown = shown[:5]
+	}
+	return fmt.Sprintf("waiting for %d object(s) with finalizers: %s", len(remaining), strings.Join(shown, ", "))
+}
+
+// deleteContents deletes every object of every deletable resource in the given
+// namespaces (all namespaces when nil) and, when clusterScoped, every
+// cluster-scoped object except namespaces, of the control plane cfg reaches. It
+// returns the objects still present afterwards, as "resource namespace/name".
+func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *resourceCache, namespaces []string, clusterScoped bool) ([]string, error) {
+	dyn, err := dynamic.NewForConfigAndClient(cfg, c.http)
+	if err != nil {
+		return nil, err
+	}
+	lists, err := resources.get(func() (discovery.DiscoveryInterface, error) {
+		return discovery.NewDiscoveryClientForConfigAndClient(cfg, c.http)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("discovering the resources of %s: %w", cfg.Host, err)
+	}
+	if namespaces == nil {
+		nsList, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		for _, ns := range nsList.Items {
+			namespaces = append(namespaces, ns.GetName())
+		}
+	}
+	var remaining []string
+	for _, list := range lists {
+		gv, err := schema.ParseGroupVersion(list.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range list.APIResources {
+			if strings.Contains(r.Name, "/") || r.Name == "namespaces" || !slices.Contains(r.Verbs, "deletecollection") || !slices.Contains(r.Verbs, "list") {
+				continue
+			}
+			if !r.Namespaced && !clusterScoped {
+				continue
+			}
+			res := dyn.Resource(gv.WithResource(r.Name))
+			scopes := []dynamic.ResourceInterface{res}
+			if r.Namespaced {
+				scopes = scopes[:0]
+				for _, ns := range namespaces {
+					scopes = append(scopes, res.Namespace(ns))
+				}
+			}
+			for _, scope := range scopes {
+				// Most resources of a project are empty: a list from the watch cache
+				// says so without a write.
+				present, err := scope.List(ctx, metav1.ListOptions{ResourceVersion: "0", Limit: 1})
+				if err != nil && !apierrors.IsNotFound(err) {
+					return nil, err
+				}
+				if present == nil || len(present.Items) == 0 {
+					continue
+				}
+				if err := scope.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
+					return nil, fmt.Errorf("deleting %s in %s: %w", r.Name, cfg.Host, err)
+				}
+				left, err := scope.List(ctx, metav1.ListOptions{})
+				if err != nil && !apierrors.IsNotFound(err) {
+					return nil, err
+				}
+				if left != nil {
+					for _, o := range left.Items {
+						remaining = append(remaining, r.Name+" "+objectName(&o))
+					}
+				}
+			}
+		}
+	}
+	return remaining, nil
+}
+
+func objectName(o metav1.Object) string {
+	if o.GetNamespace() == "" {
+		return o.GetName()
+	}
+	return o.GetNamespace() + "/" + o.GetName()
+}
+
+// setCondition sets one condition, writing only when it changes.
+func (c *Controllers) setCondition(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, cond metav1.Condition) error {
+	conditions := conditionsOf(obj)
+	cond.ObservedGeneration = obj.GetGeneration()
+	if !meta.SetStatusCondition(&conditions, cond) {
+		return nil
+	}
+	return c.writeConditions(ctx, gvr, obj, conditions)
+}
+
+func conditionsOf(obj *unstructured.Unstructured) []metav1.Condition {
+	var conditions []metav1.Condition
+	existing, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, e := range existing {
+		m, ok := e.(map[string]any)
+		if !ok {
+			continue
+		}
+		var cond metav1.Condition
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(m, &cond); err == nil {
+			conditions = append(conditions, cond)
+		}
+	}
+	return conditions
+}
+
+func (c *Controllers) writeConditions(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, conditions []metav1.Condition) error {
+	raw := make([]any, 0, len(conditions))
+	for i := range conditions {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&conditions[i])
+		if err != nil {
+			return err
+		}
+		raw = append(raw, u)
+	}
+	updated := obj.DeepCopy()
+	if err := unstructured.SetNestedSlice(updated.Object, raw, "status", "conditions"); err != nil {
+		return err
+	}
+	unstructured.SetNestedField(updated.Object, obj.GetGeneration(), "status", "observedGeneration") //nolint:errcheck
+	_, err := c.dynamic.Resource(gvr).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+	if apierrors.IsConflict(err) {
+		return nil // the newer version is queued and will be synced
+	}
+	return err
+}
+
+// resourceCache keeps one discovery answer for a few seconds. Every project
+// serves the same resources, so one answer serves all project deletions.
+type resourceCache struct {
+	mu    sync.Mutex
+	lists []*metav1.APIResourceList
+	at    time.Time
+}
+
+func (r *resourceCache) get(client func() (discovery.DiscoveryInterface, error)) ([]*metav1.APIResourceList, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lists != nil && time.Since(r.at) < 10*time.Second {
+		return r.lists, nil
+	}
+	disco, err := client()
+	if err != nil {
+		return nil, err
+	}
+	lists, err := disco.ServerPreferredResources()
+	if err != nil && len(lists) == 0 {
+		return nil, err
+	}
+	// A partial answer (a group failing discovery) is used but not kept.
+	if err == nil {
+		r.lists, r.at = lists, time.Now()
+	}
+	return lists, nil
+}

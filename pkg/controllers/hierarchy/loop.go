@@ -1,0 +1,131 @@
+package hierarchy
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+)
+
+// loop is one work queue over one shared informer. Its event handler is
+// registered for as long as it runs, so a controller that loses leadership and
+// later regains it does not leave handlers behind.
+type loop struct {
+	name     string
+	informer cache.SharedIndexInformer
+	queue    workqueue.TypedRateLimitingInterface[string]
+	sync     func(ctx context.Context, obj *unstructured.Unstructured) error
+}
+
+func newLoop(name string, informer cache.SharedIndexInformer, sync func(context.Context, *unstructured.Unstructured) error) *loop {
+	return &loop{name: name, informer: informer, sync: sync,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: name})}
+}
+
+func (l *loop) enqueue(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		l.queue.Add(key)
+	}
+}
+
+// run works the queue with the given number of workers until ctx ends, and
+// returns once every worker has stopped.
+func (l *loop) run(ctx context.Context, workers int) {
+	reg, err := l.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: l.enqueue, UpdateFunc: func(_, o any) { l.enqueue(o) }})
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Registering event handler", "controller", l.name)
+		return
+	}
+	defer l.informer.RemoveEventHandler(reg) //nolint:errcheck
+	defer l.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), l.informer.HasSynced, reg.HasSynced) {
+		return
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			wait.UntilWithContext(ctx, func(ctx context.Context) {
+				for l.next(ctx) {
+				}
+			}, time.Second)
+		})
+	}
+	<-ctx.Done()
+	l.queue.ShutDown()
+	wg.Wait()
+}
+
+func (l *loop) next(ctx context.Context) bool {
+	key, quit := l.queue.Get()
+	if quit {
+		return false
+	}
+	defer l.queue.Done(key)
+	obj, exists, err := l.informer.GetStore().GetByKey(key)
+	if err == nil && exists {
+		err = l.sync(ctx, obj.(*unstructured.Unstructured))
+	}
+	var waiting errWaiting
+	if errors.As(err, &waiting) {
+		l.queue.AddAfter(key, 2*time.Second)
+		return true
+	}
+	if err != nil && ctx.Err() == nil {
+		klog.FromContext(ctx).Error(err, "Syncing", "controller", l.name, "name", key)
+		l.queue.AddRateLimited(key)
+		return true
+	}
+	l.queue.Forget(key)
+	return true
+}
+
+// errWaiting asks for the object to be synced again a little later.
+type errWaiting struct{ msg string }
+
+func (e errWaiting) Error() string { return e.msg }
+
+// addFinalizers adds the finalizers obj lacks and reports whether it wrote.
+// A conflict is not an error: the newer version is queued and will be synced.
+func addFinalizers(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, finalizers ...string) (bool, error) {
+	missing := slices.DeleteFunc(slices.Clone(finalizers), func(f string) bool { return slices.Contains(obj.GetFinalizers(), f) })
+	if len(missing) == 0 {
+		return false, nil
+	}
+	updated := obj.DeepCopy()
+	updated.SetFinalizers(append(updated.GetFinalizers(), missing...))
+	_, err := client.Resource(gvr).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+	if apierrors.IsConflict(err) {
+		err = nil
+	}
+	return true, err
+}
+
+// removeFinalizer releases obj from one finalizer. A conflict is not an error:
+// the newer version is queued and will be synced.
+func removeFinalizer(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, finalizer string) error {
+	if !slices.Contains(obj.GetFinalizers(), finalizer) {
+		return nil
+	}
+	updated := obj.DeepCopy()
+	updated.SetFinalizers(slices.DeleteFunc(updated.GetFinalizers(), func(f string) bool { return f == finalizer }))
+	_, err := client.Resource(gvr).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+const fieldManager = "milo-hierarchy"

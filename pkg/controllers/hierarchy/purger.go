@@ -1,0 +1,54 @@
+package hierarchy
+
+import (
+	"context"
+	"slices"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/rest"
+
+	"go.miloapis.com/milo/pkg/hierarchy"
+)
+
+// PurgeFunc removes every remaining key of a project from storage.
+type PurgeFunc func(ctx context.Context, project string) error
+
+// Purger is the last step of a project's deletion, and the only one that needs
+// storage access, so it runs inside the API server whoever runs the
+// controllers: once the controllers have emptied a deleted project and released
+// it, the Purger removes its keys and then the Project's purge finalizer. Purges
+// are idempotent, so several servers may run one.
+type Purger struct {
+	purge   PurgeFunc
+	dynamic dynamic.Interface
+	loop    *loop
+}
+
+// NewPurger prepares a Purger over the server's loopback configuration (whose
+// identity alone may remove the purge finalizer) and its hierarchy informers.
+func NewPurger(loopback *rest.Config, factory dynamicinformer.DynamicSharedInformerFactory, purge PurgeFunc) (*Purger, error) {
+	dyn, err := dynamic.NewForConfig(loopback)
+	if err != nil {
+		return nil, err
+	}
+	p := &Purger{purge: purge, dynamic: dyn}
+	p.loop = newLoop("project-purge", factory.ForResource(projects).Informer(), p.sync)
+	return p, nil
+}
+
+// Run purges with the given number of workers until ctx ends.
+func (p *Purger) Run(ctx context.Context, workers int) { p.loop.run(ctx, workers) }
+
+func (p *Purger) sync(ctx context.Context, project *unstructured.Unstructured) error {
+	finalizers := project.GetFinalizers()
+	if project.GetDeletionTimestamp() == nil || !slices.Contains(finalizers, hierarchy.PurgeFinalizer) ||
+		slices.Contains(finalizers, hierarchy.ProjectFinalizer) {
+		return nil
+	}
+	if err := p.purge(ctx, project.GetName()); err != nil {
+		return err
+	}
+	return removeFinalizer(ctx, p.dynamic, projects, project, hierarchy.PurgeFinalizer)
+}
