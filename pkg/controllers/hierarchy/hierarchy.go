@@ -28,9 +28,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -94,7 +96,8 @@ func (c *Controllers) projectConfig(name string) *rest.Config {
 	return cfg
 }
 
-// Run works until ctx ends and returns once every worker has stopped, so that
+// Run works until ctx ends, along with the platform's cluster-role aggregation,
+// and returns once every worker has stopped, so that
 // an instance that loses leadership stops acting before another one starts.
 func (c *Controllers) Run(ctx context.Context) {
 	orgLoop := newLoop("organizations", c.orgs, c.syncOrganization)
@@ -128,10 +131,18 @@ func (c *Controllers) Run(ctx context.Context) {
 		}
 	}
 
+	// The platform's aggregated ClusterRoles (admin, edit, view) get their rules
+	// from this controller, as kube-controller-manager does for a cluster.
+	roles := informers.NewSharedInformerFactory(c.platform, 0)
+	aggregation := clusterroleaggregation.NewClusterRoleAggregation(roles.Rbac().V1().ClusterRoles(), c.platform.RbacV1())
+	roles.Start(ctx.Done())
+	defer roles.Shutdown()
+
 	var wg sync.WaitGroup
 	for _, l := range []*loop{orgLoop, folderLoop, projectLoop} {
 		wg.Go(func() { l.run(ctx, c.workers) })
 	}
+	wg.Go(func() { aggregation.Run(ctx, 1) })
 	wg.Wait()
 }
 

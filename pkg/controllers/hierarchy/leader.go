@@ -92,7 +92,7 @@ func RunElected(ctx context.Context, config *rest.Config, le componentbaseconfig
 		// Run returns when leadership is lost or ctx ends.
 		elector.Run(ctx)
 	}
-	running.Lock() // the last term has stopped
+	running.Lock()   // the last term has stopped
 	running.Unlock() //nolint:staticcheck
 	return nil
 }

@@ -65,7 +65,8 @@ type OrganizationStatus struct {
 	// ObservedGeneration is the generation the conditions describe.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready is true once the organization's namespace exists.
+	// Conditions: Ready is true once the organization's namespace exists;
+	// ResourceCleanup, while it is being deleted, says what the deletion waits for.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
@@ -136,7 +137,8 @@ type FolderStatus struct {
 	// ObservedGeneration is the generation the conditions describe.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions: Ready is true when the parent chain up to the Organization is valid.
+	// Conditions: Ready is true when the parent chain up to the Organization is valid;
+	// ResourceCleanup, while it is being deleted, says what the deletion waits for.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
