@@ -45,8 +45,6 @@ func newControllerManagerCommand() *cobra.Command {
 				return err
 			}
 			config.UserAgent = "milo-controller-manager/" + version.Get().Milo
-			// Deletions of many projects at once are bounded by the workers, not by client-side throttling.
-			config.QPS, config.Burst = -1, -1
 			klog.InfoS("Starting Milo controller manager", "version", version.Get().String(), "server", config.Host)
 
 			ctx := genericapiserver.SetupSignalContext()

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
@@ -118,7 +119,7 @@ func (c *Controllers) deleteOrganizationNamespace(ctx context.Context, name stri
 			return "", err
 		}
 	}
-	remaining, err := c.deleteContents(ctx, c.config, &c.platformResources, []string{name}, false)
+	remaining, err := c.deleteContents(ctx, c.config, &c.platformResources, name)
 	if err != nil {
 		return "", err
 	}
@@ -145,7 +146,7 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 	if !slices.Contains(p.GetFinalizers(), hierarchy.ProjectFinalizer) {
 		return nil
 	}
-	remaining, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, nil, true)
+	remaining, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, metav1.NamespaceAll)
 	if err != nil {
 		return err
 	}
@@ -156,9 +157,8 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 		}
 		return errWaiting{msg}
 	}
-	if err := c.setCondition(ctx, projects, p, cleanupCondition("Purging", "every object is deleted; the server purges the project's storage")); err != nil {
-		return err
-	}
+	// No "purging" condition is written: it would cost every deletion a write
+	// for a state that lasts a moment.
 	return removeFinalizer(ctx, c.dynamic, projects, p, hierarchy.ProjectFinalizer)
 }
 
@@ -175,12 +175,21 @@ func describeRemaining(remaining []string) string {
 	return fmt.Sprintf("waiting for %d object(s) with finalizers: %s", len(remaining), strings.Join(shown, ", "))
 }
 
-// deleteContents deletes every object of every deletable resource in the given
-// namespaces (all namespaces when nil) and, when clusterScoped, every
-// cluster-scoped object except namespaces, of the control plane cfg reaches. It
-// returns the objects still present afterwards, as "resource namespace/name".
-func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *resourceCache, namespaces []string, clusterScoped bool) ([]string, error) {
+// deleteContents deletes every object of every deletable resource, except
+// namespaces, of the control plane cfg reaches — only in namespace when it is
+// given, and only namespaced resources then. It returns the objects still
+// present afterwards, as "resource namespace/name".
+//
+// One metadata list per resource, from the watch cache, finds what is there;
+// most resources of a project are empty and cost nothing more. Only where
+// objects exist is a deletecollection sent, per namespace, and the rest listed
+// again.
+func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *resourceCache, namespace string) ([]string, error) {
 	dyn, err := dynamic.NewForConfigAndClient(cfg, c.http)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := metadata.NewForConfigAndClient(cfg, c.http)
 	if err != nil {
 		return nil, err
 	}
@@ -189,15 +198,6 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 	})
 	if err != nil {
 		return nil, fmt.Errorf("discovering the resources of %s: %w", cfg.Host, err)
-	}
-	if namespaces == nil {
-		nsList, err := dyn.Resource(schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}).List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return nil, err
-		}
-		for _, ns := range nsList.Items {
-			namespaces = append(namespaces, ns.GetName())
-		}
 	}
 	var remaining []string
 	for _, list := range lists {
@@ -209,38 +209,34 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 			if strings.Contains(r.Name, "/") || r.Name == "namespaces" || !slices.Contains(r.Verbs, "deletecollection") || !slices.Contains(r.Verbs, "list") {
 				continue
 			}
-			if !r.Namespaced && !clusterScoped {
+			if !r.Namespaced && namespace != "" {
 				continue
 			}
-			res := dyn.Resource(gv.WithResource(r.Name))
-			scopes := []dynamic.ResourceInterface{res}
-			if r.Namespaced {
-				scopes = scopes[:0]
-				for _, ns := range namespaces {
-					scopes = append(scopes, res.Namespace(ns))
-				}
+			gvr := gv.WithResource(r.Name)
+			present, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+			if apierrors.IsNotFound(err) || (err == nil && len(present.Items) == 0) {
+				continue
 			}
-			for _, scope := range scopes {
-				// Most resources of a project are empty: a list from the watch cache
-				// says so without a write.
-				present, err := scope.List(ctx, metav1.ListOptions{ResourceVersion: "0", Limit: 1})
+			if err != nil {
+				return nil, err
+			}
+			scopes := map[string]bool{}
+			for _, o := range present.Items {
+				scopes[o.Namespace] = true
+			}
+			for ns := range scopes {
+				err := dyn.Resource(gvr).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
 				if err != nil && !apierrors.IsNotFound(err) {
-					return nil, err
-				}
-				if present == nil || len(present.Items) == 0 {
-					continue
-				}
-				if err := scope.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil && !apierrors.IsNotFound(err) {
 					return nil, fmt.Errorf("deleting %s in %s: %w", r.Name, cfg.Host, err)
 				}
-				left, err := scope.List(ctx, metav1.ListOptions{})
-				if err != nil && !apierrors.IsNotFound(err) {
-					return nil, err
-				}
-				if left != nil {
-					for _, o := range left.Items {
-						remaining = append(remaining, r.Name+" "+objectName(&o))
-					}
+			}
+			left, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return nil, err
+			}
+			if left != nil {
+				for _, o := range left.Items {
+					remaining = append(remaining, r.Name+" "+objectName(&o))
 				}
 			}
 		}

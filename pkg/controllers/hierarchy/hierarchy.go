@@ -62,6 +62,10 @@ type Controllers struct {
 // shared informers of the hierarchy (factory). The caller starts factory after New.
 func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFactory, workers int) (*Controllers, error) {
 	config = rest.CopyConfig(config)
+	// The workers bound how much the controllers ask of the server at once; a
+	// client-side rate limit (the loopback default is 50/s) would instead bound
+	// how many projects can be created or deleted per second.
+	config.QPS, config.Burst = -1, -1
 	// A shared transport serves the platform and every project.
 	httpClient, err := rest.HTTPClientFor(config)
 	if err != nil {

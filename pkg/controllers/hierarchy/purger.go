@@ -29,7 +29,9 @@ type Purger struct {
 // NewPurger prepares a Purger over the server's loopback configuration (whose
 // identity alone may remove the purge finalizer) and its hierarchy informers.
 func NewPurger(loopback *rest.Config, factory dynamicinformer.DynamicSharedInformerFactory, purge PurgeFunc) (*Purger, error) {
-	dyn, err := dynamic.NewForConfig(loopback)
+	config := rest.CopyConfig(loopback)
+	config.QPS, config.Burst = -1, -1 // bounded by the workers instead
+	dyn, err := dynamic.NewForConfig(config)
 	if err != nil {
 		return nil, err
 	}

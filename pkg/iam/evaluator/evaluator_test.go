@@ -1,0 +1,157 @@
+package evaluator
+
+import (
+	"slices"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func perm(t *testing.T, s string) Permission {
+	t.Helper()
+	p, ok := ParsePermission(s)
+	if !ok {
+		t.Fatalf("bad permission %q", s)
+	}
+	return p
+}
+
+// tree: org acme → folder team → folder sub → project web; project api under acme;
+// organization other → project elsewhere.
+func newTestEvaluator() *Evaluator {
+	e := New()
+	e.SetParent(Folder("team"), Organization("acme"))
+	e.SetParent(Folder("sub"), Folder("team"))
+	e.SetParent(Project("web"), Folder("sub"))
+	e.SetParent(Project("api"), Organization("acme"))
+	e.SetParent(Project("elsewhere"), Organization("other"))
+	e.SetRole(RoleKey{"milo-system", "viewer"}, []string{"core/configmaps.get", "core/configmaps.list", "resourcemanager.miloapis.com/projects.get"}, nil)
+	e.SetRole(RoleKey{"milo-system", "editor"}, []string{"core/configmaps.create"}, []RoleKey{{"milo-system", "viewer"}})
+	return e
+}
+
+func TestGrantsInheritDownTheHierarchyOnly(t *testing.T) {
+	e := newTestEvaluator()
+	folderTeam := Folder("team")
+	e.SetBinding("organization-acme/bob-viewer", Binding{Role: RoleKey{"milo-system", "viewer"},
+		Subjects: []Subject{{Kind: "User", Name: "bob"}}, Resource: &folderTeam})
+	get := perm(t, "core/configmaps.get")
+	for _, c := range []struct {
+		user    string
+		target  Node
+		p       Permission
+		allowed bool
+	}{
+		{"bob", Project("web"), get, true},                                // below the folder, two levels
+		{"bob", Folder("sub"), get, true},                                 // the folder below
+		{"bob", Project("api"), get, false},                               // a sibling under the organization
+		{"bob", Organization("acme"), get, false},                         // above the binding
+		{"bob", Project("elsewhere"), get, false},                         // another organization
+		{"bob", Project("web"), perm(t, "core/configmaps.create"), false}, // not in the role
+		{"carol", Project("web"), get, false},                             // nobody else
+	} {
+		if got, _ := e.Allowed(Request{User: c.user, Permission: c.p, Target: c.target}); got != c.allowed {
+			t.Errorf("%s %s on %v: %v, want %v", c.user, c.p, c.target, got, c.allowed)
+		}
+	}
+
+	// A project created later, and one moved into the folder, inherit at once.
+	e.SetParent(Project("new"), Folder("sub"))
+	e.SetParent(Project("api"), Folder("team"))
+	for _, p := range []string{"new", "api"} {
+		if ok, _ := e.Allowed(Request{User: "bob", Permission: get, Target: Project(p)}); !ok {
+			t.Errorf("bob cannot read %s after it came under the folder", p)
+		}
+	}
+	// Revoking removes the access.
+	e.DeleteBinding("organization-acme/bob-viewer")
+	if ok, _ := e.Allowed(Request{User: "bob", Permission: get, Target: Project("web")}); ok {
+		t.Errorf("a deleted binding still grants")
+	}
+}
+
+func TestRoleInheritanceAndCycles(t *testing.T) {
+	e := newTestEvaluator()
+	perms, _ := e.EffectivePermissions(RoleKey{"milo-system", "editor"})
+	slices.Sort(perms)
+	want := []string{"core/configmaps.create", "core/configmaps.get", "core/configmaps.list", "resourcemanager.miloapis.com/projects.get"}
+	if !slices.Equal(perms, want) {
+		t.Fatalf("editor's effective permissions %v, want %v", perms, want)
+	}
+	// Changing an inherited role changes the inheriting one.
+	e.SetRole(RoleKey{"milo-system", "viewer"}, []string{"core/secrets.get"}, nil)
+	perms, _ = e.EffectivePermissions(RoleKey{"milo-system", "editor"})
+	if !slices.Contains(perms, "core/secrets.get") || slices.Contains(perms, "core/configmaps.get") {
+		t.Fatalf("editor did not follow viewer: %v", perms)
+	}
+	if c := e.Cycle(RoleKey{"milo-system", "viewer"}, []RoleKey{{"milo-system", "editor"}}); len(c) == 0 {
+		t.Fatalf("viewer inheriting editor is a cycle, not found")
+	}
+	if c := e.Cycle(RoleKey{"milo-system", "auditor"}, []RoleKey{{"milo-system", "editor"}}); len(c) != 0 {
+		t.Fatalf("a false cycle: %v", c)
+	}
+}
+
+func TestSubjectsGroupsServiceAccountsAndKinds(t *testing.T) {
+	e := newTestEvaluator()
+	web := Project("web")
+	acme := Organization("acme")
+	e.SetBinding("organization-acme/admins", Binding{Role: RoleKey{"milo-system", "viewer"},
+		Subjects: []Subject{{Kind: "Group", Namespace: "organization-acme", Name: "admins"}}, Resource: &acme})
+	e.SetBinding("organization-acme/devs", Binding{Role: RoleKey{"milo-system", "editor"},
+		Subjects: []Subject{{Kind: "Group", Name: "developers"}}, Resource: &web})
+	e.SetBinding("organization-acme/ci", Binding{Role: RoleKey{"milo-system", "editor"},
+		Subjects: []Subject{{Kind: "ServiceAccount", Namespace: "default", Name: "ci"}}, Resource: &web})
+	e.SetBinding("organization-acme/all-projects", Binding{Role: RoleKey{"milo-system", "viewer"},
+		Subjects: []Subject{{Kind: "User", Name: "auditor"}}, Kind: &schema.GroupResource{Group: ResourceManagerGroup, Resource: "projects"}, Scope: "acme"})
+	get, create := perm(t, "core/configmaps.get"), perm(t, "core/configmaps.create")
+	getProject := perm(t, "resourcemanager.miloapis.com/projects.get")
+
+	if ok, _ := e.Allowed(Request{User: "dave", Permission: get, Target: web}); ok {
+		t.Fatal("dave is in no group yet")
+	}
+	e.SetMembership("organization-acme/dave-admins", "dave", Subject{Namespace: "organization-acme", Name: "admins"})
+	if ok, _ := e.Allowed(Request{User: "dave", Permission: get, Target: web}); !ok {
+		t.Fatal("a group membership does not grant")
+	}
+	e.DeleteMembership("organization-acme/dave-admins")
+	if ok, _ := e.Allowed(Request{User: "dave", Permission: get, Target: web}); ok {
+		t.Fatal("a removed membership still grants")
+	}
+	if ok, _ := e.Allowed(Request{User: "erin", Groups: []string{"developers"}, Permission: create, Target: web}); !ok {
+		t.Fatal("an authenticated group does not grant")
+	}
+	if ok, _ := e.Allowed(Request{User: "system:serviceaccount:default:ci", Permission: create, Target: web}); !ok {
+		t.Fatal("a service account subject does not grant")
+	}
+	if ok, _ := e.Allowed(Request{User: "system:serviceaccount:default:ci", Permission: create, Target: Project("api")}); ok {
+		t.Fatal("a service account's grant leaks to another project")
+	}
+	// A kind binding covers every object of the kind in its organization only.
+	if ok, _ := e.Allowed(Request{User: "auditor", Permission: getProject, Target: Project("api")}); !ok {
+		t.Fatal("a kind binding does not grant in its organization")
+	}
+	if ok, _ := e.Allowed(Request{User: "auditor", Permission: getProject, Target: Project("elsewhere")}); ok {
+		t.Fatal("a kind binding grants in another organization")
+	}
+}
+
+func TestParsePermission(t *testing.T) {
+	for s, want := range map[string]Permission{
+		"core/configmaps.get":                                 {"", "configmaps", "get"},
+		"resourcemanager.miloapis.com/projects.create":        {ResourceManagerGroup, "projects", "create"},
+		"resourcemanager.miloapis.com/projects/status.update": {ResourceManagerGroup, "projects/status", "update"},
+	} {
+		if got, ok := ParsePermission(s); !ok || got != want {
+			t.Errorf("%s: %v %v", s, got, ok)
+		}
+		if got := want.String(); got != s {
+			t.Errorf("String() %s, want %s", got, s)
+		}
+	}
+	for _, bad := range []string{"", "configmaps.get", "core/configmaps", "core/.get", "/x.get", "core/x."} {
+		if _, ok := ParsePermission(bad); ok {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
