@@ -99,6 +99,7 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		}
 	}
 	if gvr.Resource == organizations.Resource {
+		stampCreator(ctx, obj, old)
 		return nil
 	}
 	refField := "parentRef"
@@ -200,4 +201,28 @@ func sameParent(a, b *unstructured.Unstructured) bool {
 func invalid(a admission.Attributes, path, value, msg string) error {
 	return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(),
 		field.ErrorList{field.Invalid(field.NewPath("spec", strings.TrimPrefix(path, "spec.")), value, msg)})
+}
+
+// CreatorAnnotation records, on an Organization, who created it; the
+// organization controller makes that user its first owner. The server sets it;
+// what a client sends is ignored.
+const CreatorAnnotation = "iam.miloapis.com/created-by"
+
+func stampCreator(ctx context.Context, obj, old *unstructured.Unstructured) {
+	creator := ""
+	if old != nil {
+		creator = old.GetAnnotations()[CreatorAnnotation]
+	} else if u, ok := request.UserFrom(ctx); ok {
+		creator = u.GetName()
+	}
+	annotations := obj.GetAnnotations()
+	if creator == "" {
+		delete(annotations, CreatorAnnotation)
+	} else {
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[CreatorAnnotation] = creator
+	}
+	obj.SetAnnotations(annotations)
 }

@@ -15,6 +15,7 @@ import (
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
 	"go.miloapis.com/milo/pkg/hierarchy"
+	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenantadmission"
@@ -49,6 +50,8 @@ type Tenancy struct {
 	Quotas *tenantadmission.Quotas
 	// EtcdClient works on key ranges: quota counts and purges.
 	EtcdClient *clientv3.Client
+	// IAM makes Milo IAM's decisions; fed from informers once the CRDs exist.
+	IAM *evaluator.Evaluator
 }
 
 // CompletedConfig is a Config whose parts have been completed.
@@ -104,6 +107,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 
 	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Tenancy: Tenancy{
 		Prefixes: prefixes, Namespaces: namespaces, Quotas: quotas, RBAC: &projectrbac.Storage{}, EtcdClient: etcdClient,
+		IAM: evaluator.New(),
 	}}
 	makeStorageTenantKeyed(c, c.Prefixes)
 	c.Hierarchy = opts.Hierarchy

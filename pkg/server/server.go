@@ -21,12 +21,14 @@ import (
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 
 	"go.miloapis.com/milo/pkg/controllers/crdcleanup"
 	hierarchycontrollers "go.miloapis.com/milo/pkg/controllers/hierarchy"
+	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 )
@@ -95,10 +97,17 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		if err := InstallCRDs(ctx, loopback); err != nil {
 			return err
 		}
-		// Hierarchy admission, the tenant router and the controllers read the
-		// hierarchy's informers, which need the CRDs.
-		if !tree.Run(ctx) {
-			return errors.New("hierarchy informers did not sync")
+		// Hierarchy admission, the tenant router, Milo IAM and the controllers
+		// read the hierarchy's informers, which need the CRDs.
+		iamSynced, err := authz.Sync(c.IAM, tree.Factory())
+		if err != nil {
+			return err
+		}
+		if !tree.Run(ctx) || !cache.WaitForCacheSync(ctx.Done(), iamSynced...) {
+			return errors.New("hierarchy and IAM informers did not sync")
+		}
+		if err := authz.Bootstrap(ctx, loopback); err != nil {
+			return fmt.Errorf("bootstrapping IAM roles: %w", err)
 		}
 		etcd, prefixes := c.EtcdClient, c.Prefixes
 		purger, err := hierarchycontrollers.NewPurger(loopback, tree.Factory(), func(ctx context.Context, project string) error {

@@ -5,10 +5,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authorization/union"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 
 	"go.miloapis.com/milo/pkg/hierarchy"
+	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -44,8 +46,9 @@ func makeStorageTenantKeyed(c *Config, prefixes *tenantstorage.Prefixes) {
 	c.Aggregator.GenericConfig.RESTOptionsGetter = wrap(c.Aggregator.GenericConfig.RESTOptionsGetter)
 }
 
-// authorizeProjects makes every authorizer of the chain decide project requests
-// with the project's own RBAC (projectrbac), and see the project in the user's
+// authorizeProjects puts Milo IAM first in every authorizer of the chain, makes
+// the rest decide project requests with the project's own RBAC (projectrbac),
+// and lets every authorizer see the project or organization in the user's
 // iam.miloapis.com/parent-* extras.
 func authorizeProjects(c *Config) {
 	rbacInformers := c.ControlPlane.VersionedInformers.Rbac().V1()
@@ -55,7 +58,7 @@ func authorizeProjects(c *Config) {
 	}
 	for _, info := range []*genericapiserver.AuthorizationInfo{&c.ControlPlane.Generic.Authorization, &c.Aggregator.GenericConfig.Authorization, &c.APIExtensions.GenericConfig.Authorization} {
 		if info.Authorizer != nil {
-			info.Authorizer = tenancy.WithParentExtras(projectrbac.Authorizer(info.Authorizer, c.RBAC, listers))
+			info.Authorizer = tenancy.WithParentExtras(union.New(authz.Authorizer(c.IAM), projectrbac.Authorizer(info.Authorizer, c.RBAC, listers)))
 		}
 	}
 }

@@ -48,6 +48,12 @@ func OrganizationTenant(name string) Tenant { return Tenant{Kind: Organization, 
 // OrganizationNamespace is the namespace holding an organization's namespaced objects.
 func OrganizationNamespace(org string) string { return "organization-" + org }
 
+// OrganizationOfNamespace returns the organization whose namespace ns is.
+func OrganizationOfNamespace(ns string) (string, bool) {
+	org, ok := strings.CutPrefix(ns, "organization-")
+	return org, ok && org != ""
+}
+
 // String renders the tenant for logs and messages.
 func (t Tenant) String() string {
 	switch t.Kind {

@@ -93,6 +93,7 @@ func runMain(m *testing.M) int {
 // (kube-apiserver's --token-auth-file format: token,user,uid,"groups").
 const tokenFile = `alice-token,alice,alice-uid,"developers"
 bob-token,bob,bob-uid,"developers"
+carol-token,carol,carol-uid,"outsiders"
 `
 
 func repoRoot() string {

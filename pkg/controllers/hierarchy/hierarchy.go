@@ -167,6 +167,11 @@ func (c *Controllers) syncOrganization(ctx context.Context, org *unstructured.Un
 	if err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("creating namespace %s: %w", ns, err)
 	}
+	if !hierarchy.IsReady(org) {
+		if err := c.makeCreatorOwner(ctx, org); err != nil {
+			return err
+		}
+	}
 	return c.setReady(ctx, organizations, org, "NamespaceReady", "namespace "+ns+" exists")
 }
 
@@ -209,4 +214,34 @@ func (c *Controllers) setReady(ctx context.Context, gvr schema.GroupVersionResou
 		return nil
 	}
 	return c.setCondition(ctx, gvr, obj, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: reason, Message: message})
+}
+
+var policyBindings = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "policybindings"}
+
+// OwnerBindingName is the PolicyBinding that makes an organization's creator its owner.
+const OwnerBindingName = "organization-owner"
+
+// makeCreatorOwner binds the platform role owner to the organization's creator
+// on the organization, once, while the organization is being set up: removing
+// it later is the owners' business.
+func (c *Controllers) makeCreatorOwner(ctx context.Context, org *unstructured.Unstructured) error {
+	creator := org.GetAnnotations()[hierarchy.CreatorAnnotation]
+	if creator == "" {
+		return nil
+	}
+	binding := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "iam.miloapis.com/v1alpha1", "kind": "PolicyBinding",
+		"metadata": map[string]any{"name": OwnerBindingName, "namespace": tenancy.OrganizationNamespace(org.GetName())},
+		"spec": map[string]any{
+			"roleRef":  map[string]any{"name": "owner", "namespace": "milo-system"},
+			"subjects": []any{map[string]any{"kind": "User", "name": creator}},
+			"resourceSelector": map[string]any{"resourceRef": map[string]any{
+				"apiGroup": organizations.Group, "kind": "Organization", "name": org.GetName(), "uid": string(org.GetUID())}},
+		},
+	}}
+	_, err := c.dynamic.Resource(policyBindings).Namespace(binding.GetNamespace()).Create(ctx, binding, metav1.CreateOptions{FieldManager: fieldManager})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("making %s owner of organization %s: %w", creator, org.GetName(), err)
+	}
+	return nil
 }

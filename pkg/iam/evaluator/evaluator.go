@@ -104,8 +104,9 @@ type Binding struct {
 	// Exactly one of Resource (a resourceRef) and Kind (a resourceKind) is set.
 	Resource *Node
 	Kind     *schema.GroupResource
-	// Scope limits a Kind binding: the organization it was made in, or "" for
-	// the platform (a binding in the platform's namespace).
+	// Scope is the organization the binding was made in, or "" for the
+	// platform's. A binding of an organization grants nothing outside it, so
+	// nobody can grant themselves access to another organization's resources.
 	Scope string
 }
 
@@ -120,7 +121,7 @@ func (s permSet) allows(p Permission) bool {
 	if _, ok := s[p]; ok {
 		return true
 	}
-	for _, q := range []Permission{{p.Group, p.Resource, "*"}, {p.Group, "*", p.Verb}, {p.Group, "*", "*"}} {
+	for _, q := range []Permission{{p.Group, p.Resource, "*"}, {p.Group, "*", p.Verb}, {p.Group, "*", "*"}, {"*", "*", p.Verb}, {"*", "*", "*"}} {
 		if _, ok := s[q]; ok {
 			return true
 		}
@@ -398,25 +399,26 @@ const maxDepth = 12
 func (e *Evaluator) Allowed(r Request) (allowed bool, reason string) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	node := r.Target
-	for range maxDepth {
+	// The ancestry first: a binding counts only inside its own organization,
+	// which is the root of the chain.
+	var chain [maxDepth]Node
+	n := 0
+	for node, ok := r.Target, true; ok && n < maxDepth; node, ok = e.parents[node] {
+		chain[n] = node
+		n++
+	}
+	org := ""
+	if root := chain[n-1]; root.Group == ResourceManagerGroup && root.Resource == "organizations" {
+		org = root.Name
+	}
+	for _, node := range chain[:n] {
 		if bySubject := e.onNode[node]; bySubject != nil {
-			if b, ok := e.match(bySubject, r, ""); ok {
+			if b, ok := e.match(bySubject, r, org); ok {
 				return true, b
 			}
 		}
-		parent, ok := e.parents[node]
-		if !ok {
-			break
-		}
-		node = parent
 	}
-	// node is now the root of the target's ancestry: its organization, if any.
 	if bySubject := e.onKind[schema.GroupResource{Group: r.Permission.Group, Resource: r.Permission.Resource}]; bySubject != nil {
-		org := ""
-		if node.Group == ResourceManagerGroup && node.Resource == "organizations" {
-			org = node.Name
-		}
 		if b, ok := e.match(bySubject, r, org); ok {
 			return true, b
 		}
@@ -424,8 +426,8 @@ func (e *Evaluator) Allowed(r Request) (allowed bool, reason string) {
 	return false, ""
 }
 
-// match looks up every subject of the request; a kind grant must be scoped to
-// the platform or to org.
+// match looks up every subject of the request; a grant must be the platform's
+// or made in org.
 func (e *Evaluator) match(bySubject map[Subject][]grant, r Request, org string) (string, bool) {
 	check := func(s Subject) (string, bool) {
 		for _, g := range bySubject[s] {

@@ -43,7 +43,7 @@ type Role struct {
 // RoleSpec lists a Role's own permissions and the Roles whose permissions it includes.
 type RoleSpec struct {
 	// IncludedPermissions are granted directly by this Role.
-	// +kubebuilder:validation:items:Pattern=`^[a-z0-9.-]+/[a-z0-9.-]+\.[a-z*]+$`
+	// +kubebuilder:validation:items:Pattern=`^([a-z0-9.-]+|\*)/([a-z0-9-]+(/[a-z0-9-]+)?|\*)\.([a-z]+|\*)$`
 	// +listType=set
 	// +optional
 	IncludedPermissions []string `json:"includedPermissions,omitempty"`

@@ -1,0 +1,161 @@
+package authz
+
+import (
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/tools/cache"
+
+	iamv1alpha1 "go.miloapis.com/milo/pkg/apis/iam/v1alpha1"
+	"go.miloapis.com/milo/pkg/hierarchy"
+	"go.miloapis.com/milo/pkg/iam/evaluator"
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// Resources of the iam group the evaluator reads.
+var (
+	RolesResource            = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "roles"}
+	PolicyBindingsResource   = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "policybindings"}
+	GroupMembershipsResource = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "groupmemberships"}
+	foldersResource          = schema.GroupVersionResource{Group: evaluator.ResourceManagerGroup, Version: "v1alpha1", Resource: "folders"}
+	projectsResource         = schema.GroupVersionResource{Group: evaluator.ResourceManagerGroup, Version: "v1alpha1", Resource: "projects"}
+)
+
+// Sync feeds e from factory's informers of Folders, Projects, Roles,
+// PolicyBindings and GroupMemberships — one informer per kind, shared with
+// everything else in the server that reads them. Changes reach decisions as
+// soon as the informers see them. The caller starts factory.
+func Sync(e *evaluator.Evaluator, factory dynamicinformer.DynamicSharedInformerFactory) ([]cache.InformerSynced, error) {
+	var synced []cache.InformerSynced
+	on := func(gvr schema.GroupVersionResource, set func(*unstructured.Unstructured), del func(key string, obj *unstructured.Unstructured)) error {
+		inf := factory.ForResource(gvr).Informer()
+		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { apply(obj, set) },
+			UpdateFunc: func(_, obj any) { apply(obj, set) },
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				if u, ok := obj.(*unstructured.Unstructured); ok {
+					del(keyOf(u), u)
+				}
+			},
+		})
+		synced = append(synced, inf.HasSynced)
+		return err
+	}
+	nodeOf := func(u *unstructured.Unstructured) evaluator.Node {
+		if u.GetKind() == "Project" {
+			return evaluator.Project(u.GetName())
+		}
+		return evaluator.Folder(u.GetName())
+	}
+	setParent := func(u *unstructured.Unstructured) {
+		kind, name := hierarchy.ParentOf(u)
+		parent := evaluator.Organization(name)
+		if kind == "Folder" {
+			parent = evaluator.Folder(name)
+		}
+		e.SetParent(nodeOf(u), parent)
+	}
+	dropNode := func(_ string, u *unstructured.Unstructured) { e.DeleteNode(nodeOf(u)) }
+	for _, gvr := range []schema.GroupVersionResource{foldersResource, projectsResource} {
+		if err := on(gvr, setParent, dropNode); err != nil {
+			return nil, err
+		}
+	}
+	if err := on(RolesResource, func(u *unstructured.Unstructured) {
+		var r iamv1alpha1.Role
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r) != nil {
+			return
+		}
+		e.SetRole(evaluator.RoleKey{Namespace: r.Namespace, Name: r.Name}, r.Spec.IncludedPermissions, roleKeys(r.Namespace, r.Spec.InheritedRoles))
+	}, func(_ string, u *unstructured.Unstructured) {
+		e.DeleteRole(evaluator.RoleKey{Namespace: u.GetNamespace(), Name: u.GetName()})
+	}); err != nil {
+		return nil, err
+	}
+	if err := on(PolicyBindingsResource, func(u *unstructured.Unstructured) {
+		var b iamv1alpha1.PolicyBinding
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &b) != nil {
+			return
+		}
+		if binding, ok := bindingOf(&b); ok {
+			e.SetBinding(keyOf(u), binding)
+		} else {
+			e.DeleteBinding(keyOf(u))
+		}
+	}, func(key string, _ *unstructured.Unstructured) { e.DeleteBinding(key) }); err != nil {
+		return nil, err
+	}
+	if err := on(GroupMembershipsResource, func(u *unstructured.Unstructured) {
+		var m iamv1alpha1.GroupMembership
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &m) != nil {
+			return
+		}
+		ns := m.Spec.GroupRef.Namespace
+		if ns == "" {
+			ns = m.Namespace
+		}
+		e.SetMembership(keyOf(u), m.Spec.UserRef.Name, evaluator.Subject{Kind: "Group", Namespace: ns, Name: m.Spec.GroupRef.Name})
+	}, func(key string, _ *unstructured.Unstructured) { e.DeleteMembership(key) }); err != nil {
+		return nil, err
+	}
+	return synced, nil
+}
+
+func apply(obj any, set func(*unstructured.Unstructured)) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		set(u)
+	}
+}
+
+func keyOf(u *unstructured.Unstructured) string { return u.GetNamespace() + "/" + u.GetName() }
+
+// roleKeys resolves role references; a reference without a namespace means the
+// referring object's namespace.
+func roleKeys(namespace string, refs []iamv1alpha1.RoleReference) []evaluator.RoleKey {
+	out := make([]evaluator.RoleKey, 0, len(refs))
+	for _, r := range refs {
+		out = append(out, roleKey(namespace, r))
+	}
+	return out
+}
+
+func roleKey(namespace string, r iamv1alpha1.RoleReference) evaluator.RoleKey {
+	if r.Namespace != "" {
+		namespace = r.Namespace
+	}
+	return evaluator.RoleKey{Namespace: namespace, Name: r.Name}
+}
+
+// PlatformNamespace holds the platform's roles and bindings.
+const PlatformNamespace = "milo-system"
+
+// bindingOf is what the evaluator keeps of a PolicyBinding. A binding made in
+// an organization's namespace applies inside that organization only; one made
+// in the platform's namespace applies everywhere. Bindings anywhere else grant
+// nothing (ok is false): only those two places are governed by Milo IAM.
+func bindingOf(b *iamv1alpha1.PolicyBinding) (evaluator.Binding, bool) {
+	out := evaluator.Binding{Role: roleKey(b.Namespace, b.Spec.RoleRef)}
+	if org, ok := tenancy.OrganizationOfNamespace(b.Namespace); ok {
+		out.Scope = org
+	} else if b.Namespace != PlatformNamespace {
+		return out, false
+	}
+	for _, s := range b.Spec.Subjects {
+		out.Subjects = append(out.Subjects, evaluator.Subject{Kind: string(s.Kind), Namespace: s.Namespace, Name: s.Name})
+	}
+	switch sel := b.Spec.ResourceSelector; {
+	case sel.ResourceRef != nil:
+		n := evaluator.NodeOfKind(sel.ResourceRef.APIGroup, sel.ResourceRef.Kind, sel.ResourceRef.Namespace, sel.ResourceRef.Name)
+		out.Resource = &n
+	case sel.ResourceKind != nil:
+		gr := evaluator.NodeOfKind(sel.ResourceKind.APIGroup, sel.ResourceKind.Kind, "", "")
+		out.Kind = &schema.GroupResource{Group: gr.Group, Resource: gr.Resource}
+	default:
+		return out, false
+	}
+	return out, true
+}

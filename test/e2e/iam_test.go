@@ -1,0 +1,244 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+var (
+	organizationsGVR = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "organizations"}
+)
+
+// dynamicAs is a dynamic client under path that authenticates with a bearer token.
+func (m *milo) dynamicAs(t testing.TB, token, path string) dynamic.Interface {
+	t.Helper()
+	cfg := rest.AnonymousClientConfig(m.configAt(t, path))
+	cfg.BearerToken = token
+	return dynamicFor(t, cfg)
+}
+
+// tokenKubeconfig writes a kubeconfig for a token user at path ("" for the platform).
+func (m *milo) tokenKubeconfig(t *testing.T, token, path string) string {
+	t.Helper()
+	cfg := m.configAt(t, path)
+	file := filepath.Join(t.TempDir(), "kubeconfig")
+	content := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters: [{name: milo, cluster: {server: %q, certificate-authority-data: %q}}]
+users: [{name: u, user: {token: %q}}]
+contexts: [{name: c, context: {cluster: milo, user: u}}]
+current-context: c
+`, cfg.Host, b64(cfg.CAData), token)
+	if err := os.WriteFile(file, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return file
+}
+
+func objectOf(kind, name string, spec map[string]any) *unstructured.Unstructured {
+	group := "resourcemanager.miloapis.com/v1alpha1"
+	if kind == "PolicyBinding" {
+		group = "iam.miloapis.com/v1alpha1"
+	}
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": group, "kind": kind,
+		"metadata": map[string]any{"name": name}, "spec": spec}}
+}
+
+// TestIAMStory is the issue's story: alice creates an organization and owns
+// it; she grants bob viewer on a folder; bob reads every project below it —
+// created later or moved in — and nothing else; carol, with no binding, gets
+// the same answer for an existing project as for a missing one.
+func TestIAMStory(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	n := projectSeq.Add(1)
+	org := fmt.Sprintf("iam-%d", n)
+	name := func(s string) string { return fmt.Sprintf("%s-%s", org, s) }
+
+	// Operators let every authenticated user create organizations (platform RBAC).
+	if _, err := m.kube(t).RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "organization-creator"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"resourcemanager.miloapis.com"}, Resources: []string{"organizations"}, Verbs: []string{"create"}}}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := m.kube(t).RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "organization-creators"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "organization-creator"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"}}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	alice := m.dynamicAs(t, "alice-token", "")
+	eventually(t, "alice creates her organization", func() error {
+		_, err := alice.Resource(organizationsGVR).Create(ctx, objectOf("Organization", org, map[string]any{}), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	m.mustKubectl(t, "", "wait", "--for=condition=Ready", "--timeout=60s", "organization/"+org)
+
+	// As its owner she builds the organization through its context.
+	aliceOrg := m.dynamicAs(t, "alice-token", tenancy.OrganizationPath(org))
+	eventually(t, "alice, owner, creates a folder in her organization", func() error {
+		_, err := aliceOrg.Resource(foldersGVR).Create(ctx, objectOf("Folder", name("team"), map[string]any{
+			"parentRef": map[string]any{"kind": "Organization", "name": org}}), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	for _, p := range []struct{ name, kind, parent string }{{name("web"), "Folder", name("team")}, {name("api"), "Organization", org}} {
+		if _, err := aliceOrg.Resource(projectsGVR).Create(ctx, objectOf("Project", p.name, map[string]any{
+			"ownerRef": map[string]any{"kind": p.kind, "name": p.parent}}), metav1.CreateOptions{}); err != nil {
+			t.Fatalf("alice creates project %s: %v", p.name, err)
+		}
+		m.waitProjectReady(t, p.name)
+		createConfigMap(t, m.as(t, "alice-token", tenancy.ProjectPath(p.name)), "default", "settings", nil, nil)
+	}
+
+	bobIn := func(project string) error {
+		_, err := m.as(t, "bob-token", tenancy.ProjectPath(project)).CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{})
+		return err
+	}
+	if err := bobIn(name("web")); !apierrors.IsForbidden(err) {
+		t.Fatalf("bob before any grant: %v", err)
+	}
+	// alice grants bob viewer on the folder.
+	if _, err := aliceOrg.Resource(policyBindingsGVR).Namespace(tenancy.OrganizationNamespace(org)).Create(ctx, objectOf("PolicyBinding", "bob-views-team", map[string]any{
+		"roleRef":          map[string]any{"name": "viewer", "namespace": "milo-system"},
+		"subjects":         []any{map[string]any{"kind": "User", "name": "bob"}},
+		"resourceSelector": map[string]any{"resourceRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Folder", "name": name("team")}},
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("alice grants bob: %v", err)
+	}
+	eventuallyWithin(t, 5e9, "bob reads the project below the folder", func() error { return bobIn(name("web")) })
+	if _, err := m.dynamicAs(t, "bob-token", "").Resource(projectsGVR).Get(ctx, name("web"), metav1.GetOptions{}); err != nil {
+		t.Fatalf("bob gets the Project object: %v", err)
+	}
+	if err := bobIn(name("api")); !apierrors.IsForbidden(err) {
+		t.Fatalf("bob reads a project outside the folder: %v", err)
+	}
+	_, err := m.as(t, "bob-token", tenancy.ProjectPath(name("web"))).CoreV1().ConfigMaps("default").Create(ctx, configMap("bobs"), metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("bob, viewer, writes: %v", err)
+	}
+	// kubectl auth can-i answers the same inside the project.
+	bobWeb := m.tokenKubeconfig(t, "bob-token", tenancy.ProjectPath(name("web")))
+	if out := m.kubectlWith(t, bobWeb, "", "auth", "can-i", "get", "configmaps"); strings.TrimSpace(out.stdout) != "yes" {
+		t.Fatalf("can-i get configmaps: %q %q", out.stdout, out.stderr)
+	}
+	if out := m.kubectlWith(t, bobWeb, "", "auth", "can-i", "create", "configmaps"); strings.TrimSpace(out.stdout) != "no" {
+		t.Fatalf("can-i create configmaps: %q %q", out.stdout, out.stderr)
+	}
+
+	// A project created later below the folder, and one moved into it, are readable at once.
+	if _, err := aliceOrg.Resource(projectsGVR).Create(ctx, objectOf("Project", name("later"), map[string]any{
+		"ownerRef": map[string]any{"kind": "Folder", "name": name("team")}}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.waitProjectReady(t, name("later"))
+	createConfigMap(t, m.projectKube(t, name("later")), "default", "settings", nil, nil)
+	eventuallyWithin(t, 5e9, "bob reads the project created later", func() error { return bobIn(name("later")) })
+	if _, err := aliceOrg.Resource(projectsGVR).Patch(ctx, name("api"), types.MergePatchType,
+		[]byte(`{"spec":{"ownerRef":{"kind":"Folder","name":"`+name("team")+`"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatalf("alice moves api into the folder: %v", err)
+	}
+	eventuallyWithin(t, 5e9, "bob reads the project moved in", func() error { return bobIn(name("api")) })
+
+	// carol: the same answer for an existing project of acme and a missing one.
+	var answers []string
+	for _, p := range []string{name("web"), name("nonexistent")} {
+		_, err := m.as(t, "carol-token", tenancy.ProjectPath(p)).CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{})
+		if !apierrors.IsForbidden(err) {
+			t.Fatalf("carol in %s: %v", p, err)
+		}
+		answers = append(answers, err.Error())
+	}
+	if answers[0] != answers[1] {
+		t.Fatalf("carol tells an existing project from a missing one:\n%s\n%s", answers[0], answers[1])
+	}
+	// bob cannot grant himself more, nor touch the organization's bindings.
+	_, err = m.dynamicAs(t, "bob-token", tenancy.OrganizationPath(org)).Resource(policyBindingsGVR).Namespace(tenancy.OrganizationNamespace(org)).
+		Create(ctx, objectOf("PolicyBinding", "bob-escalates", map[string]any{
+			"roleRef":          map[string]any{"name": "owner", "namespace": "milo-system"},
+			"subjects":         []any{map[string]any{"kind": "User", "name": "bob"}},
+			"resourceSelector": map[string]any{"resourceRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Organization", "name": org}},
+		}), metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Fatalf("bob creates a binding: %v", err)
+	}
+
+	// Revoking takes effect at once.
+	if err := aliceOrg.Resource(policyBindingsGVR).Namespace(tenancy.OrganizationNamespace(org)).Delete(ctx, "bob-views-team", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, 5e9, "bob loses access", func() error {
+		if err := bobIn(name("web")); !apierrors.IsForbidden(err) {
+			return fmt.Errorf("bob still reads: %v", err)
+		}
+		return nil
+	})
+}
+
+// A binding made in one organization grants nothing in another, whatever it names.
+func TestBindingsDoNotCrossOrganizations(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	victim := m.newProject(t, "iam-victim") // in acme
+	createConfigMap(t, m.projectKube(t, victim), "default", "settings", nil, nil)
+	other := fmt.Sprintf("iam-other-%d", projectSeq.Add(1))
+	if err := m.ensureOrganization(other); err != nil {
+		t.Fatal(err)
+	}
+	m.mustKubectl(t, "", "wait", "--for=condition=Ready", "--timeout=60s", "organization/"+other)
+	for _, ref := range []map[string]any{
+		{"apiGroup": "resourcemanager.miloapis.com", "kind": "Project", "name": victim},
+		{"apiGroup": "resourcemanager.miloapis.com", "kind": "Organization", "name": "acme"},
+	} {
+		if _, err := m.dynamic(t).Resource(policyBindingsGVR).Namespace(tenancy.OrganizationNamespace(other)).Create(ctx, objectOf("PolicyBinding", "reach-"+strings.ToLower(ref["kind"].(string)), map[string]any{
+			"roleRef":          map[string]any{"name": "owner", "namespace": "milo-system"},
+			"subjects":         []any{map[string]any{"kind": "User", "name": "carol"}},
+			"resourceSelector": map[string]any{"resourceRef": ref},
+		}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A grant carol does hold, in her organization, shows the bindings are indexed.
+	if _, err := m.dynamic(t).Resource(policyBindingsGVR).Namespace(tenancy.OrganizationNamespace(other)).Create(ctx, objectOf("PolicyBinding", "carol-owns", map[string]any{
+		"roleRef":          map[string]any{"name": "owner", "namespace": "milo-system"},
+		"subjects":         []any{map[string]any{"kind": "User", "name": "carol"}},
+		"resourceSelector": map[string]any{"resourceRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Organization", "name": other}},
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, 5e9, "carol owns her organization", func() error {
+		_, err := m.dynamicAs(t, "carol-token", "").Resource(organizationsGVR).Get(ctx, other, metav1.GetOptions{})
+		return err
+	})
+	if _, err := m.as(t, "carol-token", tenancy.ProjectPath(victim)).CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("a binding of organization %s reaches a project of acme: %v", other, err)
+	}
+}
+
+func configMap(name string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
