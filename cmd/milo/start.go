@@ -30,6 +30,10 @@ func newStartCommand() *cobra.Command {
 			"State lives in --data-dir: etcd data, generated certificates and admin.kubeconfig.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if all, _ := cmd.Flags().GetBool("help-all"); all {
+				printHelp(cmd.OutOrStdout(), cmd, fss, true)
+				return nil
+			}
 			if err := logsapi.ValidateAndApply(opts.ControlPlane.Logs, utilfeature.DefaultFeatureGate); err != nil {
 				return err
 			}

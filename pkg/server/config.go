@@ -107,8 +107,11 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 
 	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Tenancy: Tenancy{
 		Prefixes: prefixes, Namespaces: namespaces, Quotas: quotas, RBAC: &projectrbac.Storage{}, EtcdClient: etcdClient,
-		IAM: evaluator.New(),
+		IAM: opts.IAM,
 	}}
+	if c.IAM == nil {
+		c.IAM = evaluator.New()
+	}
 	makeStorageTenantKeyed(c, c.Prefixes)
 	c.Hierarchy = opts.Hierarchy
 	if c.Hierarchy == nil {

@@ -18,6 +18,8 @@ import (
 	netutils "k8s.io/utils/net"
 
 	"go.miloapis.com/milo/pkg/hierarchy"
+	"go.miloapis.com/milo/pkg/iam/evaluator"
+	"go.miloapis.com/milo/pkg/iam/iamadmission"
 	"go.miloapis.com/milo/pkg/kubeconfig"
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
@@ -39,6 +41,8 @@ type Options struct {
 
 	// hierarchy is what the MiloHierarchy admission plugin reads; the server fills it.
 	hierarchy *hierarchy.Tree
+	// iam is what the MiloIAM admission plugin and the authorizer read; the server feeds it.
+	iam *evaluator.Evaluator
 }
 
 // NewOptions returns options with Milo's defaults: loopback on port 6443, RBAC
@@ -51,12 +55,14 @@ func NewOptions() *Options {
 	tree := &hierarchy.Tree{}
 	tenantadmission.RegisterTenantAnnotation(cp.Admission.GenericAdmission.Plugins)
 	hierarchy.Register(cp.Admission.GenericAdmission.Plugins, tree)
+	iam := evaluator.New()
+	iamadmission.Register(cp.Admission.GenericAdmission.Plugins, iam, tree)
 	// Milo's own plugins run first: webhooks and policies see stamped objects.
-	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin, hierarchy.PluginName},
+	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin, hierarchy.PluginName, iamadmission.PluginName},
 		cp.Admission.GenericAdmission.RecommendedPluginOrder...)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
 	cp.Authentication.ServiceAccounts.OptionalTokenGetter = newTokenGetter
-	return &Options{DataDir: ".milo", Controllers: true, ControlPlane: cp, hierarchy: tree}
+	return &Options{DataDir: ".milo", Controllers: true, ControlPlane: cp, hierarchy: tree, iam: iam}
 }
 
 // Flag groups shown by `milo start --help`; the rest are listed by --help-all.
@@ -93,6 +99,8 @@ type CompletedOptions struct {
 	URL string
 	// Hierarchy is what hierarchy admission reads, to be initialized by the server.
 	Hierarchy *hierarchy.Tree
+	// IAM is what IAM admission reads, to be fed by the server.
+	IAM *evaluator.Evaluator
 	// Controllers runs the hierarchy controllers in the server.
 	Controllers bool
 }
@@ -160,7 +168,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, Controllers: o.Controllers}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: o.Controllers}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {

@@ -212,14 +212,20 @@ func TestBindingsDoNotCrossOrganizations(t *testing.T) {
 		{"apiGroup": "resourcemanager.miloapis.com", "kind": "Project", "name": victim},
 		{"apiGroup": "resourcemanager.miloapis.com", "kind": "Organization", "name": "acme"},
 	} {
-		if _, err := m.dynamic(t).Resource(policyBindingsGVR).Namespace(tenancy.OrganizationNamespace(other)).Create(ctx, objectOf("PolicyBinding", "reach-"+strings.ToLower(ref["kind"].(string)), map[string]any{
+		_, err := m.dynamic(t).Resource(policyBindingsGVR).Namespace(tenancy.OrganizationNamespace(other)).Create(ctx, objectOf("PolicyBinding", "reach-"+strings.ToLower(ref["kind"].(string)), map[string]any{
 			"roleRef":          map[string]any{"name": "owner", "namespace": "milo-system"},
 			"subjects":         []any{map[string]any{"kind": "User", "name": "carol"}},
 			"resourceSelector": map[string]any{"resourceRef": ref},
-		}), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		}), metav1.CreateOptions{})
+		wantInvalid(t, err, "spec.resourceSelector.resourceRef.name", "organization "+other)
 	}
+	// Bindings outside milo-system and organizations' namespaces would grant nothing: refused.
+	_, err := m.dynamic(t).Resource(policyBindingsGVR).Namespace("default").Create(ctx, objectOf("PolicyBinding", "nowhere", map[string]any{
+		"roleRef":          map[string]any{"name": "owner", "namespace": "milo-system"},
+		"subjects":         []any{map[string]any{"kind": "User", "name": "carol"}},
+		"resourceSelector": map[string]any{"resourceRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Organization", "name": other}},
+	}), metav1.CreateOptions{})
+	wantInvalid(t, err, "metadata.namespace", "take effect only in milo-system")
 	// A grant carol does hold, in her organization, shows the bindings are indexed.
 	if _, err := m.dynamic(t).Resource(policyBindingsGVR).Namespace(tenancy.OrganizationNamespace(other)).Create(ctx, objectOf("PolicyBinding", "carol-owns", map[string]any{
 		"roleRef":          map[string]any{"name": "owner", "namespace": "milo-system"},
@@ -242,3 +248,77 @@ func configMap(name string) *corev1.ConfigMap {
 }
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+var rolesGVR = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "roles"}
+
+func role(name string, perms []string, inherits ...string) *unstructured.Unstructured {
+	var inherited []any
+	for _, in := range inherits {
+		inherited = append(inherited, map[string]any{"name": in})
+	}
+	var included []any
+	for _, p := range perms {
+		included = append(included, p)
+	}
+	spec := map[string]any{"includedPermissions": included}
+	if inherited != nil {
+		spec["inheritedRoles"] = inherited
+	}
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "iam.miloapis.com/v1alpha1", "kind": "Role",
+		"metadata": map[string]any{"name": name}, "spec": spec}}
+}
+
+func TestRolesFlattenInheritanceAndRefuseCycles(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	roles := m.dynamic(t).Resource(rolesGVR).Namespace(tenancy.OrganizationNamespace("acme"))
+	n := projectSeq.Add(1)
+	a, b := fmt.Sprintf("role-a-%d", n), fmt.Sprintf("role-b-%d", n)
+	// a inherits b, which does not exist yet: accepted, reported.
+	if _, err := roles.Create(ctx, role(a, []string{"core/configmaps.get"}, b), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	status := func(name string) (string, []any, error) {
+		r, err := roles.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return "", nil, err
+		}
+		perms, _, _ := unstructured.NestedSlice(r.Object, "status", "effectivePermissions")
+		conds, _, _ := unstructured.NestedSlice(r.Object, "status", "conditions")
+		for _, c := range conds {
+			if cm, ok := c.(map[string]any); ok && cm["type"] == "Ready" {
+				return fmt.Sprint(cm["status"], ": ", cm["message"]), perms, nil
+			}
+		}
+		return "", perms, nil
+	}
+	eventually(t, "a reports its missing inherited role", func() error {
+		ready, _, err := status(a)
+		if err != nil || !strings.Contains(ready, "False") || !strings.Contains(ready, b+" does not exist") {
+			return fmt.Errorf("Ready %q %v", ready, err)
+		}
+		return nil
+	})
+	if _, err := roles.Create(ctx, role(b, []string{"core/secrets.get"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a flattens b's permissions", func() error {
+		ready, perms, err := status(a)
+		if err != nil || !strings.HasPrefix(ready, "True") || fmt.Sprint(perms) != "[core/configmaps.get core/secrets.get]" {
+			return fmt.Errorf("Ready %q, effective %v, %v", ready, perms, err)
+		}
+		return nil
+	})
+	// b inheriting a would close a cycle.
+	eventually(t, "the cycle is refused", func() error {
+		_, err := roles.Update(ctx, func() *unstructured.Unstructured {
+			r, _ := roles.Get(ctx, b, metav1.GetOptions{})
+			unstructured.SetNestedSlice(r.Object, []any{map[string]any{"name": a}}, "spec", "inheritedRoles") //nolint:errcheck
+			return r
+		}(), metav1.UpdateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "cycle") {
+			return fmt.Errorf("got %v, want 422 naming the cycle", err)
+		}
+		return nil
+	})
+}

@@ -291,7 +291,7 @@ func (c *Controllers) writeConditions(ctx context.Context, gvr schema.GroupVersi
 		return err
 	}
 	unstructured.SetNestedField(updated.Object, obj.GetGeneration(), "status", "observedGeneration") //nolint:errcheck
-	_, err := c.dynamic.Resource(gvr).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+	_, err := c.dynamic.Resource(gvr).Namespace(obj.GetNamespace()).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
 	if apierrors.IsConflict(err) {
 		return nil // the newer version is queued and will be synced
 	}

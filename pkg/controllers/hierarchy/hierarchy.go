@@ -55,7 +55,7 @@ type Controllers struct {
 	platform kubernetes.Interface
 	workers  int
 
-	orgs, folders, projects cache.SharedIndexInformer
+	orgs, folders, projects, roles cache.SharedIndexInformer
 }
 
 // New prepares the controllers over a client configuration of the platform and
@@ -86,6 +86,7 @@ func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFacto
 		orgs:     factory.ForResource(organizations).Informer(),
 		folders:  factory.ForResource(folders).Informer(),
 		projects: factory.ForResource(projects).Informer(),
+		roles:    factory.ForResource(roles).Informer(),
 	}
 	if err := hierarchy.AddIndexes(c.folders, c.projects); err != nil {
 		return nil, err
@@ -100,13 +101,23 @@ func (c *Controllers) projectConfig(name string) *rest.Config {
 	return cfg
 }
 
-// Run works until ctx ends, along with the platform's cluster-role aggregation,
+// Run works until ctx ends, along with the Role controller (effective
+// permissions) and the platform's cluster-role aggregation,
 // and returns once every worker has stopped, so that
 // an instance that loses leadership stops acting before another one starts.
 func (c *Controllers) Run(ctx context.Context) {
 	orgLoop := newLoop("organizations", c.orgs, c.syncOrganization)
 	folderLoop := newLoop("folders", c.folders, c.syncFolder)
 	projectLoop := newLoop("projects", c.projects, c.syncProject)
+	roleLoop := newLoop("roles", c.roles, c.syncRole)
+	// A role's effective permissions follow the roles it inherits; roles are
+	// few, so any change re-checks them all.
+	if reg, err := c.roles.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, _ any) { enqueueAll(roleLoop) },
+		DeleteFunc: func(any) { enqueueAll(roleLoop) },
+	}); err == nil {
+		defer c.roles.RemoveEventHandler(reg) //nolint:errcheck
+	}
 
 	// The deletion of a child may let its parent's deletion finish.
 	parentDeleting := func(inf cache.SharedIndexInformer, key string) bool {
@@ -143,7 +154,7 @@ func (c *Controllers) Run(ctx context.Context) {
 	defer roles.Shutdown()
 
 	var wg sync.WaitGroup
-	for _, l := range []*loop{orgLoop, folderLoop, projectLoop} {
+	for _, l := range []*loop{orgLoop, folderLoop, projectLoop, roleLoop} {
 		wg.Go(func() { l.run(ctx, c.workers) })
 	}
 	wg.Go(func() { aggregation.Run(ctx, 1) })
@@ -244,4 +255,10 @@ func (c *Controllers) makeCreatorOwner(ctx context.Context, org *unstructured.Un
 		return fmt.Errorf("making %s owner of organization %s: %w", creator, org.GetName(), err)
 	}
 	return nil
+}
+
+func enqueueAll(l *loop) {
+	for _, key := range l.informer.GetStore().ListKeys() {
+		l.queue.Add(key)
+	}
 }

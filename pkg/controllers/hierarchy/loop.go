@@ -106,7 +106,7 @@ func addFinalizers(ctx context.Context, client dynamic.Interface, gvr schema.Gro
 	}
 	updated := obj.DeepCopy()
 	updated.SetFinalizers(append(updated.GetFinalizers(), missing...))
-	_, err := client.Resource(gvr).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+	_, err := client.Resource(gvr).Namespace(obj.GetNamespace()).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
 	if apierrors.IsConflict(err) {
 		err = nil
 	}
@@ -121,7 +121,7 @@ func removeFinalizer(ctx context.Context, client dynamic.Interface, gvr schema.G
 	}
 	updated := obj.DeepCopy()
 	updated.SetFinalizers(slices.DeleteFunc(updated.GetFinalizers(), func(f string) bool { return f == finalizer }))
-	_, err := client.Resource(gvr).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
+	_, err := client.Resource(gvr).Namespace(obj.GetNamespace()).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -1,0 +1,149 @@
+// Package iamadmission validates Milo IAM objects so that mistakes are refused
+// with a clear message instead of silently granting nothing:
+//
+//   - a Role's inheritedRoles form no cycle;
+//   - a PolicyBinding lives where Milo IAM reads bindings (milo-system or an
+//     organization's namespace) and, in an organization's namespace, names only
+//     that organization or a Folder or Project of it.
+//
+// References to Roles that do not exist (yet) are accepted, so that a file of
+// roles and bindings applies in any order; the Role controller reports them in
+// the Role's Ready condition.
+//
+// It reads the evaluator's index (roles) and the hierarchy cache (folders and
+// projects), both fed by the server's shared informers.
+package iamadmission
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/admission"
+
+	iamv1alpha1 "go.miloapis.com/milo/pkg/apis/iam/v1alpha1"
+	"go.miloapis.com/milo/pkg/iam/evaluator"
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// PluginName is the admission plugin's name.
+const PluginName = "MiloIAM"
+
+// PlatformNamespace holds the platform's roles and bindings.
+const PlatformNamespace = "milo-system"
+
+// Hierarchy tells which organization a Folder or Project belongs to.
+type Hierarchy interface {
+	OrganizationOf(ctx context.Context, gr schema.GroupResource, name string) (string, bool, error)
+}
+
+// Register adds the plugin to plugins.
+func Register(plugins *admission.Plugins, e *evaluator.Evaluator, h Hierarchy) {
+	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) {
+		return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update), iam: e, hierarchy: h}, nil
+	})
+}
+
+type plugin struct {
+	*admission.Handler
+	iam       *evaluator.Evaluator
+	hierarchy Hierarchy
+}
+
+var _ admission.ValidationInterface = &plugin{}
+
+func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	gvr := a.GetResource()
+	if gvr.Group != "iam.miloapis.com" || a.GetSubresource() != "" || tenancy.From(ctx).IsProject() {
+		return nil
+	}
+	u, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	var errs field.ErrorList
+	switch gvr.Resource {
+	case "roles":
+		var r iamv1alpha1.Role
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r); err != nil {
+			return apierrors.NewBadRequest(err.Error())
+		}
+		errs = p.validateRole(&r, a.GetNamespace())
+	case "policybindings":
+		var b iamv1alpha1.PolicyBinding
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &b); err != nil {
+			return apierrors.NewBadRequest(err.Error())
+		}
+		var err error
+		if errs, err = p.validateBinding(ctx, &b, a.GetNamespace()); err != nil {
+			return apierrors.NewInternalError(err)
+		}
+	default:
+		return nil
+	}
+	if len(errs) > 0 {
+		return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(), errs)
+	}
+	return nil
+}
+
+func roleKey(namespace string, r iamv1alpha1.RoleReference) evaluator.RoleKey {
+	if r.Namespace != "" {
+		namespace = r.Namespace
+	}
+	return evaluator.RoleKey{Namespace: namespace, Name: r.Name}
+}
+
+func (p *plugin) validateRole(r *iamv1alpha1.Role, namespace string) field.ErrorList {
+	var errs field.ErrorList
+	path := field.NewPath("spec", "inheritedRoles")
+	self := evaluator.RoleKey{Namespace: namespace, Name: r.Name}
+	var inherited []evaluator.RoleKey
+	for _, ref := range r.Spec.InheritedRoles {
+		inherited = append(inherited, roleKey(namespace, ref))
+	}
+	if cycle := p.iam.Cycle(self, inherited); len(cycle) > 0 {
+		names := make([]string, 0, len(cycle))
+		for _, k := range cycle {
+			names = append(names, k.Namespace+"/"+k.Name)
+		}
+		errs = append(errs, field.Invalid(path, names[1], "inheriting it would make a cycle: "+strings.Join(names, " → ")))
+	}
+	return errs
+}
+
+func (p *plugin) validateBinding(ctx context.Context, b *iamv1alpha1.PolicyBinding, namespace string) (field.ErrorList, error) {
+	org, inOrg := tenancy.OrganizationOfNamespace(namespace)
+	if !inOrg && namespace != PlatformNamespace {
+		return field.ErrorList{field.Invalid(field.NewPath("metadata", "namespace"), namespace,
+			"PolicyBindings take effect only in "+PlatformNamespace+" or an organization's namespace (organization-{name})")}, nil
+	}
+	var errs field.ErrorList
+	ref := b.Spec.ResourceSelector.ResourceRef
+	if !inOrg || ref == nil || ref.APIGroup != evaluator.ResourceManagerGroup {
+		return errs, nil
+	}
+	path := field.NewPath("spec", "resourceSelector", "resourceRef")
+	switch ref.Kind {
+	case "Organization":
+		if ref.Name != org {
+			errs = append(errs, field.Invalid(path.Child("name"), ref.Name, fmt.Sprintf("a binding in organization %s can only name that organization", org)))
+		}
+	case "Folder", "Project":
+		gr := schema.GroupResource{Group: evaluator.ResourceManagerGroup, Resource: strings.ToLower(ref.Kind) + "s"}
+		owner, found, err := p.hierarchy.OrganizationOf(ctx, gr, ref.Name)
+		if err != nil {
+			return nil, err
+		}
+		if !found || owner != org {
+			errs = append(errs, field.Invalid(path.Child("name"), ref.Name, fmt.Sprintf("no %s %q in organization %s", ref.Kind, ref.Name, org)))
+		}
+	}
+	return errs, nil
+}
