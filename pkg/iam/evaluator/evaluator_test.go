@@ -155,3 +155,23 @@ func TestParsePermission(t *testing.T) {
 		}
 	}
 }
+
+// A binding made in one organization grants nothing in another, whatever it names.
+func TestBindingsCountOnlyInTheirOrganization(t *testing.T) {
+	e := newTestEvaluator()
+	acme := Organization("acme")
+	web := Project("web")
+	e.SetBinding("organization-other/reach-org", Binding{Role: RoleKey{"milo-system", "viewer"},
+		Subjects: []Subject{{Kind: "User", Name: "mallory"}}, Resource: &acme, Scope: "other"})
+	e.SetBinding("organization-other/reach-project", Binding{Role: RoleKey{"milo-system", "viewer"},
+		Subjects: []Subject{{Kind: "User", Name: "mallory"}}, Resource: &web, Scope: "other"})
+	get := perm(t, "core/configmaps.get")
+	if ok, b := e.Allowed(Request{User: "mallory", Permission: get, Target: web}); ok {
+		t.Fatalf("a binding of organization other grants in acme through %s", b)
+	}
+	e.SetBinding("organization-acme/in-scope", Binding{Role: RoleKey{"milo-system", "viewer"},
+		Subjects: []Subject{{Kind: "User", Name: "mallory"}}, Resource: &web, Scope: "acme"})
+	if ok, _ := e.Allowed(Request{User: "mallory", Permission: get, Target: web}); !ok {
+		t.Fatal("a binding of acme does not grant in acme")
+	}
+}
