@@ -226,6 +226,13 @@ func TestBindingsDoNotCrossOrganizations(t *testing.T) {
 		"resourceSelector": map[string]any{"resourceRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Organization", "name": other}},
 	}), metav1.CreateOptions{})
 	wantInvalid(t, err, "metadata.namespace", "take effect only in milo-system")
+	// Nor may a membership in one organization join a Group of another.
+	_, err = m.dynamic(t).Resource(schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "groupmemberships"}).
+		Namespace(tenancy.OrganizationNamespace(other)).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "iam.miloapis.com/v1alpha1", "kind": "GroupMembership", "metadata": map[string]any{"name": "join-acme-admins"},
+		"spec": map[string]any{"groupRef": map[string]any{"name": "admins", "namespace": tenancy.OrganizationNamespace("acme")}, "userRef": map[string]any{"name": "carol"}},
+	}}, metav1.CreateOptions{})
+	wantInvalid(t, err, "spec.groupRef.namespace", "its own namespace")
 	// A grant carol does hold, in her organization, shows the bindings are indexed.
 	if _, err := m.dynamic(t).Resource(policyBindingsGVR).Namespace(tenancy.OrganizationNamespace(other)).Create(ctx, objectOf("PolicyBinding", "carol-owns", map[string]any{
 		"roleRef":          map[string]any{"name": "owner", "namespace": "milo-system"},

@@ -94,11 +94,13 @@ func Sync(e *evaluator.Evaluator, factory dynamicinformer.DynamicSharedInformerF
 		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &m) != nil {
 			return
 		}
-		ns := m.Spec.GroupRef.Namespace
-		if ns == "" {
-			ns = m.Namespace
+		// Only a Group of the membership's own namespace: otherwise whoever may
+		// write memberships in one organization could join another's groups.
+		if m.Spec.GroupRef.Namespace != m.Namespace {
+			e.DeleteMembership(keyOf(u))
+			return
 		}
-		e.SetMembership(keyOf(u), m.Spec.UserRef.Name, evaluator.Subject{Kind: "Group", Namespace: ns, Name: m.Spec.GroupRef.Name})
+		e.SetMembership(keyOf(u), m.Spec.UserRef.Name, evaluator.Subject{Kind: "Group", Namespace: m.Namespace, Name: m.Spec.GroupRef.Name})
 	}, func(key string, _ *unstructured.Unstructured) { e.DeleteMembership(key) }); err != nil {
 		return nil, err
 	}

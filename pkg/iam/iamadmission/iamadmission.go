@@ -2,6 +2,7 @@
 // with a clear message instead of silently granting nothing:
 //
 //   - a Role's inheritedRoles form no cycle;
+//   - a GroupMembership names a Group of its own namespace;
 //   - a PolicyBinding lives where Milo IAM reads bindings (milo-system or an
 //     organization's namespace) and, in an organization's namespace, names only
 //     that organization or a Folder or Project of it.
@@ -83,6 +84,11 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		var err error
 		if errs, err = p.validateBinding(ctx, &b, a.GetNamespace()); err != nil {
 			return apierrors.NewInternalError(err)
+		}
+	case "groupmemberships":
+		if ns, _, _ := unstructured.NestedString(u.Object, "spec", "groupRef", "namespace"); ns != a.GetNamespace() {
+			errs = field.ErrorList{field.Invalid(field.NewPath("spec", "groupRef", "namespace"), ns,
+				"a GroupMembership can only name a Group of its own namespace "+a.GetNamespace())}
 		}
 	default:
 		return nil
