@@ -14,12 +14,12 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
+	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -51,9 +51,9 @@ var finalizersOf = map[string][]string{
 }
 
 var (
-	organizations = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "organizations"}
-	folders       = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "folders"}
-	projects      = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "projects"}
+	organizations = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("organizations")
+	folders       = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("folders")
+	projects      = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projects")
 )
 
 // Register adds the plugin to plugins.

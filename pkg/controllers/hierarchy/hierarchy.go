@@ -34,14 +34,16 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/kubernetes/pkg/controller/clusterroleaggregation"
 
+	iamv1alpha1 "go.miloapis.com/milo/pkg/apis/iam/v1alpha1"
+	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 var (
-	organizations = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "organizations"}
-	folders       = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "folders"}
-	projects      = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "projects"}
+	organizations = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("organizations")
+	folders       = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("folders")
+	projects      = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projects")
 )
 
 // Controllers makes hierarchy objects ready and deletes them completely.
@@ -227,7 +229,7 @@ func (c *Controllers) setReady(ctx context.Context, gvr schema.GroupVersionResou
 	return c.setCondition(ctx, gvr, obj, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: reason, Message: message})
 }
 
-var policyBindings = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "policybindings"}
+var policyBindings = iamv1alpha1.SchemeGroupVersion.WithResource("policybindings")
 
 // OwnerBindingName is the PolicyBinding that makes an organization's creator its owner.
 const OwnerBindingName = "organization-owner"

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	iamv1alpha1 "go.miloapis.com/milo/pkg/apis/iam/v1alpha1"
+	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -15,11 +16,11 @@ import (
 
 // Resources of the iam group the evaluator reads.
 var (
-	RolesResource            = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "roles"}
-	PolicyBindingsResource   = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "policybindings"}
-	GroupMembershipsResource = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "groupmemberships"}
-	foldersResource          = schema.GroupVersionResource{Group: evaluator.ResourceManagerGroup, Version: "v1alpha1", Resource: "folders"}
-	projectsResource         = schema.GroupVersionResource{Group: evaluator.ResourceManagerGroup, Version: "v1alpha1", Resource: "projects"}
+	RolesResource            = iamv1alpha1.SchemeGroupVersion.WithResource("roles")
+	PolicyBindingsResource   = iamv1alpha1.SchemeGroupVersion.WithResource("policybindings")
+	GroupMembershipsResource = iamv1alpha1.SchemeGroupVersion.WithResource("groupmemberships")
+	foldersResource          = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("folders")
+	projectsResource         = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projects")
 )
 
 // Sync feeds e from factory's informers of Folders, Projects, Roles,
