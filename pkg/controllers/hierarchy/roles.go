@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	iamv1alpha1 "go.miloapis.com/milo/pkg/apis/iam/v1alpha1"
+	"go.miloapis.com/milo/pkg/iam/evaluator"
 )
 
 var roles = iamv1alpha1.SchemeGroupVersion.WithResource("roles")
@@ -46,52 +47,27 @@ func (c *Controllers) syncRole(ctx context.Context, u *unstructured.Unstructured
 	return c.writeConditions(ctx, roles, updated, conditions)
 }
 
-// flattenRole returns the sorted union of a role's permissions and those of
-// every role it inherits, and a description of what is wrong, if anything.
+// flattenRole reads a role's inheritance from the informer's store.
 func flattenRole(store cache.Store, namespace, name string) ([]string, string) {
-	set := map[string]struct{}{}
-	var problems []string
-	visiting := map[string]bool{}
-	done := map[string]bool{}
-	var walk func(ns, name string, path []string)
-	walk = func(ns, name string, path []string) {
-		key := ns + "/" + name
-		path = append(path, key)
-		if visiting[key] {
-			problems = append(problems, "inheritance cycle: "+strings.Join(path, " → "))
-			return
-		}
-		if done[key] {
-			return
-		}
-		obj, ok, _ := store.GetByKey(key)
-		if !ok {
-			problems = append(problems, "inherited role "+key+" does not exist")
-			return
-		}
-		var r iamv1alpha1.Role
-		if runtime.DefaultUnstructuredConverter.FromUnstructured(obj.(*unstructured.Unstructured).Object, &r) != nil {
-			return
-		}
-		visiting[key] = true
-		for _, p := range r.Spec.IncludedPermissions {
-			set[p] = struct{}{}
-		}
-		for _, in := range r.Spec.InheritedRoles {
-			inNS := in.Namespace
-			if inNS == "" {
-				inNS = ns
+	perms, problems := evaluator.Flatten(evaluator.RoleKey{Namespace: namespace, Name: name},
+		func(k evaluator.RoleKey) ([]string, []evaluator.RoleKey, bool) {
+			obj, ok, _ := store.GetByKey(k.Namespace + "/" + k.Name)
+			if !ok {
+				return nil, nil, false
 			}
-			walk(inNS, in.Name, path)
-		}
-		visiting[key] = false
-		done[key] = true
-	}
-	walk(namespace, name, nil)
-	out := make([]string, 0, len(set))
-	for p := range set {
-		out = append(out, p)
-	}
-	slices.Sort(out)
-	return out, strings.Join(problems, "; ")
+			var r iamv1alpha1.Role
+			if runtime.DefaultUnstructuredConverter.FromUnstructured(obj.(*unstructured.Unstructured).Object, &r) != nil {
+				return nil, nil, false
+			}
+			inherited := make([]evaluator.RoleKey, 0, len(r.Spec.InheritedRoles))
+			for _, in := range r.Spec.InheritedRoles {
+				ns := in.Namespace
+				if ns == "" {
+					ns = k.Namespace
+				}
+				inherited = append(inherited, evaluator.RoleKey{Namespace: ns, Name: in.Name})
+			}
+			return r.Spec.IncludedPermissions, inherited, true
+		})
+	return perms, strings.Join(problems, "; ")
 }

@@ -12,6 +12,7 @@
 package evaluator
 
 import (
+	"slices"
 	"strings"
 	"sync"
 
@@ -204,31 +205,64 @@ func (e *Evaluator) DeleteRole(key RoleKey) {
 // recompute flattens every role's inherited roles. Roles are few (they grow
 // with organizations' custom roles, not with projects or bindings).
 func (e *Evaluator) recompute() {
+	lookup := func(k RoleKey) ([]Permission, []RoleKey, bool) {
+		r, ok := e.roles[k]
+		return r.included, r.inherited, ok
+	}
 	effective := make(map[RoleKey]permSet, len(e.roles))
 	for key := range e.roles {
 		set := permSet{}
-		seen := map[RoleKey]bool{}
-		var walk func(RoleKey)
-		walk = func(k RoleKey) {
-			if seen[k] {
-				return // a cycle: admission refuses them; the union stays finite
-			}
-			seen[k] = true
-			r, ok := e.roles[k]
-			if !ok {
-				return
-			}
-			for _, p := range r.included {
-				set[p] = struct{}{}
-			}
-			for _, in := range r.inherited {
-				walk(in)
-			}
+		for _, p := range flatten(key, lookup, nil) {
+			set[p] = struct{}{}
 		}
-		walk(key)
 		effective[key] = set
 	}
 	e.effective = effective
+}
+
+// flatten returns the permissions of key and of every role it inherits,
+// directly or not, with duplicates. A missing role contributes nothing and a
+// cycle is followed once; problem, when given, hears of both.
+func flatten[P any](key RoleKey, lookup func(RoleKey) ([]P, []RoleKey, bool), problem func(string)) []P {
+	var out []P
+	visiting, done := map[RoleKey]bool{}, map[RoleKey]bool{}
+	var walk func(k RoleKey, path []string)
+	walk = func(k RoleKey, path []string) {
+		path = append(path, k.Namespace+"/"+k.Name)
+		switch {
+		case visiting[k]:
+			if problem != nil {
+				problem("inheritance cycle: " + strings.Join(path, " → "))
+			}
+			return
+		case done[k]:
+			return
+		}
+		included, inherited, ok := lookup(k)
+		if !ok {
+			if problem != nil {
+				problem("inherited role " + path[len(path)-1] + " does not exist")
+			}
+			return
+		}
+		visiting[k] = true
+		out = append(out, included...)
+		for _, in := range inherited {
+			walk(in, path)
+		}
+		visiting[k], done[k] = false, true
+	}
+	walk(key, nil)
+	return out
+}
+
+// Flatten returns the sorted, distinct permissions of a role and every role it
+// inherits, read through lookup, and what is wrong with its inheritance (roles
+// that do not exist, cycles), for the Role controller's status.
+func Flatten(key RoleKey, lookup func(RoleKey) (included []string, inherited []RoleKey, ok bool)) (perms []string, problems []string) {
+	all := flatten(key, lookup, func(p string) { problems = append(problems, p) })
+	slices.Sort(all)
+	return slices.Compact(all), problems
 }
 
 // EffectivePermissions returns the flattened permissions of a role, sorted by
