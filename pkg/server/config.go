@@ -17,6 +17,7 @@ import (
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
+	"go.miloapis.com/milo/pkg/iam/satokens"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenantadmission"
 )
@@ -52,6 +53,8 @@ type Tenancy struct {
 	EtcdClient *clientv3.Client
 	// IAM makes Milo IAM's decisions; fed from informers once the CRDs exist.
 	IAM *evaluator.Evaluator
+	// ServiceAccounts is filled with the storages service account tokens are checked against.
+	ServiceAccounts *satokens.Storage
 }
 
 // CompletedConfig is a Config whose parts have been completed.
@@ -107,7 +110,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 
 	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Tenancy: Tenancy{
 		Prefixes: prefixes, Namespaces: namespaces, Quotas: quotas, RBAC: &projectrbac.Storage{}, EtcdClient: etcdClient,
-		IAM: opts.IAM,
+		IAM: opts.IAM, ServiceAccounts: &satokens.Storage{},
 	}}
 	if c.IAM == nil {
 		c.IAM = evaluator.New()
@@ -122,6 +125,9 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	}
 	routeTenants(c, c.Hierarchy)
 	authorizeProjects(c)
+	if err := authenticateTenants(c); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 

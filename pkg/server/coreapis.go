@@ -11,6 +11,7 @@ import (
 	limitrangestore "k8s.io/kubernetes/pkg/registry/core/limitrange/storage"
 
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
+	"go.miloapis.com/milo/pkg/iam/satokens"
 	"go.miloapis.com/milo/pkg/tenantadmission"
 )
 
@@ -19,9 +20,10 @@ import (
 //   - LimitRanges join the core group, which the generic control plane leaves out:
 //     every Kubernetes-style control plane is expected to serve them, and the
 //     LimitRanger admission plugin needs them;
-//   - the namespace storage is handed to tenant-aware admission, and the RBAC
-//     storages to project RBAC, which read a project's objects through them.
-func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, namespaces *tenantadmission.Namespaces, quotas *tenantadmission.Quotas, rbac *projectrbac.Storage) []controlplaneapiserver.RESTStorageProvider {
+//   - the namespace storage is handed to tenant-aware admission, the RBAC
+//     storages to project RBAC, and the service account and secret storages to
+//     the token authenticators, which read a project's objects through them.
+func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, namespaces *tenantadmission.Namespaces, quotas *tenantadmission.Quotas, rbac *projectrbac.Storage, serviceAccounts *satokens.Storage) []controlplaneapiserver.RESTStorageProvider {
 	out := make([]controlplaneapiserver.RESTStorageProvider, len(providers))
 	for i, p := range providers {
 		switch p.GroupName() {
@@ -33,6 +35,8 @@ func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, nam
 				if q, ok := v1["resourcequotas"].(rest.Lister); ok {
 					quotas.Set(q)
 				}
+				serviceAccounts.Set("serviceaccounts", v1["serviceaccounts"])
+				serviceAccounts.Set("secrets", v1["secrets"])
 				if !resources.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("limitranges")) {
 					return nil
 				}

@@ -20,6 +20,7 @@ import (
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/iam/iamadmission"
+	"go.miloapis.com/milo/pkg/iam/satokens"
 	"go.miloapis.com/milo/pkg/kubeconfig"
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
@@ -61,7 +62,7 @@ func NewOptions() *Options {
 	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin, hierarchy.PluginName, iamadmission.PluginName},
 		cp.Admission.GenericAdmission.RecommendedPluginOrder...)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
-	cp.Authentication.ServiceAccounts.OptionalTokenGetter = newTokenGetter
+	cp.Authentication.ServiceAccounts.OptionalTokenGetter = satokens.PlatformGetter
 	return &Options{DataDir: ".milo", Controllers: true, ControlPlane: cp, hierarchy: tree, iam: iam}
 }
 

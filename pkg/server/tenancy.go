@@ -12,6 +12,7 @@ import (
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
+	"go.miloapis.com/milo/pkg/iam/satokens"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -61,6 +62,26 @@ func authorizeProjects(c *Config) {
 			info.Authorizer = tenancy.WithParentExtras(union.New(authz.Authorizer(c.IAM), projectrbac.Authorizer(info.Authorizer, c.RBAC, listers)))
 		}
 	}
+}
+
+// authenticateTenants makes a service account token valid only in the tenant
+// that issued it: tokens issued in a project carry its name, and every
+// server's authenticator refuses them elsewhere.
+func authenticateTenants(c *Config) error {
+	if c.ControlPlane.Extra.ServiceAccountIssuer != nil {
+		c.ControlPlane.Extra.ServiceAccountIssuer = satokens.Generator{Inner: c.ControlPlane.Extra.ServiceAccountIssuer}
+	}
+	authn, err := c.Options.ControlPlane.Authentication.ToAuthenticationConfig()
+	if err != nil {
+		return err
+	}
+	verifier := satokens.Verifier{Issuers: authn.ServiceAccountIssuers, Keys: authn.ServiceAccountPublicKeysGetter, Audiences: authn.APIAudiences}
+	for _, info := range []*genericapiserver.AuthenticationInfo{&c.ControlPlane.Generic.Authentication, &c.Aggregator.GenericConfig.Authentication, &c.APIExtensions.GenericConfig.Authentication} {
+		if info.Authenticator != nil {
+			info.Authenticator = satokens.Authenticator(info.Authenticator, c.ServiceAccounts, verifier)
+		}
+	}
+	return nil
 }
 
 // routeTenants puts the tenant router in front of the aggregator's handler chain,

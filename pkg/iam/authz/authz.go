@@ -6,7 +6,9 @@ package authz
 import (
 	"context"
 	"fmt"
+	"strings"
 
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"go.miloapis.com/milo/pkg/iam/evaluator"
@@ -23,6 +25,9 @@ import (
 //     or the Folder or Project the request names;
 //   - at the platform, requests that name an Organization, Folder or Project.
 //
+// A project's service accounts (the only service accounts a project request
+// can authenticate as) are left to the project's RBAC.
+//
 // Requests to the all-projects view and non-resource requests are left to
 // the rest of the chain: the all-projects view is for platform identities.
 func Authorizer(e *evaluator.Evaluator) authorizer.Authorizer {
@@ -30,7 +35,14 @@ func Authorizer(e *evaluator.Evaluator) authorizer.Authorizer {
 		if !a.IsResourceRequest() || a.GetUser() == nil {
 			return authorizer.DecisionNoOpinion, "", nil
 		}
-		target, ok := targetOf(tenancy.From(ctx), a)
+		t := tenancy.From(ctx)
+		if t.IsProject() && strings.HasPrefix(a.GetUser().GetName(), serviceaccount.ServiceAccountUsernamePrefix) {
+			// A project's service accounts are the project's own business: its
+			// RBAC decides. Their names repeat across projects, so no binding
+			// of an organization could tell them apart.
+			return authorizer.DecisionNoOpinion, "", nil
+		}
+		target, ok := targetOf(t, a)
 		if !ok {
 			return authorizer.DecisionNoOpinion, "", nil
 		}
