@@ -32,6 +32,8 @@ var (
 	kubectlBin string
 	// shared is one server for every test that does not restart or reconfigure it.
 	shared *milo
+	// sharedIssuer is the OIDC issuer the shared server trusts.
+	sharedIssuer *oidcIssuer
 )
 
 func TestMain(m *testing.M) {
@@ -69,7 +71,13 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	shared, err = startMilo(dataDir, "--token-auth-file", tokens)
+	sharedIssuer, err = startOIDCIssuer(dataDir)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "starting the OIDC issuer: %v\n", err)
+		return 1
+	}
+	defer sharedIssuer.server.Close()
+	shared, err = startMilo(dataDir, append([]string{"--token-auth-file", tokens}, sharedIssuer.flags()...)...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the shared server: %v\n", err)
 		return 1
