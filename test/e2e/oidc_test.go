@@ -192,7 +192,7 @@ spec:
 		"expired": {email: "dana@example.com", adjust: func(c *jwt.Claims, _ map[string]any) {
 			c.IssuedAt, c.Expiry = jwt.NewNumericDate(time.Now().Add(-2*time.Hour)), jwt.NewNumericDate(time.Now().Add(-time.Hour))
 		}},
-		"for another client": {email: "dana@example.com", adjust: func(c *jwt.Claims, _ map[string]any) { c.Audience = jwt.Audience{"someone-else"} }},
+		"for another client":  {email: "dana@example.com", adjust: func(c *jwt.Claims, _ map[string]any) { c.Audience = jwt.Audience{"someone-else"} }},
 		"from another issuer": {email: "dana@example.com", adjust: func(c *jwt.Claims, _ map[string]any) { c.Issuer = "https://login.example.com" }},
 		"e-mail not verified": {email: "dana@example.com", adjust: func(_ *jwt.Claims, x map[string]any) { x["email_verified"] = false }},
 	} {
