@@ -54,7 +54,12 @@ var (
 	organizations = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("organizations")
 	folders       = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("folders")
 	projects      = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projects")
+	// Memberships are OrganizationMemberships.
+	Memberships = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("organizationmemberships")
 )
+
+// MembershipFinalizer holds an OrganizationMembership until its PolicyBindings are gone.
+const MembershipFinalizer = "resourcemanager.miloapis.com/membership-cleanup"
 
 // Register adds the plugin to plugins.
 func Register(plugins *admission.Plugins, tree *Tree) {

@@ -17,7 +17,7 @@ import (
 )
 
 // Tree is the server's one cache of the hierarchy: one shared informer each for
-// Organizations, Folders and Projects. Admission, the tenant router and the
+// Organizations, Folders, Projects and OrganizationMemberships. Admission, the tenant router and the
 // hierarchy controllers all read it (the controllers through Factory), so each
 // object is cached once. A miss is confirmed with a live read: an object created
 // a moment ago may not be cached yet.
@@ -27,6 +27,8 @@ type Tree struct {
 	orgs     cache.SharedIndexInformer
 	folders  cache.SharedIndexInformer
 	projects cache.SharedIndexInformer
+	// memberships tell who owns an organization.
+	memberships cache.SharedIndexInformer
 }
 
 // Init prepares the informers over the server's loopback connection; Run starts
@@ -42,6 +44,7 @@ func (t *Tree) Init(loopback *rest.Config) error {
 	t.orgs = t.factory.ForResource(organizations).Informer()
 	t.folders = t.factory.ForResource(folders).Informer()
 	t.projects = t.factory.ForResource(projects).Informer()
+	t.memberships = t.factory.ForResource(Memberships).Informer()
 	return AddIndexes(t.folders, t.projects)
 }
 
@@ -109,7 +112,7 @@ func (t *Tree) Factory() dynamicinformer.DynamicSharedInformerFactory { return t
 // Run starts the informers and waits for them to sync; call it once the CRDs are established.
 func (t *Tree) Run(ctx context.Context) bool {
 	t.factory.Start(ctx.Done())
-	return cache.WaitForCacheSync(ctx.Done(), t.orgs.HasSynced, t.folders.HasSynced, t.projects.HasSynced)
+	return cache.WaitForCacheSync(ctx.Done(), t.orgs.HasSynced, t.folders.HasSynced, t.projects.HasSynced, t.memberships.HasSynced)
 }
 
 func (t *Tree) get(ctx context.Context, inf cache.SharedIndexInformer, gvr schema.GroupVersionResource, name string) (*unstructured.Unstructured, error) {
@@ -149,6 +152,31 @@ func (t *Tree) OrganizationExists(ctx context.Context, name string) (bool, error
 	default:
 		return true, nil
 	}
+}
+
+// OrganizationGoing reports whether the named Organization is being deleted or gone.
+func (t *Tree) OrganizationGoing(ctx context.Context, name string) (bool, error) {
+	org, err := t.get(ctx, t.orgs, organizations, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	default:
+		return org.GetDeletionTimestamp() != nil, nil
+	}
+}
+
+// MembershipsOf returns the cached OrganizationMemberships of an organization's namespace.
+func (t *Tree) MembershipsOf(org string) []*unstructured.Unstructured {
+	objs, _ := t.memberships.GetIndexer().ByIndex(cache.NamespaceIndex, tenancy.OrganizationNamespace(org))
+	out := make([]*unstructured.Unstructured, 0, len(objs))
+	for _, o := range objs {
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			out = append(out, u)
+		}
+	}
+	return out
 }
 
 // OrganizationOf returns the organization label of a Folder or Project, and whether it exists.

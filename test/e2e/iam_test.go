@@ -72,27 +72,7 @@ func TestIAMStory(t *testing.T) {
 	org := fmt.Sprintf("iam-%d", n)
 	name := func(s string) string { return fmt.Sprintf("%s-%s", org, s) }
 
-	// Operators let every authenticated user create organizations (platform RBAC).
-	if _, err := m.kube(t).RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "organization-creator"},
-		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"resourcemanager.miloapis.com"}, Resources: []string{"organizations"}, Verbs: []string{"create"}}}},
-		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	if _, err := m.kube(t).RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "organization-creators"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "organization-creator"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"}}},
-		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	alice := m.dynamicAs(t, "alice-token", "")
-	eventually(t, "alice creates her organization", func() error {
-		_, err := alice.Resource(organizationsGVR).Create(ctx, objectOf("Organization", org, map[string]any{}), metav1.CreateOptions{})
-		if apierrors.IsAlreadyExists(err) {
-			return nil
-		}
-		return err
-	})
-	m.mustKubectl(t, "", "wait", "--for=condition=Ready", "--timeout=60s", "organization/"+org)
+	m.createOrganizationAs(t, "alice-token", org)
 
 	// As its owner she builds the organization through its context.
 	aliceOrg := m.dynamicAs(t, "alice-token", tenancy.OrganizationPath(org))
@@ -248,6 +228,34 @@ func TestBindingsDoNotCrossOrganizations(t *testing.T) {
 	if _, err := m.as(t, "carol-token", tenancy.ProjectPath(victim)).CoreV1().ConfigMaps("default").Get(ctx, "settings", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("a binding of organization %s reaches a project of acme: %v", other, err)
 	}
+}
+
+// createOrganizationAs lets every authenticated user create organizations
+// (platform RBAC, as operators would) and creates org with token; it returns
+// once the organization is Ready.
+func (m *milo) createOrganizationAs(t *testing.T, token, org string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := m.kube(t).RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "organization-creator"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{"resourcemanager.miloapis.com"}, Resources: []string{"organizations"}, Verbs: []string{"create"}}}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := m.kube(t).RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "organization-creators"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "organization-creator"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.GroupKind, APIGroup: rbacv1.GroupName, Name: "system:authenticated"}}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	creator := m.dynamicAs(t, token, "")
+	eventually(t, "creating organization "+org, func() error {
+		_, err := creator.Resource(organizationsGVR).Create(ctx, objectOf("Organization", org, map[string]any{}), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	m.mustKubectl(t, "", "wait", "--for=condition=Ready", "--timeout=60s", "organization/"+org)
 }
 
 func configMap(name string) *corev1.ConfigMap {

@@ -17,7 +17,10 @@ import (
 
 const orgLabel = "resourcemanager.miloapis.com/organization-name"
 
-var policyBindingsGVR = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "policybindings"}
+var (
+	policyBindingsGVR = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "policybindings"}
+	membershipsGVR    = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "organizationmemberships"}
+)
 
 func project(name, org string, labels map[string]any) *unstructured.Unstructured {
 	meta := map[string]any{"name": name}
@@ -98,7 +101,7 @@ func TestOrganizationContextShowsOnlyItsOwnObjects(t *testing.T) {
 	if _, err := platform.Resource(policyBindingsGVR).Namespace("organization-"+globex).Create(ctx, policyBinding("globex-viewers"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// acme's own: the binding made here and the one that made its creator owner.
+	// acme's own: the binding made here and the one of its creator's membership.
 	all, err := pbs.List(ctx, metav1.ListOptions{})
 	var got []string
 	if all != nil {
@@ -106,8 +109,13 @@ func TestOrganizationContextShowsOnlyItsOwnObjects(t *testing.T) {
 			got = append(got, pb.GetNamespace()+"/"+pb.GetName())
 		}
 	}
-	if err != nil || strings.Join(got, ",") != "organization-"+acme+"/organization-owner,organization-"+acme+"/viewers" {
+	if err != nil || strings.Join(got, ",") != "organization-"+acme+"/milo-admin.owner,organization-"+acme+"/viewers" {
 		t.Fatalf("acme lists policy bindings across namespaces: %v %v", got, err)
+	}
+	// Memberships, likewise: acme's creator only, not globex's.
+	members, err := acmeDyn.Resource(membershipsGVR).List(ctx, metav1.ListOptions{})
+	if err != nil || len(members.Items) != 1 || members.Items[0].GetNamespace() != "organization-"+acme {
+		t.Fatalf("acme lists memberships across namespaces: %v %v", members, err)
 	}
 	if _, err := pbs.Namespace("organization-"+globex).List(ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("listing globex's namespace through acme: %v", err)

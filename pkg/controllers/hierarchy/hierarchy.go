@@ -4,6 +4,9 @@
 //     deleted, its folders and projects go first, then its namespace, then it;
 //   - a Folder is Ready once admission has placed it; when deleted, its child
 //     folders and projects go first;
+//   - an Organization's creator becomes its owner through an
+//     OrganizationMembership, and each role of a membership becomes a
+//     PolicyBinding on the Organization;
 //   - a Project's control plane is bootstrapped — its `default` namespace is
 //     created inside the project — then the Project is Ready; when deleted,
 //     every object in it is deleted through its API, then the server purges its
@@ -57,7 +60,7 @@ type Controllers struct {
 	platform kubernetes.Interface
 	workers  int
 
-	orgs, folders, projects, roles cache.SharedIndexInformer
+	orgs, folders, projects, roles, memberships, bindings cache.SharedIndexInformer
 }
 
 // New prepares the controllers over a client configuration of the platform and
@@ -85,10 +88,12 @@ func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFacto
 		workers = 1
 	}
 	c := &Controllers{config: config, http: httpClient, dynamic: dyn, platform: platform, workers: workers,
-		orgs:     factory.ForResource(organizations).Informer(),
-		folders:  factory.ForResource(folders).Informer(),
-		projects: factory.ForResource(projects).Informer(),
-		roles:    factory.ForResource(roles).Informer(),
+		orgs:        factory.ForResource(organizations).Informer(),
+		folders:     factory.ForResource(folders).Informer(),
+		projects:    factory.ForResource(projects).Informer(),
+		roles:       factory.ForResource(roles).Informer(),
+		memberships: factory.ForResource(hierarchy.Memberships).Informer(),
+		bindings:    factory.ForResource(policyBindings).Informer(),
 	}
 	if err := hierarchy.AddIndexes(c.folders, c.projects); err != nil {
 		return nil, err
@@ -112,6 +117,26 @@ func (c *Controllers) Run(ctx context.Context) {
 	folderLoop := newLoop("folders", c.folders, c.syncFolder)
 	projectLoop := newLoop("projects", c.projects, c.syncProject)
 	roleLoop := newLoop("roles", c.roles, c.syncRole)
+	membershipLoop := newLoop("organizationmemberships", c.memberships, c.syncMembership)
+	// A membership puts back a binding of its own that someone changed or deleted.
+	bindingChanged := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			for _, ref := range u.GetOwnerReferences() {
+				if ref.Kind == "OrganizationMembership" {
+					membershipLoop.queue.Add(u.GetNamespace() + "/" + ref.Name)
+				}
+			}
+		}
+	}
+	if reg, err := c.bindings.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, o any) { bindingChanged(o) },
+		DeleteFunc: bindingChanged,
+	}); err == nil {
+		defer c.bindings.RemoveEventHandler(reg) //nolint:errcheck
+	}
 	// A role's effective permissions follow the roles it inherits; roles are
 	// few, so any change re-checks them all.
 	if reg, err := c.roles.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -156,7 +181,7 @@ func (c *Controllers) Run(ctx context.Context) {
 	defer roles.Shutdown()
 
 	var wg sync.WaitGroup
-	for _, l := range []*loop{orgLoop, folderLoop, projectLoop, roleLoop} {
+	for _, l := range []*loop{orgLoop, folderLoop, projectLoop, roleLoop, membershipLoop} {
 		wg.Go(func() { l.run(ctx, c.workers) })
 	}
 	wg.Go(func() { aggregation.Run(ctx, 1) })
@@ -230,34 +255,6 @@ func (c *Controllers) setReady(ctx context.Context, gvr schema.GroupVersionResou
 }
 
 var policyBindings = iamv1alpha1.SchemeGroupVersion.WithResource("policybindings")
-
-// OwnerBindingName is the PolicyBinding that makes an organization's creator its owner.
-const OwnerBindingName = "organization-owner"
-
-// makeCreatorOwner binds the platform role owner to the organization's creator
-// on the organization, once, while the organization is being set up: removing
-// it later is the owners' business.
-func (c *Controllers) makeCreatorOwner(ctx context.Context, org *unstructured.Unstructured) error {
-	creator := org.GetAnnotations()[hierarchy.CreatorAnnotation]
-	if creator == "" {
-		return nil
-	}
-	binding := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "iam.miloapis.com/v1alpha1", "kind": "PolicyBinding",
-		"metadata": map[string]any{"name": OwnerBindingName, "namespace": tenancy.OrganizationNamespace(org.GetName())},
-		"spec": map[string]any{
-			"roleRef":  map[string]any{"name": "owner", "namespace": "milo-system"},
-			"subjects": []any{map[string]any{"kind": "User", "name": creator}},
-			"resourceSelector": map[string]any{"resourceRef": map[string]any{
-				"apiGroup": organizations.Group, "kind": "Organization", "name": org.GetName(), "uid": string(org.GetUID())}},
-		},
-	}}
-	_, err := c.dynamic.Resource(policyBindings).Namespace(binding.GetNamespace()).Create(ctx, binding, metav1.CreateOptions{FieldManager: fieldManager})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("making %s owner of organization %s: %w", creator, org.GetName(), err)
-	}
-	return nil
-}
 
 func enqueueAll(l *loop) {
 	for _, key := range l.informer.GetStore().ListKeys() {

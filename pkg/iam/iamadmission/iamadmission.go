@@ -5,7 +5,11 @@
 //   - a GroupMembership names a Group of its own namespace;
 //   - a PolicyBinding lives where Milo IAM reads bindings (milo-system or an
 //     organization's namespace) and, in an organization's namespace, names only
-//     that organization or a Folder or Project of it.
+//     that organization or a Folder or Project of it;
+//   - an OrganizationMembership lives in its organization's namespace, names
+//     roles of the platform or of that organization, and the organization's
+//     last owner (a membership with milo-system/owner) cannot be deleted or
+//     lose that role while the organization exists.
 //
 // References to Roles that do not exist (yet) are accepted, so that a file of
 // roles and bindings applies in any order; the Role controller reports them in
@@ -29,6 +33,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 
 	iamv1alpha1 "go.miloapis.com/milo/pkg/apis/iam/v1alpha1"
+	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -39,15 +44,18 @@ const PluginName = "MiloIAM"
 // PlatformNamespace holds the platform's roles and bindings.
 const PlatformNamespace = "milo-system"
 
-// Hierarchy tells which organization a Folder or Project belongs to.
+// Hierarchy tells which organization a Folder or Project belongs to, and
+// what memberships an organization has.
 type Hierarchy interface {
 	OrganizationOf(ctx context.Context, gr schema.GroupResource, name string) (string, bool, error)
+	OrganizationGoing(ctx context.Context, org string) (bool, error)
+	MembershipsOf(org string) []*unstructured.Unstructured
 }
 
 // Register adds the plugin to plugins.
 func Register(plugins *admission.Plugins, e *evaluator.Evaluator, h Hierarchy) {
 	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) {
-		return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update), iam: e, hierarchy: h}, nil
+		return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete), iam: e, hierarchy: h}, nil
 	})
 }
 
@@ -61,7 +69,13 @@ var _ admission.ValidationInterface = &plugin{}
 
 func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	gvr := a.GetResource()
-	if gvr.Group != "iam.miloapis.com" || a.GetSubresource() != "" || tenancy.From(ctx).IsProject() {
+	if a.GetSubresource() != "" || tenancy.From(ctx).IsProject() {
+		return nil
+	}
+	if gvr.GroupResource() == hierarchy.Memberships.GroupResource() {
+		return p.validateMembership(ctx, a)
+	}
+	if gvr.Group != "iam.miloapis.com" || a.GetOperation() == admission.Delete {
 		return nil
 	}
 	u, ok := a.GetObject().(*unstructured.Unstructured)
@@ -152,4 +166,88 @@ func (p *plugin) validateBinding(ctx context.Context, b *iamv1alpha1.PolicyBindi
 		}
 	}
 	return errs, nil
+}
+
+// OwnerRole is the platform role that makes a member an organization's owner.
+var OwnerRole = evaluator.RoleKey{Namespace: PlatformNamespace, Name: "owner"}
+
+// ownsOrganization reports whether a membership (not being deleted) holds the owner role.
+func ownsOrganization(u *unstructured.Unstructured) bool {
+	if u == nil || u.GetDeletionTimestamp() != nil {
+		return false
+	}
+	roles, _, _ := unstructured.NestedSlice(u.Object, "spec", "roles")
+	for _, r := range roles {
+		m, _ := r.(map[string]any)
+		name, _ := m["name"].(string)
+		ns, _ := m["namespace"].(string)
+		if ns == "" {
+			ns = u.GetNamespace()
+		}
+		if (evaluator.RoleKey{Namespace: ns, Name: name}) == OwnerRole {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *plugin) validateMembership(ctx context.Context, a admission.Attributes) error {
+	org, inOrg := tenancy.OrganizationOfNamespace(a.GetNamespace())
+	if a.GetOperation() != admission.Delete {
+		u, ok := a.GetObject().(*unstructured.Unstructured)
+		if !ok {
+			return nil
+		}
+		var errs field.ErrorList
+		if !inOrg {
+			errs = append(errs, field.Invalid(field.NewPath("metadata", "namespace"), a.GetNamespace(),
+				"an OrganizationMembership lives in its organization's namespace (organization-{name})"))
+		} else if ref, _, _ := unstructured.NestedString(u.Object, "spec", "organizationRef", "name"); ref != org {
+			errs = append(errs, field.Invalid(field.NewPath("spec", "organizationRef", "name"), ref,
+				"a membership in "+a.GetNamespace()+" can only be of organization "+org))
+		}
+		roles, _, _ := unstructured.NestedSlice(u.Object, "spec", "roles")
+		for i, r := range roles {
+			m, _ := r.(map[string]any)
+			if ns, _ := m["namespace"].(string); ns != "" && ns != PlatformNamespace && ns != a.GetNamespace() {
+				errs = append(errs, field.Invalid(field.NewPath("spec", "roles").Index(i).Child("namespace"), ns,
+					"a membership can name roles of "+PlatformNamespace+" or of its own organization's namespace"))
+			}
+		}
+		if len(errs) == 0 && a.GetOperation() == admission.Update {
+			old, _ := a.GetOldObject().(*unstructured.Unstructured)
+			if ownsOrganization(old) && !ownsOrganization(u) {
+				if err := p.keepAnOwner(ctx, org, a.GetName()); err != nil {
+					errs = append(errs, field.Forbidden(field.NewPath("spec", "roles"), err.Error()))
+				}
+			}
+		}
+		if len(errs) > 0 {
+			return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(), errs)
+		}
+		return nil
+	}
+	old, _ := a.GetOldObject().(*unstructured.Unstructured)
+	if !inOrg || !ownsOrganization(old) {
+		return nil
+	}
+	if err := p.keepAnOwner(ctx, org, a.GetName()); err != nil {
+		return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(), err)
+	}
+	return nil
+}
+
+// keepAnOwner refuses to let membership be the organization's last owner to
+// go, unless the organization itself is going.
+func (p *plugin) keepAnOwner(ctx context.Context, org, membership string) error {
+	for _, m := range p.hierarchy.MembershipsOf(org) {
+		if m.GetName() != membership && ownsOrganization(m) {
+			return nil
+		}
+	}
+	going, err := p.hierarchy.OrganizationGoing(ctx, org)
+	if err != nil || going {
+		return err
+	}
+	return fmt.Errorf("it is the last owner of organization %s: make another member an owner first", org)
 }
