@@ -57,10 +57,15 @@ func authorizeProjects(c *Config) {
 		ClusterRoles:        rbacInformers.ClusterRoles().Lister(),
 		ClusterRoleBindings: rbacInformers.ClusterRoleBindings().Lister(),
 	}
-	for _, info := range []*genericapiserver.AuthorizationInfo{&c.ControlPlane.Generic.Authorization, &c.Aggregator.GenericConfig.Authorization, &c.APIExtensions.GenericConfig.Authorization} {
-		if info.Authorizer != nil {
-			info.Authorizer = tenancy.WithParentExtras(union.New(authz.Authorizer(c.IAM), projectrbac.Authorizer(info.Authorizer, c.RBAC, listers)))
+	iam := authz.New(c.IAM)
+	for _, gc := range []*genericapiserver.Config{c.ControlPlane.Generic, &c.Aggregator.GenericConfig.Config, &c.APIExtensions.GenericConfig.Config} {
+		if gc.Authorization.Authorizer == nil {
+			continue
 		}
+		projects := projectrbac.New(gc.Authorization.Authorizer, gc.RuleResolver, c.RBAC, listers)
+		gc.Authorization.Authorizer = tenancy.WithParentExtras(union.New(iam, projects))
+		// What kubectl auth can-i --list answers: IAM's grants and the project's RBAC.
+		gc.RuleResolver = union.NewRuleResolvers(iam, projects)
 	}
 }
 

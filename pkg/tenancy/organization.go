@@ -28,6 +28,14 @@ var (
 	projectsResource      = schema.GroupResource{Group: "resourcemanager.miloapis.com", Resource: "projects"}
 	foldersResource       = schema.GroupResource{Group: "resourcemanager.miloapis.com", Resource: "folders"}
 	namespacesResource    = schema.GroupResource{Resource: "namespaces"}
+	// reviews ask the server about access or identity in the organization's
+	// context: they are answered there, and store nothing.
+	reviews = map[schema.GroupResource]bool{
+		{Group: "authorization.k8s.io", Resource: "selfsubjectaccessreviews"}: true,
+		{Group: "authorization.k8s.io", Resource: "selfsubjectrulesreviews"}:  true,
+		{Group: "authorization.k8s.io", Resource: "subjectaccessreviews"}:     true,
+		{Group: "authentication.k8s.io", Resource: "selfsubjectreviews"}:      true,
+	}
 )
 
 // IsOrganizationScoped reports whether a cluster-scoped resource belongs to one
@@ -48,7 +56,9 @@ func IsOrganizationScoped(gr schema.GroupResource) bool {
 //     lists and watches across namespaces are narrowed to that namespace;
 //   - Folders and Projects labelled with the organization: lists and watches get
 //     the label selector added, single objects of another organization are not
-//     found, and new ones are labelled by admission (TenantAnnotation).
+//     found, and new ones are labelled by admission (TenantAnnotation);
+//   - access and identity reviews (kubectl auth can-i, kubectl auth whoami),
+//     answered for the organization.
 //
 // Everything else answers 404, as if it did not exist.
 func (r *Router) routeOrganization(w http.ResponseWriter, req *http.Request, org string) *http.Request {
@@ -76,6 +86,8 @@ func (r *Router) routeOrganization(w http.ResponseWriter, req *http.Request, org
 		if info.Name != org || info.Verb != "get" {
 			return notFound(gr, info.Name)
 		}
+		return req
+	case reviews[gr] && info.Verb == "create":
 		return req
 	case gr == namespacesResource:
 		if info.Name != orgNamespace || info.Verb != "get" {

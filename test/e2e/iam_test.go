@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -336,4 +339,115 @@ func TestRolesFlattenInheritanceAndRefuseCycles(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// rulesOf is what SelfSubjectRulesReview says c may do in namespace, as
+// "group/resource:verb" strings.
+func rulesOf(t *testing.T, c kubernetes.Interface, namespace string) map[string]bool {
+	t.Helper()
+	review, err := c.AuthorizationV1().SelfSubjectRulesReviews().Create(context.Background(),
+		&authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: namespace}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, r := range review.Status.ResourceRules {
+		for _, g := range r.APIGroups {
+			for _, res := range r.Resources {
+				for _, v := range r.Verbs {
+					out[g+"/"+res+":"+v] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestAuthCanIInProjectsAndOrganizations: kubectl auth can-i, and can-i
+// --list (SelfSubjectRulesReview), answer with Milo IAM's grants and the
+// project's own RBAC, per project and per organization, and nothing of
+// other projects.
+func TestAuthCanIInProjectsAndOrganizations(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	org := fmt.Sprintf("can-i-%d", projectSeq.Add(1))
+	m.createOrganizationAs(t, "alice-token", org)
+	aliceOrg := m.dynamicAs(t, "alice-token", tenancy.OrganizationPath(org))
+	web, other := org+"-web", org+"-other"
+	for _, p := range []string{web, other} {
+		eventually(t, "alice creates project "+p, func() error {
+			_, err := aliceOrg.Resource(projectsGVR).Create(ctx, objectOf("Project", p, map[string]any{
+				"ownerRef": map[string]any{"kind": "Organization", "name": org}}), metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return nil
+			}
+			return err
+		})
+		m.waitProjectReady(t, p)
+	}
+	// bob: IAM viewer on web; in web's RBAC, create configmaps in default.
+	if _, err := aliceOrg.Resource(policyBindingsGVR).Namespace(tenancy.OrganizationNamespace(org)).Create(ctx, objectOf("PolicyBinding", "bob-views-web", map[string]any{
+		"roleRef":          map[string]any{"name": "viewer", "namespace": "milo-system"},
+		"subjects":         []any{map[string]any{"kind": "User", "name": "bob"}},
+		"resourceSelector": map[string]any{"resourceRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Project", "name": web}},
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	aliceWeb := m.as(t, "alice-token", tenancy.ProjectPath(web))
+	if _, err := aliceWeb.RbacV1().Roles("default").Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "cm-writer"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := aliceWeb.RbacV1().RoleBindings("default").Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "bob-writes"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "cm-writer"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "bob"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	bobWeb := m.as(t, "bob-token", tenancy.ProjectPath(web))
+	eventually(t, "bob's rules in web", func() error {
+		rules := rulesOf(t, bobWeb, "default")
+		for _, want := range []string{"/configmaps:get", "/configmaps:list", "/configmaps:create"} {
+			if !rules[want] {
+				return fmt.Errorf("no %s in %v", want, rules)
+			}
+		}
+		return nil
+	})
+	if rules := rulesOf(t, bobWeb, "kube-system"); rules["/configmaps:create"] || !rules["/configmaps:get"] {
+		t.Fatalf("bob's rules in web's kube-system: the RoleBinding is in default, IAM covers the project: %v", rules)
+	}
+	for rule := range rulesOf(t, m.as(t, "bob-token", tenancy.ProjectPath(other)), "default") {
+		if strings.Contains(rule, "configmaps") {
+			t.Fatalf("bob's rules in %s include %s", other, rule)
+		}
+	}
+	// The real kubectl, with bob's kubeconfig for web.
+	bobKubeconfig := m.tokenKubeconfig(t, "bob-token", tenancy.ProjectPath(web))
+	r := m.kubectlWith(t, bobKubeconfig, "", "auth", "can-i", "--list", "-n", "default")
+	if r.err != nil || !regexp.MustCompile(`(?m)^configmaps\s.*\[.*\bget\b.*\bcreate\b.*\]`).MatchString(r.stdout) {
+		t.Fatalf("kubectl auth can-i --list as bob in web: %v\n%s%s", r.err, r.stdout, r.stderr)
+	}
+	for verb, want := range map[string]string{"get": "yes", "create": "yes", "delete": "no"} {
+		r := m.kubectlWith(t, bobKubeconfig, "", "auth", "can-i", verb, "configmaps", "-n", "default")
+		if strings.TrimSpace(r.stdout) != want {
+			t.Fatalf("can-i %s configmaps as bob in web: %q %s, want %s", verb, r.stdout, r.stderr, want)
+		}
+	}
+
+	// In the organization's context: alice owns it, bob has nothing there.
+	aliceOrgKubeconfig := m.tokenKubeconfig(t, "alice-token", tenancy.OrganizationPath(org))
+	bobOrgKubeconfig := m.tokenKubeconfig(t, "bob-token", tenancy.OrganizationPath(org))
+	for who, want := range map[string]string{aliceOrgKubeconfig: "yes", bobOrgKubeconfig: "no"} {
+		r := m.kubectlWith(t, who, "", "auth", "can-i", "create", "projects.resourcemanager.miloapis.com")
+		if strings.TrimSpace(r.stdout) != want {
+			t.Fatalf("can-i create projects in %s: %q %s, want %s", org, r.stdout, r.stderr, want)
+		}
+	}
+	if rules := rulesOf(t, m.as(t, "alice-token", tenancy.OrganizationPath(org)), "default"); !rules["*/*:*"] {
+		t.Fatalf("the owner's rules in her organization: %v", rules)
+	}
+	if rules := rulesOf(t, m.as(t, "bob-token", tenancy.OrganizationPath(org)), "default"); rules["/configmaps:get"] {
+		t.Fatalf("a project's viewer's rules in the organization: %v", rules)
+	}
 }

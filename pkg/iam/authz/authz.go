@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	"go.miloapis.com/milo/pkg/iam/evaluator"
@@ -30,37 +31,86 @@ import (
 //
 // Requests to the all-projects view and non-resource requests are left to
 // the rest of the chain: the all-projects view is for platform identities.
-func Authorizer(e *evaluator.Evaluator) authorizer.Authorizer {
-	return authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-		if !a.IsResourceRequest() || a.GetUser() == nil {
-			return authorizer.DecisionNoOpinion, "", nil
-		}
-		t := tenancy.From(ctx)
-		if t.IsProject() && strings.HasPrefix(a.GetUser().GetName(), serviceaccount.ServiceAccountUsernamePrefix) {
-			// A project's service accounts are the project's own business: its
-			// RBAC decides. Their names repeat across projects, so no binding
-			// of an organization could tell them apart.
-			return authorizer.DecisionNoOpinion, "", nil
-		}
-		target, ok := targetOf(t, a)
-		if !ok {
-			return authorizer.DecisionNoOpinion, "", nil
-		}
-		resource := a.GetResource()
-		if sub := a.GetSubresource(); sub != "" {
-			resource += "/" + sub
-		}
-		allowed, binding := e.Allowed(evaluator.Request{
-			User:       a.GetUser().GetName(),
-			Groups:     a.GetUser().GetGroups(),
-			Permission: evaluator.Permission{Group: a.GetAPIGroup(), Resource: resource, Verb: a.GetVerb()},
-			Target:     target,
-		})
-		if !allowed {
-			return authorizer.DecisionNoOpinion, "", nil
-		}
-		return authorizer.DecisionAllow, fmt.Sprintf("Milo IAM: PolicyBinding %s", binding), nil
+type Authorizer struct {
+	iam *evaluator.Evaluator
+}
+
+var (
+	_ authorizer.Authorizer   = &Authorizer{}
+	_ authorizer.RuleResolver = &Authorizer{}
+)
+
+// New returns Milo IAM's authorizer over the evaluator.
+func New(e *evaluator.Evaluator) *Authorizer { return &Authorizer{iam: e} }
+
+// projectServiceAccount: a project's service accounts are the project's own
+// business, its RBAC decides. Their names repeat across projects, so no
+// binding of an organization could tell them apart.
+func projectServiceAccount(t tenancy.Tenant, u user.Info) bool {
+	return t.IsProject() && strings.HasPrefix(u.GetName(), serviceaccount.ServiceAccountUsernamePrefix)
+}
+
+// Authorize implements authorizer.Authorizer.
+func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	if !a.IsResourceRequest() || a.GetUser() == nil {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	t := tenancy.From(ctx)
+	if projectServiceAccount(t, a.GetUser()) {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	target, ok := targetOf(t, a)
+	if !ok {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	resource := a.GetResource()
+	if sub := a.GetSubresource(); sub != "" {
+		resource += "/" + sub
+	}
+	allowed, binding := z.iam.Allowed(evaluator.Request{
+		User:       a.GetUser().GetName(),
+		Groups:     a.GetUser().GetGroups(),
+		Permission: evaluator.Permission{Group: a.GetAPIGroup(), Resource: resource, Verb: a.GetVerb()},
+		Target:     target,
 	})
+	if !allowed {
+		return authorizer.DecisionNoOpinion, "", nil
+	}
+	return authorizer.DecisionAllow, fmt.Sprintf("Milo IAM: PolicyBinding %s", binding), nil
+}
+
+// RulesFor lists what IAM grants the user in a project (on the project and
+// its ancestors) or in an organization's context (on the organization), as
+// rules, for SelfSubjectRulesReview (kubectl auth can-i --list). At the
+// platform IAM grants only on named objects, which rules do not list.
+func (z *Authorizer) RulesFor(ctx context.Context, u user.Info, _ string) ([]authorizer.ResourceRuleInfo, []authorizer.NonResourceRuleInfo, bool, error) {
+	t := tenancy.From(ctx)
+	var target evaluator.Node
+	switch {
+	case u == nil || projectServiceAccount(t, u):
+		return nil, nil, false, nil
+	case t.IsProject():
+		target = evaluator.Project(t.Name)
+	case t.Kind == tenancy.Organization:
+		target = evaluator.Organization(t.Name)
+	default:
+		return nil, nil, false, nil
+	}
+	type groupResource struct{ group, resource string }
+	verbs := map[groupResource][]string{}
+	var order []groupResource
+	for _, p := range z.iam.Permissions(u.GetName(), u.GetGroups(), target) {
+		k := groupResource{p.Group, p.Resource}
+		if _, seen := verbs[k]; !seen {
+			order = append(order, k)
+		}
+		verbs[k] = append(verbs[k], p.Verb)
+	}
+	rules := make([]authorizer.ResourceRuleInfo, 0, len(order))
+	for _, k := range order {
+		rules = append(rules, &authorizer.DefaultResourceRuleInfo{APIGroups: []string{k.group}, Resources: []string{k.resource}, Verbs: verbs[k]})
+	}
+	return rules, nil, false, nil
 }
 
 func targetOf(t tenancy.Tenant, a authorizer.Attributes) (evaluator.Node, bool) {

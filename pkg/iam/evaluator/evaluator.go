@@ -433,18 +433,8 @@ const maxDepth = 12
 func (e *Evaluator) Allowed(r Request) (allowed bool, reason string) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
-	// The ancestry first: a binding counts only inside its own organization,
-	// which is the root of the chain.
 	var chain [maxDepth]Node
-	n := 0
-	for node, ok := r.Target, true; ok && n < maxDepth; node, ok = e.parents[node] {
-		chain[n] = node
-		n++
-	}
-	org := ""
-	if root := chain[n-1]; root.Group == ResourceManagerGroup && root.Resource == "organizations" {
-		org = root.Name
-	}
+	n, org := e.ancestry(r.Target, &chain)
 	for _, node := range chain[:n] {
 		if bySubject := e.onNode[node]; bySubject != nil {
 			if b, ok := e.match(bySubject, r, org); ok {
@@ -460,39 +450,96 @@ func (e *Evaluator) Allowed(r Request) (allowed bool, reason string) {
 	return false, ""
 }
 
+// ancestry returns the target and its ancestors, nearest first, and the
+// organization at the root ("" if the chain does not end at one). A binding
+// counts only inside its own organization.
+func (e *Evaluator) ancestry(target Node, chain *[maxDepth]Node) (n int, org string) {
+	for node, ok := target, true; ok && n < maxDepth; node, ok = e.parents[node] {
+		chain[n] = node
+		n++
+	}
+	if root := chain[n-1]; root.Group == ResourceManagerGroup && root.Resource == "organizations" {
+		org = root.Name
+	}
+	return n, org
+}
+
 // match looks up every subject of the request; a grant must be the platform's
 // or made in org.
-func (e *Evaluator) match(bySubject map[Subject][]grant, r Request, org string) (string, bool) {
-	check := func(s Subject) (string, bool) {
+func (e *Evaluator) match(bySubject map[Subject][]grant, r Request, org string) (binding string, found bool) {
+	e.eachGrant(bySubject, r.User, r.Groups, org, func(g grant) bool {
+		if e.effective[g.role].allows(r.Permission) {
+			binding, found = g.binding, true
+		}
+		return found
+	})
+	return binding, found
+}
+
+// eachGrant calls fn with every grant in bySubject of the user, its
+// authenticated groups and its Group memberships that counts in org, until fn
+// returns true.
+func (e *Evaluator) eachGrant(bySubject map[Subject][]grant, user string, groups []string, org string, fn func(grant) bool) {
+	check := func(s Subject) bool {
 		for _, g := range bySubject[s] {
-			if g.scope != "" && g.scope != org {
-				continue
-			}
-			if e.effective[g.role].allows(r.Permission) {
-				return g.binding, true
+			if (g.scope == "" || g.scope == org) && fn(g) {
+				return true
 			}
 		}
-		return "", false
+		return false
 	}
-	if b, ok := check(Subject{Kind: "User", Name: r.User}); ok {
-		return b, true
+	if check(Subject{Kind: "User", Name: user}) {
+		return
 	}
-	if ns, name, ok := serviceAccount(r.User); ok {
-		if b, ok := check(Subject{Kind: "ServiceAccount", Namespace: ns, Name: name}); ok {
-			return b, true
+	if ns, name, ok := serviceAccount(user); ok && check(Subject{Kind: "ServiceAccount", Namespace: ns, Name: name}) {
+		return
+	}
+	for _, g := range groups {
+		if check(Subject{Kind: "Group", Name: g}) {
+			return
 		}
 	}
-	for _, g := range r.Groups {
-		if b, ok := check(Subject{Kind: "Group", Name: g}); ok {
-			return b, true
+	for _, g := range e.groupsOf[user] {
+		if check(g) {
+			return
 		}
 	}
-	for _, g := range e.groupsOf[r.User] {
-		if b, ok := check(g); ok {
-			return b, true
-		}
+}
+
+// Permissions returns what a user holds on the target: the permissions of
+// every role bound to it (or its groups) on the target or an ancestor, and of
+// kind bindings, narrowed to their kind. It answers "what can I do here"
+// (SelfSubjectRulesReview); decisions use Allowed.
+func (e *Evaluator) Permissions(user string, groups []string, target Node) []Permission {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	out := map[Permission]struct{}{}
+	var chain [maxDepth]Node
+	n, org := e.ancestry(target, &chain)
+	for _, node := range chain[:n] {
+		e.eachGrant(e.onNode[node], user, groups, org, func(g grant) bool {
+			for p := range e.effective[g.role] {
+				out[p] = struct{}{}
+			}
+			return false
+		})
 	}
-	return "", false
+	for kind, bySubject := range e.onKind {
+		e.eachGrant(bySubject, user, groups, org, func(g grant) bool {
+			for p := range e.effective[g.role] {
+				if (p.Group == kind.Group || p.Group == "*") && (p.Resource == kind.Resource || p.Resource == "*") {
+					out[Permission{Group: kind.Group, Resource: kind.Resource, Verb: p.Verb}] = struct{}{}
+				}
+			}
+			return false
+		})
+	}
+	perms := make([]Permission, 0, len(out))
+	for p := range out {
+		perms = append(perms, p)
+	}
+	slices.SortFunc(perms, func(a, b Permission) int { return strings.Compare(a.String(), b.String()) })
+	return perms
 }
 
 func serviceAccount(user string) (namespace, name string, ok bool) {

@@ -175,3 +175,42 @@ func TestBindingsCountOnlyInTheirOrganization(t *testing.T) {
 		t.Fatal("a binding of acme does not grant in acme")
 	}
 }
+
+func TestPermissionsListWhatHoldsOnTheTarget(t *testing.T) {
+	e := newTestEvaluator()
+	team, acme, elsewhere := Folder("team"), Organization("acme"), Project("elsewhere")
+	e.SetBinding("organization-acme/bob-viewer", Binding{Role: RoleKey{"milo-system", "viewer"},
+		Subjects: []Subject{{Kind: "User", Name: "bob"}}, Resource: &team, Scope: "acme"})
+	e.SetBinding("organization-acme/devs-edit", Binding{Role: RoleKey{"milo-system", "editor"},
+		Subjects: []Subject{{Kind: "Group", Name: "devs"}}, Resource: &acme, Scope: "acme"})
+	// A binding of acme naming another organization's project counts nowhere.
+	e.SetBinding("organization-acme/stray", Binding{Role: RoleKey{"milo-system", "editor"},
+		Subjects: []Subject{{Kind: "User", Name: "bob"}}, Resource: &elsewhere, Scope: "acme"})
+	e.SetBinding("milo-system/secrets", Binding{Role: RoleKey{"milo-system", "editor"},
+		Subjects: []Subject{{Kind: "User", Name: "bob"}}, Kind: &schema.GroupResource{Resource: "secrets"}})
+
+	list := func(user string, groups []string, target Node) []string {
+		var out []string
+		for _, p := range e.Permissions(user, groups, target) {
+			out = append(out, p.String())
+		}
+		return out
+	}
+	// The kind binding narrows the editor role to its kind: nothing of it names secrets.
+	if got, want := list("bob", nil, Project("web")), []string{"core/configmaps.get", "core/configmaps.list", "resourcemanager.miloapis.com/projects.get"}; !slices.Equal(got, want) {
+		t.Errorf("bob on web: %v, want %v", got, want)
+	}
+	if got := list("bob", nil, Project("api")); len(got) != 0 {
+		t.Errorf("bob on a sibling project: %v", got)
+	}
+	if got := list("bob", nil, Project("elsewhere")); len(got) != 0 {
+		t.Errorf("bob in another organization: %v", got)
+	}
+	if got, want := list("carol", []string{"devs"}, Project("web")), []string{"core/configmaps.create", "core/configmaps.get", "core/configmaps.list", "resourcemanager.miloapis.com/projects.get"}; !slices.Equal(got, want) {
+		t.Errorf("a member of devs on web: %v, want %v", got, want)
+	}
+	e.SetRole(RoleKey{"milo-system", "editor"}, []string{"core/*.create"}, nil)
+	if got, want := list("bob", nil, Project("api")), []string{"core/secrets.create"}; !slices.Equal(got, want) {
+		t.Errorf("bob's kind binding with a wildcard role: %v, want %v", got, want)
+	}
+}

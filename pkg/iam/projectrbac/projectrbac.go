@@ -19,6 +19,7 @@ package projectrbac
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -170,28 +171,75 @@ func (noRoles) GetRole(context.Context, string, string) (*rbacv1.Role, error) {
 	return nil, fmt.Errorf("platform roles do not apply in projects")
 }
 
-// Authorizer returns platform unchanged for platform and all-projects requests,
-// and the project decision described in the package comment for project requests.
-func Authorizer(platform authorizer.Authorizer, project *Storage, listers PlatformListers) authorizer.Authorizer {
+// Authorizer decides project requests as described in the package comment and
+// hands platform and all-projects requests to the platform's chain. It also
+// lists rules (SelfSubjectRulesReview) the same way.
+type Authorizer struct {
+	platform      authorizer.Authorizer
+	platformRules authorizer.RuleResolver
+	projectRBAC   *rbac.RBACAuthorizer
+	platformWide  *rbac.RBACAuthorizer
+}
+
+var (
+	_ authorizer.Authorizer   = &Authorizer{}
+	_ authorizer.RuleResolver = &Authorizer{}
+)
+
+// New returns the authorizer over the platform's chain (platform, and its
+// rule resolver platformRules, which may be nil) and the project storage.
+func New(platform authorizer.Authorizer, platformRules authorizer.RuleResolver, project *Storage, listers PlatformListers) *Authorizer {
 	project.platformClusterRoles = listers.ClusterRoles
-	projectRBAC := rbac.New(project, project, project, project)
-	platformWide := rbac.New(noRoles{}, noRoleBindings{},
-		&rbac.ClusterRoleGetter{Lister: listers.ClusterRoles}, &rbac.ClusterRoleBindingLister{Lister: listers.ClusterRoleBindings})
-	return authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-		if !tenancy.From(ctx).IsProject() {
-			return platform.Authorize(ctx, a)
+	return &Authorizer{
+		platform:      platform,
+		platformRules: platformRules,
+		projectRBAC:   rbac.New(project, project, project, project),
+		platformWide: rbac.New(noRoles{}, noRoleBindings{},
+			&rbac.ClusterRoleGetter{Lister: listers.ClusterRoles}, &rbac.ClusterRoleBindingLister{Lister: listers.ClusterRoleBindings}),
+	}
+}
+
+func superuser(u user.Info) bool {
+	if u == nil {
+		return false
+	}
+	for _, g := range u.GetGroups() {
+		if g == user.SystemPrivilegedGroup {
+			return true
 		}
-		if u := a.GetUser(); u != nil {
-			for _, g := range u.GetGroups() {
-				if g == user.SystemPrivilegedGroup {
-					return authorizer.DecisionAllow, "platform superuser", nil
-				}
-			}
+	}
+	return false
+}
+
+// Authorize implements authorizer.Authorizer.
+func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
+	if !tenancy.From(ctx).IsProject() {
+		return z.platform.Authorize(ctx, a)
+	}
+	if superuser(a.GetUser()) {
+		return authorizer.DecisionAllow, "platform superuser", nil
+	}
+	if d, reason, err := z.projectRBAC.Authorize(ctx, a); d == authorizer.DecisionAllow {
+		return d, "project RBAC: " + reason, err
+	}
+	// The platform's ClusterRoleBindings are read without a tenant.
+	return z.platformWide.Authorize(tenancy.WithTenant(ctx, tenancy.PlatformTenant), a)
+}
+
+// RulesFor implements authorizer.RuleResolver: in a project, the rules of the
+// project's RBAC and of the platform's ClusterRoleBindings.
+func (z *Authorizer) RulesFor(ctx context.Context, u user.Info, namespace string) ([]authorizer.ResourceRuleInfo, []authorizer.NonResourceRuleInfo, bool, error) {
+	if !tenancy.From(ctx).IsProject() {
+		if z.platformRules == nil {
+			return nil, nil, true, nil
 		}
-		if d, reason, err := projectRBAC.Authorize(ctx, a); d == authorizer.DecisionAllow {
-			return d, "project RBAC: " + reason, err
-		}
-		// The platform's ClusterRoleBindings are read without a tenant.
-		return platformWide.Authorize(tenancy.WithTenant(ctx, tenancy.PlatformTenant), a)
-	})
+		return z.platformRules.RulesFor(ctx, u, namespace)
+	}
+	if superuser(u) {
+		return []authorizer.ResourceRuleInfo{&authorizer.DefaultResourceRuleInfo{Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"}}},
+			[]authorizer.NonResourceRuleInfo{&authorizer.DefaultNonResourceRuleInfo{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}}, false, nil
+	}
+	resources, nonResources, incomplete, err := z.projectRBAC.RulesFor(ctx, u, namespace)
+	r2, n2, incomplete2, err2 := z.platformWide.RulesFor(tenancy.WithTenant(ctx, tenancy.PlatformTenant), u, namespace)
+	return append(resources, r2...), append(nonResources, n2...), incomplete || incomplete2, errors.Join(err, err2)
 }
