@@ -18,6 +18,7 @@ import (
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/iam/satokens"
+	"go.miloapis.com/milo/pkg/iam/users"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenantadmission"
 )
@@ -55,6 +56,8 @@ type Tenancy struct {
 	IAM *evaluator.Evaluator
 	// ServiceAccounts is filled with the storages service account tokens are checked against.
 	ServiceAccounts *satokens.Storage
+	// Users records the identities that authenticate as User objects.
+	Users *users.Recorder
 }
 
 // CompletedConfig is a Config whose parts have been completed.
@@ -110,7 +113,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 
 	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Tenancy: Tenancy{
 		Prefixes: prefixes, Namespaces: namespaces, Quotas: quotas, RBAC: &projectrbac.Storage{}, EtcdClient: etcdClient,
-		IAM: opts.IAM, ServiceAccounts: &satokens.Storage{},
+		IAM: opts.IAM, ServiceAccounts: &satokens.Storage{}, Users: users.NewRecorder(),
 	}}
 	if c.IAM == nil {
 		c.IAM = evaluator.New()

@@ -19,6 +19,7 @@ import (
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -103,6 +104,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		if err != nil {
 			return err
 		}
+		iamSynced = append(iamSynced, c.Users.Informer(tree.Factory()))
 		if !tree.Run(ctx) || !cache.WaitForCacheSync(ctx.Done(), iamSynced...) {
 			return errors.New("hierarchy and IAM informers did not sync")
 		}
@@ -118,6 +120,11 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			return err
 		}
 		go purger.Run(ctx, 4)
+		client, err := dynamic.NewForConfig(loopback)
+		if err != nil {
+			return err
+		}
+		go c.Users.Run(ctx, client)
 		if !c.Options.Controllers {
 			return nil
 		}

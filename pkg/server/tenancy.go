@@ -71,7 +71,8 @@ func authorizeProjects(c *Config) {
 
 // authenticateTenants makes a service account token valid only in the tenant
 // that issued it: tokens issued in a project carry its name, and every
-// server's authenticator refuses them elsewhere.
+// server's authenticator refuses them elsewhere. Identities it accepts are
+// recorded as Users.
 func authenticateTenants(c *Config) error {
 	if c.ControlPlane.Extra.ServiceAccountIssuer != nil {
 		c.ControlPlane.Extra.ServiceAccountIssuer = satokens.Generator{Inner: c.ControlPlane.Extra.ServiceAccountIssuer}
@@ -83,7 +84,7 @@ func authenticateTenants(c *Config) error {
 	verifier := satokens.Verifier{Issuers: authn.ServiceAccountIssuers, Keys: authn.ServiceAccountPublicKeysGetter, Audiences: authn.APIAudiences}
 	for _, info := range []*genericapiserver.AuthenticationInfo{&c.ControlPlane.Generic.Authentication, &c.Aggregator.GenericConfig.Authentication, &c.APIExtensions.GenericConfig.Authentication} {
 		if info.Authenticator != nil {
-			info.Authenticator = satokens.Authenticator(info.Authenticator, c.ServiceAccounts, verifier)
+			info.Authenticator = c.Users.Authenticator(satokens.Authenticator(info.Authenticator, c.ServiceAccounts, verifier))
 		}
 	}
 	return nil

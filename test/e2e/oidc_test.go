@@ -21,7 +21,10 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"go.miloapis.com/milo/pkg/iam/users"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -35,6 +38,8 @@ type oidcIssuer struct {
 }
 
 const oidcKeyID = "e2e-key"
+
+var usersGVR = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "users"}
 
 // startOIDCIssuer serves discovery and JWKS and writes its CA to dir.
 func startOIDCIssuer(dir string) (*oidcIssuer, error) {
@@ -134,6 +139,18 @@ func TestOIDCUsersWithKubectl(t *testing.T) {
 	if u := review.Status.UserInfo; u.Username != "dana@example.com" || !contains(u.Groups, "acme-sre") || !contains(u.Groups, "system:authenticated") {
 		t.Fatalf("dana is %+v", u)
 	}
+
+	// Her first request recorded her as a User, with her e-mail.
+	eventually(t, "dana recorded as a User", func() error {
+		u, err := m.dynamic(t).Resource(usersGVR).Get(ctx, users.ObjectName("dana@example.com"), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if email, _, _ := unstructured.NestedString(u.Object, "spec", "email"); email != "dana@example.com" || u.GetAnnotations()[users.UsernameAnnotation] != "dana@example.com" {
+			return fmt.Errorf("user %v", u.Object)
+		}
+		return nil
+	})
 
 	// Platform RBAC on an OIDC group: the group may create organizations.
 	platform := m.kube(t)

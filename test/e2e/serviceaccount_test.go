@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -12,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"go.miloapis.com/milo/pkg/iam/users"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -123,5 +125,35 @@ func TestServiceAccountTokensWorkOnlyInTheirProject(t *testing.T) {
 	}
 	if _, err := m.as(t, tokenP.Status.Token, tenancy.ProjectPath(a)).CoreV1().ConfigMaps("apps").List(ctx, metav1.ListOptions{}); !apierrors.IsUnauthorized(err) {
 		t.Fatalf("platform token in project %s: %v, want Unauthorized", a, err)
+	}
+}
+
+// TestUsersAreRecordedOnTheirFirstRequest: a person's first authenticated
+// request creates a User (named after the user name, which is kept in an
+// annotation); service accounts and the system's identities are not people.
+func TestUsersAreRecordedOnTheirFirstRequest(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	if _, err := m.as(t, "carol-token", "").CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("carol at the platform: %v", err)
+	}
+	eventually(t, "carol recorded", func() error {
+		u, err := m.dynamic(t).Resource(usersGVR).Get(ctx, "carol", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if got := u.GetAnnotations()[users.UsernameAnnotation]; got != "carol" {
+			return fmt.Errorf("annotation %q", got)
+		}
+		return nil
+	})
+	list, err := m.dynamic(t).Resource(usersGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range list.Items {
+		if name := u.GetAnnotations()[users.UsernameAnnotation]; strings.HasPrefix(name, "system:") {
+			t.Errorf("User %s records %s", u.GetName(), name)
+		}
 	}
 }

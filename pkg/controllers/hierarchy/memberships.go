@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"regexp"
-	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -21,6 +19,7 @@ import (
 
 	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 	"go.miloapis.com/milo/pkg/hierarchy"
+	"go.miloapis.com/milo/pkg/iam/users"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -184,8 +183,6 @@ func (c *Controllers) setMembershipStatus(ctx context.Context, u *unstructured.U
 	return err
 }
 
-var notNameChars = regexp.MustCompile(`[^a-z0-9.-]+`)
-
 // membershipBindingName names the binding of one role of a membership:
 // {membership}.{role} for a platform role, {membership}.org.{role} for one of
 // the organization's roles; hashed when longer than a name may be.
@@ -199,20 +196,6 @@ func membershipBindingName(membership string, role resourcemanagerv1alpha1.RoleR
 	}
 	sum := sha256.Sum256([]byte(name))
 	return membership[:min(len(membership), 200)] + "." + hex.EncodeToString(sum[:8])
-}
-
-// MembershipName is the name of the membership that makes user a member:
-// the user name made a valid object name, with a hash when that changed it.
-func MembershipName(user string) string {
-	name := strings.Trim(notNameChars.ReplaceAllString(strings.ToLower(user), "-"), ".-")
-	if name == user && len(name) <= 200 && name != "" {
-		return name
-	}
-	sum := sha256.Sum256([]byte(user))
-	if name = strings.Trim(name[:min(len(name), 180)], ".-"); name == "" {
-		name = "user"
-	}
-	return name + "-" + hex.EncodeToString(sum[:4])
 }
 
 const platformNamespace = "milo-system"
@@ -229,7 +212,7 @@ func (c *Controllers) makeCreatorOwner(ctx context.Context, org *unstructured.Un
 	ns := tenancy.OrganizationNamespace(org.GetName())
 	membership := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": hierarchy.Memberships.GroupVersion().String(), "kind": "OrganizationMembership",
-		"metadata": map[string]any{"name": MembershipName(creator), "namespace": ns,
+		"metadata": map[string]any{"name": users.ObjectName(creator), "namespace": ns,
 			"finalizers": []any{hierarchy.MembershipFinalizer}},
 		"spec": map[string]any{
 			"organizationRef": map[string]any{"name": org.GetName()},

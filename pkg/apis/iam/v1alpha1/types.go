@@ -213,12 +213,13 @@ type User struct {
 
 // UserSpec describes a person.
 type UserSpec struct {
-	// Email is the person's e-mail address.
+	// Email is the person's e-mail address. Users recorded on their first
+	// request have it when their user name is one (OIDC with the email claim).
 	// +kubebuilder:validation:MinLength=3
 	// +kubebuilder:validation:MaxLength=254
 	// +kubebuilder:validation:Pattern=`^[^@\s]+@[^@\s]+$`
-	// +required
-	Email string `json:"email"`
+	// +optional
+	Email string `json:"email,omitempty"`
 	// +optional
 	GivenName string `json:"givenName,omitempty"`
 	// +optional
