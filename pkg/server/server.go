@@ -132,6 +132,8 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		if err != nil {
 			return err
 		}
+		// Starts the informers the controllers added; those already running stay as they are.
+		tree.Factory().Start(ctx.Done())
 		go func() {
 			if err := hierarchycontrollers.RunElected(ctx, loopback, hierarchycontrollers.DefaultLeaderElection(), controllers.Run); err != nil {
 				klog.FromContext(ctx).Error(err, "Hierarchy controllers stopped")

@@ -339,6 +339,57 @@ func TestRolesFlattenInheritanceAndRefuseCycles(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A permission of a kind no ProtectedResource registers is reported (a
+	// typo would grant nothing); registering the kind settles it.
+	c := fmt.Sprintf("role-c-%d", n)
+	if _, err := roles.Create(ctx, role(c, []string{"core/configmap.get", "example.com/widgets.get", "core/configmaps/status.get", "*/*.list"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "c reports its unregistered permissions", func() error {
+		ready, _, err := status(c)
+		if err != nil || !strings.HasPrefix(ready, "False") || !strings.Contains(ready, "registers core/configmap.get, example.com/widgets.get (") {
+			return fmt.Errorf("Ready %q %v", ready, err)
+		}
+		return nil
+	})
+	widgets := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "iam.miloapis.com/v1alpha1", "kind": "ProtectedResource",
+		"metadata": map[string]any{"name": fmt.Sprintf("widgets-%d.example.com", n)},
+		"spec": map[string]any{"serviceRef": map[string]any{"name": "example.com"}, "kind": "Widget", "plural": "widgets", "singular": "widget",
+			"permissions": []any{"get", "list"}, "parentResources": []any{map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Project"}}}}}
+	if _, err := m.dynamic(t).Resource(protectedResourcesGVR).Create(ctx, widgets, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.dynamic(t).Resource(protectedResourcesGVR).Delete(ctx, widgets.GetName(), metav1.DeleteOptions{}) }) //nolint:errcheck
+	eventually(t, "c reports only the typo", func() error {
+		ready, _, err := status(c)
+		if err != nil || !strings.Contains(ready, "registers core/configmap.get (") {
+			return fmt.Errorf("Ready %q %v", ready, err)
+		}
+		return nil
+	})
+	// The platform roles use registered permissions only.
+	for _, name := range []string{"viewer", "editor", "owner"} {
+		r, err := m.dynamic(t).Resource(rolesGVR).Namespace("milo-system").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !hierarchyReady(r) {
+			t.Errorf("platform role %s is not Ready: %v", name, r.Object["status"])
+		}
+	}
+}
+
+var protectedResourcesGVR = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "protectedresources"}
+
+func hierarchyReady(u *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+			return m["status"] == "True"
+		}
+	}
+	return false
 }
 
 // rulesOf is what SelfSubjectRulesReview says c may do in namespace, as

@@ -60,7 +60,7 @@ type Controllers struct {
 	platform kubernetes.Interface
 	workers  int
 
-	orgs, folders, projects, roles, memberships, bindings cache.SharedIndexInformer
+	orgs, folders, projects, roles, memberships, bindings, protected cache.SharedIndexInformer
 }
 
 // New prepares the controllers over a client configuration of the platform and
@@ -94,6 +94,7 @@ func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFacto
 		roles:       factory.ForResource(roles).Informer(),
 		memberships: factory.ForResource(hierarchy.Memberships).Informer(),
 		bindings:    factory.ForResource(policyBindings).Informer(),
+		protected:   factory.ForResource(protectedResources).Informer(),
 	}
 	if err := hierarchy.AddIndexes(c.folders, c.projects); err != nil {
 		return nil, err
@@ -137,13 +138,20 @@ func (c *Controllers) Run(ctx context.Context) {
 	}); err == nil {
 		defer c.bindings.RemoveEventHandler(reg) //nolint:errcheck
 	}
-	// A role's effective permissions follow the roles it inherits; roles are
-	// few, so any change re-checks them all.
+	// A role's effective permissions follow the roles it inherits, and its
+	// Ready the registered kinds; roles are few, so any change re-checks them all.
 	if reg, err := c.roles.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, _ any) { enqueueAll(roleLoop) },
 		DeleteFunc: func(any) { enqueueAll(roleLoop) },
 	}); err == nil {
 		defer c.roles.RemoveEventHandler(reg) //nolint:errcheck
+	}
+	if reg, err := c.protected.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { enqueueAll(roleLoop) },
+		UpdateFunc: func(_, _ any) { enqueueAll(roleLoop) },
+		DeleteFunc: func(any) { enqueueAll(roleLoop) },
+	}); err == nil {
+		defer c.protected.RemoveEventHandler(reg) //nolint:errcheck
 	}
 
 	// The deletion of a child may let its parent's deletion finish.

@@ -16,7 +16,10 @@ import (
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 )
 
-var roles = iamv1alpha1.SchemeGroupVersion.WithResource("roles")
+var (
+	roles              = iamv1alpha1.SchemeGroupVersion.WithResource("roles")
+	protectedResources = iamv1alpha1.SchemeGroupVersion.WithResource("protectedresources")
+)
 
 // syncRole writes a Role's flattened permissions into status.effectivePermissions,
 // and its Ready condition: False while an inherited role is missing or the
@@ -28,8 +31,12 @@ func (c *Controllers) syncRole(ctx context.Context, u *unstructured.Unstructured
 	effective, problem := flattenRole(c.roles.GetStore(), u.GetNamespace(), u.GetName())
 	cond := metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Flattened",
 		Message: fmt.Sprintf("%d effective permissions", len(effective))}
+	included, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "includedPermissions")
 	if problem != "" {
 		cond = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "InvalidInheritance", Message: problem}
+	} else if unknown := unregistered(c.protected.GetStore(), included); len(unknown) > 0 {
+		cond = metav1.Condition{Type: "Ready", Status: metav1.ConditionFalse, Reason: "UnregisteredPermissions",
+			Message: "no ProtectedResource registers " + strings.Join(unknown, ", ") + " (granted nonetheless: register the kind, or correct the name)"}
 	}
 	current, _, _ := unstructured.NestedStringSlice(u.Object, "status", "effectivePermissions")
 	conditions := conditionsOf(u)
@@ -70,4 +77,36 @@ func flattenRole(store cache.Store, namespace, name string) ([]string, string) {
 			return r.Spec.IncludedPermissions, inherited, true
 		})
 	return perms, strings.Join(problems, "; ")
+}
+
+// unregistered returns the permissions that name a kind or verb no
+// ProtectedResource registers: most likely a typo, which would otherwise grant
+// nothing without a word. Wildcards match whatever they stand for.
+func unregistered(protected cache.Store, perms []string) []string {
+	verbs := map[string][]string{} // group/plural → verbs
+	for _, obj := range protected.List() {
+		var pr iamv1alpha1.ProtectedResource
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(obj.(*unstructured.Unstructured).Object, &pr) != nil {
+			continue
+		}
+		key := pr.Spec.ServiceRef.Name + "/" + pr.Spec.Plural
+		verbs[key] = append(verbs[key], pr.Spec.Permissions...)
+	}
+	var out []string
+	for _, s := range perms {
+		p, ok := evaluator.ParsePermission(s)
+		if !ok || p.Group == "*" || p.Resource == "*" {
+			continue
+		}
+		group := p.Group
+		if group == "" {
+			group = "core"
+		}
+		resource, _, _ := strings.Cut(p.Resource, "/")
+		known, registered := verbs[group+"/"+resource]
+		if !registered || (p.Verb != "*" && !slices.Contains(known, p.Verb)) {
+			out = append(out, s)
+		}
+	}
+	return out
 }

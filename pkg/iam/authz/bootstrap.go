@@ -3,6 +3,8 @@ package authz
 import (
 	"context"
 	"reflect"
+	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,7 +53,7 @@ func BootstrapRoles() []iamv1alpha1.Role {
 	role := func(name string, perms []string, inherits ...string) iamv1alpha1.Role {
 		r := iamv1alpha1.Role{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "iam.miloapis.com/v1alpha1", Kind: "Role"},
-			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: PlatformNamespace, Labels: map[string]string{"iam.miloapis.com/bootstrap": "true"}},
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: PlatformNamespace, Labels: map[string]string{bootstrapLabel: "true"}},
 			Spec:       iamv1alpha1.RoleSpec{IncludedPermissions: perms, LaunchStage: "Stable"},
 		}
 		for _, in := range inherits {
@@ -66,8 +68,67 @@ func BootstrapRoles() []iamv1alpha1.Role {
 	}
 }
 
-// Bootstrap creates the platform namespace and reconciles the bootstrap roles:
-// missing ones are created, changed ones are put back.
+// ProtectedResourcesResource is the resource of ProtectedResources.
+var ProtectedResourcesResource = iamv1alpha1.SchemeGroupVersion.WithResource("protectedresources")
+
+// allVerbs are the verbs a kind served by the apiserver supports.
+var allVerbs = append(slices.Clone(readVerbs), writeVerbs...)
+
+// BootstrapProtectedResources registers Milo's kinds and the kinds served in
+// every project with IAM. serviceRef.name is the kind's API group ("core" for
+// the core group); the object is named {plural}.{group}.
+func BootstrapProtectedResources() []iamv1alpha1.ProtectedResource {
+	type kind struct {
+		group, kind, plural string
+		parents             []string // kinds of resourcemanager.miloapis.com
+	}
+	org, folderOrOrg, project := []string{"Organization"}, []string{"Organization", "Folder"}, []string{"Project"}
+	kinds := []kind{
+		{"resourcemanager.miloapis.com", "Organization", "organizations", nil},
+		{"resourcemanager.miloapis.com", "Folder", "folders", folderOrOrg},
+		{"resourcemanager.miloapis.com", "Project", "projects", folderOrOrg},
+		{"resourcemanager.miloapis.com", "OrganizationMembership", "organizationmemberships", org},
+		{"iam.miloapis.com", "Role", "roles", org},
+		{"iam.miloapis.com", "PolicyBinding", "policybindings", org},
+		{"iam.miloapis.com", "Group", "groups", org},
+		{"iam.miloapis.com", "GroupMembership", "groupmemberships", org},
+		{"iam.miloapis.com", "User", "users", nil},
+		{"iam.miloapis.com", "ProtectedResource", "protectedresources", nil},
+		{"iam.miloapis.com", "ServiceAccount", "serviceaccounts", project},
+		{"core", "Namespace", "namespaces", project},
+		{"core", "ConfigMap", "configmaps", project},
+		{"core", "Secret", "secrets", project},
+		{"core", "ServiceAccount", "serviceaccounts", project},
+		{"core", "Event", "events", project},
+		{"core", "LimitRange", "limitranges", project},
+		{"core", "ResourceQuota", "resourcequotas", project},
+		{"events.k8s.io", "Event", "events", project},
+		{"coordination.k8s.io", "Lease", "leases", project},
+		{"rbac.authorization.k8s.io", "Role", "roles", project},
+		{"rbac.authorization.k8s.io", "RoleBinding", "rolebindings", project},
+		{"rbac.authorization.k8s.io", "ClusterRole", "clusterroles", project},
+		{"rbac.authorization.k8s.io", "ClusterRoleBinding", "clusterrolebindings", project},
+	}
+	out := make([]iamv1alpha1.ProtectedResource, 0, len(kinds))
+	for _, k := range kinds {
+		pr := iamv1alpha1.ProtectedResource{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "iam.miloapis.com/v1alpha1", Kind: "ProtectedResource"},
+			ObjectMeta: metav1.ObjectMeta{Name: k.plural + "." + k.group, Labels: map[string]string{bootstrapLabel: "true"}},
+			Spec: iamv1alpha1.ProtectedResourceSpec{ServiceRef: iamv1alpha1.ServiceReference{Name: k.group},
+				Kind: k.kind, Plural: k.plural, Singular: strings.ToLower(k.kind), Permissions: allVerbs},
+		}
+		for _, p := range k.parents {
+			pr.Spec.ParentResources = append(pr.Spec.ParentResources, iamv1alpha1.ParentResource{APIGroup: "resourcemanager.miloapis.com", Kind: p})
+		}
+		out = append(out, pr)
+	}
+	return out
+}
+
+const bootstrapLabel = "iam.miloapis.com/bootstrap"
+
+// Bootstrap creates the platform namespace and reconciles the bootstrap roles
+// and protected resources: missing ones are created, changed ones are put back.
 func Bootstrap(ctx context.Context, config *rest.Config) error {
 	kube, err := kubernetes.NewForConfig(config)
 	if err != nil {
@@ -80,29 +141,36 @@ func Bootstrap(ctx context.Context, config *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	roles := dyn.Resource(RolesResource).Namespace(PlatformNamespace)
-	for _, want := range BootstrapRoles() {
-		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&want)
-		if err != nil {
+	for _, r := range BootstrapProtectedResources() {
+		if err := reconcile(ctx, dyn.Resource(ProtectedResourcesResource), &r); err != nil {
 			return err
 		}
-		existing, err := roles.Get(ctx, want.Name, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			if _, err := roles.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				return err
-			}
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if reflect.DeepEqual(existing.Object["spec"], obj["spec"]) {
-			continue
-		}
-		existing.Object["spec"] = obj["spec"]
-		if _, err := roles.Update(ctx, existing, metav1.UpdateOptions{}); err != nil {
+	}
+	for _, r := range BootstrapRoles() {
+		if err := reconcile(ctx, dyn.Resource(RolesResource).Namespace(PlatformNamespace), &r); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// reconcile creates want, or puts its spec back.
+func reconcile(ctx context.Context, client dynamic.ResourceInterface, want metav1.Object) error {
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(want)
+	if err != nil {
+		return err
+	}
+	existing, err := client.Get(ctx, want.GetName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if _, err := client.Create(ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	}
+	if err != nil || reflect.DeepEqual(existing.Object["spec"], obj["spec"]) {
+		return err
+	}
+	existing.Object["spec"] = obj["spec"]
+	_, err = client.Update(ctx, existing, metav1.UpdateOptions{})
+	return err
 }
