@@ -21,7 +21,8 @@ import (
 // an external webhook) decides what Milo IAM does not grant.
 //
 // What it decides about:
-//   - every resource request inside a project: the project is the target;
+//   - every resource request inside a project: the object it names, if any
+//     (bindings whose resourceRef names a project), then the project;
 //   - every resource request in an organization's context: the organization,
 //     or the Folder or Project the request names;
 //   - at the platform, requests that name an Organization, Folder or Project.
@@ -67,12 +68,16 @@ func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (au
 	if sub := a.GetSubresource(); sub != "" {
 		resource += "/" + sub
 	}
-	allowed, binding := z.iam.Allowed(evaluator.Request{
+	req := evaluator.Request{
 		User:       a.GetUser().GetName(),
 		Groups:     a.GetUser().GetGroups(),
 		Permission: evaluator.Permission{Group: a.GetAPIGroup(), Resource: resource, Verb: a.GetVerb()},
 		Target:     target,
-	})
+	}
+	if t.IsProject() && a.GetName() != "" {
+		req.Object = evaluator.ProjectObject(t.Name, a.GetAPIGroup(), a.GetResource(), a.GetNamespace(), a.GetName())
+	}
+	allowed, binding := z.iam.Allowed(req)
 	if !allowed {
 		return authorizer.DecisionNoOpinion, "", nil
 	}

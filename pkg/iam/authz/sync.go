@@ -152,7 +152,11 @@ func bindingOf(b *iamv1alpha1.PolicyBinding) (evaluator.Binding, bool) {
 	}
 	switch sel := b.Spec.ResourceSelector; {
 	case sel.ResourceRef != nil:
-		n := evaluator.NodeOfKind(sel.ResourceRef.APIGroup, sel.ResourceRef.Kind, sel.ResourceRef.Namespace, sel.ResourceRef.Name)
+		ref := sel.ResourceRef
+		n := evaluator.NodeOfKind(ref.APIGroup, ref.Kind, ref.Namespace, ref.Name)
+		if ref.Project != "" {
+			n = evaluator.ProjectObject(ref.Project, n.Group, n.Resource, ref.Namespace, ref.Name)
+		}
 		out.Resource = &n
 	case sel.ResourceKind != nil:
 		gr := evaluator.NodeOfKind(sel.ResourceKind.APIGroup, sel.ResourceKind.Kind, "", "")

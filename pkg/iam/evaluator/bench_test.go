@@ -83,8 +83,8 @@ func BenchmarkAuthorize(b *testing.B) {
 		w.e.SetBinding("bob-on-org", Binding{Role: RoleKey{"milo-system", "viewer"},
 			Subjects: []Subject{{Kind: "User", Name: "bob"}}, Resource: &org})
 		deep := Project("org-7-p4") // p4 % 5 == 4: below four folders
-		object := Node{Resource: "configmaps", Namespace: "default", Name: "settings"}
-		w.e.SetParent(object, deep)
+		// Requests inside a project name the object as the authorizer does.
+		object := ProjectObject("org-7-p4", "", "configmaps", "default", "settings")
 
 		cases := []struct {
 			name  string
@@ -93,8 +93,8 @@ func BenchmarkAuthorize(b *testing.B) {
 		}{
 			{"allow/depth=1", Request{User: "alice", Groups: []string{"system:authenticated"}, Permission: get, Target: shallow}, true},
 			{"deny/depth=1", Request{User: "carol", Groups: []string{"system:authenticated"}, Permission: get, Target: shallow}, false},
-			{"allow/depth=6", Request{User: "bob", Groups: []string{"system:authenticated"}, Permission: get, Target: object}, true},
-			{"deny/depth=6", Request{User: "carol", Groups: []string{"system:authenticated"}, Permission: get, Target: object}, false},
+			{"allow/depth=6", Request{User: "bob", Groups: []string{"system:authenticated"}, Permission: get, Target: deep, Object: object}, true},
+			{"deny/depth=6", Request{User: "carol", Groups: []string{"system:authenticated"}, Permission: get, Target: deep, Object: object}, false},
 		}
 		for _, c := range cases {
 			b.Run(size.name+"/"+c.name, func(b *testing.B) {

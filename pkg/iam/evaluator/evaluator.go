@@ -49,6 +49,13 @@ func Project(name string) Node {
 	return Node{Group: ResourceManagerGroup, Resource: "projects", Name: name}
 }
 
+// ProjectObject returns the node of an object inside a project. Objects are
+// not in the index as nodes: a request naming one asks about it first (see
+// Request.Object), then about its project and the project's ancestors.
+func ProjectObject(project, group, resource, namespace, name string) Node {
+	return Node{Group: group, Resource: resource, Namespace: project + "/" + namespace, Name: name}
+}
+
 // NodeOfKind returns the node of a Kind's object, as PolicyBindings name it.
 func NodeOfKind(apiGroup, kind, namespace, name string) Node {
 	return Node{Group: apiGroup, Resource: resourceOf(apiGroup, kind), Namespace: namespace, Name: name}
@@ -419,9 +426,12 @@ type Request struct {
 	Groups []string
 	// Permission asked for.
 	Permission Permission
-	// Target is the object acted on, or the innermost hierarchy node of a
-	// request that names no object (a project for a list inside it).
+	// Target is the hierarchy object acted on, or the innermost hierarchy node
+	// of a request (the project of a request inside it).
 	Target Node
+	// Object, when set, is the object inside Target's project that the
+	// request names (ProjectObject); bindings on it are checked first.
+	Object Node
 }
 
 // maxDepth bounds walks up the hierarchy: object, project, eight folders, organization.
@@ -435,6 +445,13 @@ func (e *Evaluator) Allowed(r Request) (allowed bool, reason string) {
 	defer e.mu.RUnlock()
 	var chain [maxDepth]Node
 	n, org := e.ancestry(r.Target, &chain)
+	if r.Object.Name != "" {
+		if bySubject := e.onNode[r.Object]; bySubject != nil {
+			if b, ok := e.match(bySubject, r, org); ok {
+				return true, b
+			}
+		}
+	}
 	for _, node := range chain[:n] {
 		if bySubject := e.onNode[node]; bySubject != nil {
 			if b, ok := e.match(bySubject, r, org); ok {

@@ -214,3 +214,31 @@ func TestPermissionsListWhatHoldsOnTheTarget(t *testing.T) {
 		t.Errorf("bob's kind binding with a wildcard role: %v, want %v", got, want)
 	}
 }
+
+func TestObjectGrantsCoverTheNamedObjectOnly(t *testing.T) {
+	e := newTestEvaluator()
+	settings := ProjectObject("web", "", "configmaps", "default", "settings")
+	e.SetBinding("organization-acme/bob-settings", Binding{Role: RoleKey{"milo-system", "editor"},
+		Subjects: []Subject{{Kind: "User", Name: "bob"}}, Resource: &settings, Scope: "acme"})
+	// The same object name in another project, and a binding of another organization.
+	elsewhere := ProjectObject("elsewhere", "", "configmaps", "default", "settings")
+	e.SetBinding("organization-acme/stray", Binding{Role: RoleKey{"milo-system", "editor"},
+		Subjects: []Subject{{Kind: "User", Name: "bob"}}, Resource: &elsewhere, Scope: "acme"})
+	create := perm(t, "core/configmaps.create")
+	for _, c := range []struct {
+		name    string
+		req     Request
+		allowed bool
+	}{
+		{"the object", Request{User: "bob", Permission: create, Target: Project("web"), Object: settings}, true},
+		{"another object", Request{User: "bob", Permission: create, Target: Project("web"), Object: ProjectObject("web", "", "configmaps", "default", "other")}, false},
+		{"no object (a list)", Request{User: "bob", Permission: create, Target: Project("web")}, false},
+		{"the name in another namespace", Request{User: "bob", Permission: create, Target: Project("web"), Object: ProjectObject("web", "", "configmaps", "prod", "settings")}, false},
+		{"another organization's project", Request{User: "bob", Permission: create, Target: Project("elsewhere"), Object: elsewhere}, false},
+		{"somebody else", Request{User: "carol", Permission: create, Target: Project("web"), Object: settings}, false},
+	} {
+		if got, _ := e.Allowed(c.req); got != c.allowed {
+			t.Errorf("%s: %v, want %v", c.name, got, c.allowed)
+		}
+	}
+}

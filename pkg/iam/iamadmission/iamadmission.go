@@ -146,10 +146,23 @@ func (p *plugin) validateBinding(ctx context.Context, b *iamv1alpha1.PolicyBindi
 	}
 	var errs field.ErrorList
 	ref := b.Spec.ResourceSelector.ResourceRef
+	path := field.NewPath("spec", "resourceSelector", "resourceRef")
+	if ref != nil && ref.Project != "" {
+		if ref.APIGroup == evaluator.ResourceManagerGroup {
+			return append(errs, field.Invalid(path.Child("project"), ref.Project, "Organizations, Folders and Projects do not live inside a project")), nil
+		}
+		owner, found, err := p.hierarchy.OrganizationOf(ctx, schema.GroupResource{Group: evaluator.ResourceManagerGroup, Resource: "projects"}, ref.Project)
+		if err != nil {
+			return nil, err
+		}
+		if inOrg && (!found || owner != org) {
+			errs = append(errs, field.Invalid(path.Child("project"), ref.Project, fmt.Sprintf("no Project %q in organization %s", ref.Project, org)))
+		}
+		return errs, nil
+	}
 	if !inOrg || ref == nil || ref.APIGroup != evaluator.ResourceManagerGroup {
 		return errs, nil
 	}
-	path := field.NewPath("spec", "resourceSelector", "resourceRef")
 	switch ref.Kind {
 	case "Organization":
 		if ref.Name != org {

@@ -116,6 +116,10 @@ type ResourceReference struct {
 	// Namespace of a namespaced object.
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
+	// Project the object lives in, for an object inside a project (a
+	// ConfigMap of project web); empty for the platform's objects.
+	// +optional
+	Project string `json:"project,omitempty"`
 	// UID pins the binding to one incarnation of the object.
 	// +optional
 	UID string `json:"uid,omitempty"`
