@@ -360,7 +360,9 @@ func TestRolesFlattenInheritanceAndRefuseCycles(t *testing.T) {
 	if _, err := m.dynamic(t).Resource(protectedResourcesGVR).Create(ctx, widgets, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { m.dynamic(t).Resource(protectedResourcesGVR).Delete(ctx, widgets.GetName(), metav1.DeleteOptions{}) }) //nolint:errcheck
+	t.Cleanup(func() {
+		m.dynamic(t).Resource(protectedResourcesGVR).Delete(ctx, widgets.GetName(), metav1.DeleteOptions{})
+	}) //nolint:errcheck
 	eventually(t, "c reports only the typo", func() error {
 		ready, _, err := status(c)
 		if err != nil || !strings.Contains(ready, "registers core/configmap.get (") {
