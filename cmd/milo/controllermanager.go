@@ -58,7 +58,7 @@ func newControllerManagerCommand() *cobra.Command {
 				return err
 			}
 			factory.Start(ctx.Done())
-			return hierarchycontrollers.RunElected(ctx, config, leaderElection, controllers.Run)
+			return hierarchycontrollers.RunElected(ctx, config, leaderElection, "", controllers.Run)
 		},
 	}
 	fs := fss.FlagSet("controller manager")

@@ -11,6 +11,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -30,6 +33,7 @@ import (
 	"go.miloapis.com/milo/pkg/controllers/crdcleanup"
 	hierarchycontrollers "go.miloapis.com/milo/pkg/controllers/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/authz"
+	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 )
@@ -134,8 +138,12 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		}
 		// Starts the informers the controllers added; those already running stay as they are.
 		tree.Factory().Start(ctx.Done())
+		identity, err := controllerIdentity(c.Options.DataDir)
+		if err != nil {
+			return err
+		}
 		go func() {
-			if err := hierarchycontrollers.RunElected(ctx, loopback, hierarchycontrollers.DefaultLeaderElection(), controllers.Run); err != nil {
+			if err := hierarchycontrollers.RunElected(ctx, loopback, hierarchycontrollers.DefaultLeaderElection(), identity, controllers.Run); err != nil {
 				klog.FromContext(ctx).Error(err, "Hierarchy controllers stopped")
 			}
 		}()
@@ -208,4 +216,18 @@ func announceReady(ctx context.Context, opts CompletedOptions, loopback *rest.Co
 	klog.InfoS("Milo is ready", "url", opts.URL, "after", time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(out, "Milo is ready at %s\n  admin kubeconfig: %s\n  try: kubectl --kubeconfig %s api-resources\n",
 		opts.URL, opts.AdminKubeconfig, opts.AdminKubeconfig)
+}
+
+// controllerIdentity is the lease identity of the in-process controllers,
+// kept in the data directory so that a restarted server leads again at once.
+func controllerIdentity(dataDir string) (string, error) {
+	path := filepath.Join(dataDir, "controller-identity")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	id := hierarchycontrollers.NewIdentity()
+	if err := pki.WriteFileAtomic(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("recording the controllers' identity: %w", err)
+	}
+	return id, nil
 }

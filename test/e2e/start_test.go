@@ -253,6 +253,10 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 		t.Fatalf("anonymous list: %v", err)
 	}
 
+	leaseBefore, err := first.kube(t).CoordinationV1().Leases("milo-system").Get(context.Background(), "milo-controller-manager", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if code, err := first.stop(); err != nil || code != 0 {
 		t.Fatalf("SIGTERM: exit %d, %v\n%s", code, err, first.logTail())
 	}
@@ -282,6 +286,23 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 		t.Fatalf("configmap after restart: %q", out)
 	}
 	second.mustKubectl(t, "", "get", "organization", "durable")
+	// The restarted server's controllers are the same lease holder (their
+	// identity is kept in the data directory): they lead again without
+	// waiting for the old lease to expire, and no transition is counted.
+	eventually(t, "the restarted controllers lead", func() error {
+		if !strings.Contains(second.logs.String(), "Leading") {
+			return fmt.Errorf("not leading yet")
+		}
+		return nil
+	})
+	leaseAfter, err := second.kube(t).CoordinationV1().Leases("milo-system").Get(context.Background(), "milo-controller-manager", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *leaseAfter.Spec.HolderIdentity != *leaseBefore.Spec.HolderIdentity || *leaseAfter.Spec.LeaseTransitions != *leaseBefore.Spec.LeaseTransitions {
+		t.Fatalf("lease after restart held by %s (%d transitions), before by %s (%d)", *leaseAfter.Spec.HolderIdentity, *leaseAfter.Spec.LeaseTransitions,
+			*leaseBefore.Spec.HolderIdentity, *leaseBefore.Spec.LeaseTransitions)
+	}
 	// The deletion resumes after the restart and finishes once the finalizer goes.
 	if _, err := second.projectKube(t, doomed).CoreV1().ConfigMaps("default").Patch(context.Background(), "held",
 		types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {

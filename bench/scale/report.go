@@ -1,0 +1,301 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+)
+
+// results is everything one run measured.
+type results struct {
+	Machine           string
+	Command           string
+	Started, Finished time.Time
+	Steps             []int
+	Systems           []systemResult
+}
+
+type systemResult struct {
+	Name string
+	// Empty is the server before the first project.
+	Empty           resources
+	Steps           []stepResult
+	DeleteSeconds   float64
+	DeletePerSecond float64
+}
+
+type stepResult struct {
+	Projects        int
+	CreatePerSecond float64
+	Resources       resources
+	// Latency by operation: get, list, create, update, watch (milliseconds).
+	Latency        map[string]quantiles
+	WatchesOpen    int
+	RestartSeconds float64
+}
+
+type quantiles struct{ P50, P99 float64 }
+
+var operations = []string{"get", "list", "create", "update", "watch"}
+
+// perProject is the heap a project adds: (heap at N − heap empty) / N.
+func (s systemResult) perProject(i int) float64 {
+	st := s.Steps[i]
+	return (st.Resources.HeapBytes - s.Empty.HeapBytes) / float64(st.Projects)
+}
+
+func machine() string {
+	mem := ""
+	if f, err := os.Open("/proc/meminfo"); err == nil {
+		sc := bufio.NewScanner(f)
+		if sc.Scan() {
+			mem = strings.Join(strings.Fields(sc.Text())[1:], " ") + " memory"
+		}
+		f.Close()
+	}
+	model := ""
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "model name"); ok {
+				model = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+				break
+			}
+		}
+	}
+	return fmt.Sprintf("%d CPUs (%s), %s, %s/%s, %s", runtime.NumCPU(), model, mem, runtime.GOOS, runtime.GOARCH, runtime.Version())
+}
+
+func (r *results) system(name string) *systemResult {
+	for i := range r.Systems {
+		if r.Systems[i].Name == name {
+			return &r.Systems[i]
+		}
+	}
+	return nil
+}
+
+func (r *results) write(dir string) error {
+	raw, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), raw, 0o644); err != nil {
+		return err
+	}
+	if err := r.plotMemory(filepath.Join(dir, "memory-per-project.png")); err != nil {
+		return err
+	}
+	if err := r.plotLatency(filepath.Join(dir, "p99-latency.png")); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(r.markdown()), 0o644)
+}
+
+// row is one line of a comparison table.
+type row struct {
+	name  string
+	value func(s *systemResult, i int) float64
+	unit  string
+	// format of the values.
+	format string
+}
+
+func (r *results) rows() []row {
+	mib := func(v float64) float64 { return v / (1 << 20) }
+	rows := []row{
+		{"Heap in use after GC", func(s *systemResult, i int) float64 { return mib(s.Steps[i].Resources.HeapBytes) }, "MiB", "%.1f"},
+		{"Heap per project", func(s *systemResult, i int) float64 { return s.perProject(i) / 1024 }, "KiB", "%.1f"},
+		{"Heap per project since the previous step", func(s *systemResult, i int) float64 {
+			prevHeap, prevN := s.Empty.HeapBytes, 0
+			if i > 0 {
+				prevHeap, prevN = s.Steps[i-1].Resources.HeapBytes, s.Steps[i-1].Projects
+			}
+			return (s.Steps[i].Resources.HeapBytes - prevHeap) / float64(s.Steps[i].Projects-prevN) / 1024
+		}, "KiB", "%.1f"},
+		{"RSS", func(s *systemResult, i int) float64 { return mib(s.Steps[i].Resources.RSSBytes) }, "MiB", "%.0f"},
+		{"etcd database", func(s *systemResult, i int) float64 { return mib(s.Steps[i].Resources.EtcdDBBytes) }, "MiB", "%.1f"},
+		{"Goroutines", func(s *systemResult, i int) float64 { return s.Steps[i].Resources.Goroutines }, "", "%.0f"},
+		{"etcd watch streams", func(s *systemResult, i int) float64 { return s.Steps[i].Resources.EtcdWatches }, "", "%.0f"},
+		{"Create to usable", func(s *systemResult, i int) float64 { return s.Steps[i].CreatePerSecond }, "projects/s", "%.0f"},
+	}
+	for _, op := range operations {
+		for _, q := range []string{"p50", "p99"} {
+			rows = append(rows, row{fmt.Sprintf("%s %s", strings.ToUpper(op[:1])+op[1:], q), func(s *systemResult, i int) float64 {
+				if q == "p50" {
+					return s.Steps[i].Latency[op].P50
+				}
+				return s.Steps[i].Latency[op].P99
+			}, "ms", "%.1f"})
+		}
+	}
+	return append(rows, row{"Restart to /readyz", func(s *systemResult, i int) float64 { return s.Steps[i].RestartSeconds }, "s", "%.1f"})
+}
+
+func (r *results) markdown() string {
+	var b strings.Builder
+	milo, base := r.system("milo"), r.system("baseline")
+	fmt.Fprintf(&b, "# Scale benchmark\n\nMachine: %s  \nCommand: `%s`  \nRun: %s – %s\n\n", r.Machine, r.Command,
+		r.Started.Format(time.RFC3339), r.Finished.Format(time.RFC3339))
+	b.WriteString("Each project: namespace `default`, 3 ConfigMaps of 1 KiB, 1 Secret. Milo: a Project in organization " +
+		"`bench`, objects in its control plane. Baseline: Kubernetes' sample generic control plane, a namespace per project. " +
+		"Both: one process with an embedded etcd, measured after a forced GC; latencies from a client on the same machine; " +
+		"watch delivery with a watch open in every tenth project. Ratio = Milo / baseline.\n\n")
+	for i, n := range r.Steps {
+		fmt.Fprintf(&b, "## %d projects\n\n| | Milo | baseline | ratio |\n|---|---|---|---|\n", n)
+		for _, rw := range r.rows() {
+			cell := func(s *systemResult) (string, float64, bool) {
+				if s == nil || i >= len(s.Steps) {
+					return "–", 0, false
+				}
+				v := rw.value(s, i)
+				return fmt.Sprintf(rw.format, v) + unitSuffix(rw.unit), v, true
+			}
+			m, mv, mok := cell(milo)
+			bs, bv, bok := cell(base)
+			ratio := "–"
+			if mok && bok && bv != 0 {
+				ratio = fmt.Sprintf("%.2f×", mv/bv)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", rw.name, m, bs, ratio)
+		}
+		b.WriteString("\n")
+	}
+	b.WriteString("## Deleting every project\n\n| | Milo | baseline | ratio |\n|---|---|---|---|\n")
+	del := func(s *systemResult, f func(*systemResult) float64, format string) (string, float64) {
+		if s == nil {
+			return "–", 0
+		}
+		return fmt.Sprintf(format, f(s)), f(s)
+	}
+	for _, d := range []struct {
+		name, format string
+		f            func(*systemResult) float64
+	}{{"Time to gone (and purged)", "%.1f s", func(s *systemResult) float64 { return s.DeleteSeconds }},
+		{"Throughput", "%.0f projects/s", func(s *systemResult) float64 { return s.DeletePerSecond }}} {
+		m, mv := del(milo, d.f, d.format)
+		bs, bv := del(base, d.f, d.format)
+		ratio := "–"
+		if milo != nil && base != nil && bv != 0 {
+			ratio = fmt.Sprintf("%.2f×", mv/bv)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", d.name, m, bs, ratio)
+	}
+	b.WriteString("\n")
+	if milo != nil && len(milo.Steps) > 0 {
+		b.WriteString(r.targets(milo, base))
+	}
+	b.WriteString("\n![Heap per project](memory-per-project.png)\n\n![p99 latency](p99-latency.png)\n")
+	return b.String()
+}
+
+func unitSuffix(unit string) string {
+	if unit == "" {
+		return ""
+	}
+	return " " + unit
+}
+
+// targets checks Milo's numbers against the goals of the design.
+func (r *results) targets(milo, base *systemResult) string {
+	var b strings.Builder
+	last, first := len(milo.Steps)-1, 0
+	n := milo.Steps[last].Projects
+	check := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**not met**"
+	}
+	b.WriteString("## Targets (Milo, at the largest step)\n\n| target | measured | |\n|---|---|---|\n")
+	perProject := milo.perProject(last) / 1024
+	fmt.Fprintf(&b, "| heap per project ≤ 64 KiB | %.1f KiB | %s |\n", perProject, check(perProject <= 64))
+	if base != nil && len(base.Steps) > last {
+		ratio := milo.perProject(last) / base.perProject(last)
+		fmt.Fprintf(&b, "| heap per project ≤ 1.3× baseline | %.2f× | %s |\n", ratio, check(ratio <= 1.3))
+	}
+	growth := milo.Steps[last].Resources.Goroutines - milo.Steps[first].Resources.Goroutines
+	fmt.Fprintf(&b, "| goroutine growth %d → %d projects ≤ 20 | %+.0f | %s |\n", milo.Steps[first].Projects, n, growth, check(growth <= 20))
+	watches := milo.Steps[last].Resources.EtcdWatches - milo.Steps[first].Resources.EtcdWatches
+	fmt.Fprintf(&b, "| etcd watch streams do not grow | %+.0f | %s |\n", watches, check(watches <= 0))
+	for _, op := range operations {
+		a, z := milo.Steps[first].Latency[op].P99, milo.Steps[last].Latency[op].P99
+		fmt.Fprintf(&b, "| %s p99 at %d ≤ 1.25× at %d | %.1f ms vs %.1f ms (%.2f×) | %s |\n", op, n, milo.Steps[first].Projects, z, a, z/a, check(z <= 1.25*a))
+	}
+	create := milo.Steps[last].CreatePerSecond
+	fmt.Fprintf(&b, "| create ≥ 200 projects/s | %.0f/s | %s |\n", create, check(create >= 200))
+	tenK := 10000 / milo.DeletePerSecond
+	fmt.Fprintf(&b, "| delete and purge 10,000 ≤ 120 s | %.0f s (at %.0f/s) | %s |\n", tenK, milo.DeletePerSecond, check(tenK <= 120))
+	restart := milo.Steps[last].RestartSeconds
+	fmt.Fprintf(&b, "| restart to ready ≤ 60 s | %.1f s with %d projects | %s |\n", restart, n, check(restart <= 60))
+	return b.String()
+}
+
+var systemColors = map[string]color.Color{"milo": color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, "baseline": color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}}
+
+func newPlot(title, y string) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "projects"
+	p.Y.Label.Text = y
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Legend.Top = true
+	return p
+}
+
+func (r *results) plotMemory(path string) error {
+	p := newPlot("Heap per project (after GC, objects included)", "KiB per project")
+	for _, s := range r.Systems {
+		pts := make(plotter.XYs, len(s.Steps))
+		for i, st := range s.Steps {
+			pts[i] = plotter.XY{X: float64(st.Projects), Y: s.perProject(i) / 1024}
+		}
+		if err := addLine(p, s.Name, pts, systemColors[s.Name], nil); err != nil {
+			return err
+		}
+	}
+	return p.Save(8*vg.Inch, 5*vg.Inch, path)
+}
+
+func (r *results) plotLatency(path string) error {
+	p := newPlot("p99 latency", "ms")
+	p.Y.Scale = plot.LogScale{}
+	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	dashes := map[string][]vg.Length{"get": nil, "list": {vg.Points(6), vg.Points(3)}, "create": {vg.Points(2), vg.Points(2)},
+		"update": {vg.Points(8), vg.Points(2), vg.Points(2), vg.Points(2)}, "watch": {vg.Points(1), vg.Points(4)}}
+	for _, s := range r.Systems {
+		for _, op := range operations {
+			pts := make(plotter.XYs, 0, len(s.Steps))
+			for _, st := range s.Steps {
+				pts = append(pts, plotter.XY{X: float64(st.Projects), Y: max(st.Latency[op].P99, 0.01)})
+			}
+			if err := addLine(p, s.Name+" "+op, pts, systemColors[s.Name], dashes[op]); err != nil {
+				return err
+			}
+		}
+	}
+	return p.Save(9*vg.Inch, 6*vg.Inch, path)
+}
+
+func addLine(p *plot.Plot, name string, pts plotter.XYs, c color.Color, dashes []vg.Length) error {
+	line, points, err := plotter.NewLinePoints(pts)
+	if err != nil {
+		return err
+	}
+	line.Color, line.Dashes, line.Width = c, dashes, vg.Points(1.5)
+	points.Color, points.Shape = c, draw.CircleGlyph{}
+	p.Add(line, points)
+	p.Legend.Add(name, line, points)
+	return nil
+}

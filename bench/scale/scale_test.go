@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestSmoke runs the harness as `--smoke` does, on both systems up to 1,000
+// projects, and checks that it measured everything and wrote its report. The
+// numbers themselves are read from a full run's report, not asserted here.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts two servers and creates 1,000 projects in each")
+	}
+	out := t.TempDir()
+	res, err := run(context.Background(), options{Max: 1000, Steps: []int{100, 1000, 10000}, Out: out, Systems: []string{"milo", "baseline"},
+		Workers: 32, LatencySamples: 50, WatchSamples: 20, Repo: filepath.Join("..", "..")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Systems) != 2 {
+		t.Fatalf("measured %d systems", len(res.Systems))
+	}
+	for _, s := range res.Systems {
+		if len(s.Steps) != 2 || s.Steps[0].Projects != 100 || s.Steps[1].Projects != 1000 {
+			t.Fatalf("%s: steps %+v, want 100 and 1,000 (10,000 is above --max)", s.Name, s.Steps)
+		}
+		for _, st := range s.Steps {
+			if st.Resources.HeapBytes <= 0 || st.Resources.RSSBytes <= 0 || st.Resources.Goroutines <= 0 || st.CreatePerSecond <= 0 || st.RestartSeconds <= 0 {
+				t.Errorf("%s at %d: missing measurements %+v", s.Name, st.Projects, st)
+			}
+			for _, op := range operations {
+				if q := st.Latency[op]; q.P50 <= 0 || q.P99 < q.P50 {
+					t.Errorf("%s at %d: %s latency %+v", s.Name, st.Projects, op, q)
+				}
+			}
+			if st.WatchesOpen != st.Projects/10 {
+				t.Errorf("%s at %d: %d watches open, want one in every tenth project", s.Name, st.Projects, st.WatchesOpen)
+			}
+		}
+		if s.DeletePerSecond <= 0 {
+			t.Errorf("%s: no deletion measured", s.Name)
+		}
+	}
+
+	report, err := os.ReadFile(filepath.Join(out, "report.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"## 100 projects", "## 1000 projects", "| Heap per project |", "| Watch p99 |", "## Deleting every project", "## Targets"} {
+		if !strings.Contains(string(report), want) {
+			t.Errorf("report.md lacks %q", want)
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back results
+	if err := json.Unmarshal(raw, &back); err != nil || len(back.Systems) != 2 {
+		t.Fatalf("results.json: %v", err)
+	}
+	for _, name := range []string{"memory-per-project.png", "p99-latency.png"} {
+		f, err := os.Open(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := png.DecodeConfig(f)
+		f.Close()
+		if err != nil || cfg.Width < 400 {
+			t.Errorf("%s: %v %+v", name, err, cfg)
+		}
+	}
+}
