@@ -11,7 +11,8 @@
 // watch streams; GET, LIST, CREATE and UPDATE latency of ConfigMaps in random
 // projects; watch delivery with a watch open in every tenth project; and the
 // time from a restart to /readyz. At the end it deletes every project. It
-// writes report.md, results.json and PNG plots to --out.
+// writes report.md, results.json, PNG plots and each step's heap profile
+// ({system}/heap-{N}.pprof, for go tool pprof) to --out.
 package main
 
 import (
@@ -43,6 +44,8 @@ type options struct {
 	BaselineBin    string
 	// Repo is where the binaries are built from when not given.
 	Repo string
+	// Settle is waited after creating projects, before measuring memory.
+	Settle time.Duration
 }
 
 func main() {
@@ -58,7 +61,8 @@ func main() {
 	flag.StringVar(&o.MiloBin, "milo-bin", "", "milo binary (default: built from --repo)")
 	flag.StringVar(&o.BaselineBin, "baseline-bin", "", "baseline binary (default: built from --repo)")
 	flag.StringVar(&o.Repo, "repo", ".", "Milo's source tree, to build the binaries")
-	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples")
+	flag.DurationVar(&o.Settle, "settle", 80*time.Second, "wait after creating projects before measuring memory (the watch caches' event window is 75 s)")
+	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling")
 	klog.InitFlags(nil)
 	flag.Parse()
 	for _, s := range strings.Split(steps, ",") {
@@ -71,7 +75,7 @@ func main() {
 	}
 	o.Systems = strings.Split(systems, ",")
 	if *smoke {
-		o.Max, o.LatencySamples, o.WatchSamples = min(o.Max, 1000), 100, 50
+		o.Max, o.LatencySamples, o.WatchSamples, o.Settle = min(o.Max, 1000), 100, 50, 0
 	}
 	if _, err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
@@ -164,7 +168,7 @@ func measureSystem(ctx context.Context, o options, name, bin string, steps []int
 	if err := prepare(ctx, s); err != nil {
 		return out, err
 	}
-	empty, err := s.measure(ctx)
+	empty, err := s.measure(ctx, "")
 	if err != nil {
 		return out, err
 	}
@@ -187,7 +191,13 @@ func measureSystem(ctx context.Context, o options, name, bin string, steps []int
 		}
 		step.CreatePerSecond = float64(n-have) / time.Since(began).Seconds()
 		have = n
-		if step.Resources, err = s.measure(ctx); err != nil {
+		if o.Settle > 0 {
+			// The watch caches keep recent events (75 s): memory is measured
+			// once the creation's events have left them, as in a steady state.
+			progress("[%s] settling for %s", name, o.Settle)
+			time.Sleep(o.Settle)
+		}
+		if step.Resources, err = s.measure(ctx, filepath.Join(dir, fmt.Sprintf("heap-%d.pprof", n))); err != nil {
 			return out, err
 		}
 		progress("[%s] %d projects: heap %.0f MiB, RSS %.0f MiB, %v goroutines, %v etcd watches; %.0f projects/s",

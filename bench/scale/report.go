@@ -270,8 +270,8 @@ func (r *results) plotMemory(path string) error {
 
 func (r *results) plotLatency(path string) error {
 	p := newPlot("p99 latency", "ms")
-	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Min = 0
+	p.Legend.Left = true
 	dashes := map[string][]vg.Length{"get": nil, "list": {vg.Points(6), vg.Points(3)}, "create": {vg.Points(2), vg.Points(2)},
 		"update": {vg.Points(8), vg.Points(2), vg.Points(2), vg.Points(2)}, "watch": {vg.Points(1), vg.Points(4)}}
 	for _, s := range r.Systems {

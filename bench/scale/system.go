@@ -204,13 +204,20 @@ type resources struct {
 	RSSBytes, HeapBytes, Goroutines, EtcdWatches, EtcdDBBytes float64
 }
 
-// measure forces a garbage collection (the profiling endpoint's gc=1), then
-// reads the process's RSS and the server's metrics.
-func (s *system) measure(ctx context.Context) (resources, error) {
+// measure forces a garbage collection (the profiling endpoint's gc=1, whose
+// heap profile it keeps in profile if given), then reads the process's RSS and
+// the server's metrics.
+func (s *system) measure(ctx context.Context, profile string) (resources, error) {
 	var r resources
 	s.http.CloseIdleConnections()
-	if _, err := s.get(ctx, "/debug/pprof/heap", "gc", "1"); err != nil {
+	heap, err := s.get(ctx, "/debug/pprof/heap", "gc", "1")
+	if err != nil {
 		return r, fmt.Errorf("forcing a GC: %w", err)
+	}
+	if profile != "" {
+		if err := os.WriteFile(profile, heap, 0o644); err != nil {
+			return r, err
+		}
 	}
 	body, err := s.get(ctx, "/metrics")
 	if err != nil {

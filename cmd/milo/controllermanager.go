@@ -2,12 +2,10 @@ package main
 
 import (
 	"errors"
-	"time"
 
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/cli/globalflag"
@@ -16,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	hierarchycontrollers "go.miloapis.com/milo/pkg/controllers/hierarchy"
+	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/version"
 )
 
@@ -52,7 +51,7 @@ func newControllerManagerCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			factory := dynamicinformer.NewDynamicSharedInformerFactory(client, 10*time.Minute)
+			factory := hierarchy.NewInformerFactory(client)
 			controllers, err := hierarchycontrollers.New(config, factory, workers)
 			if err != nil {
 				return err

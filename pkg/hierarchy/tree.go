@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -40,7 +41,7 @@ func (t *Tree) Init(loopback *rest.Config) error {
 		return err
 	}
 	t.client = client
-	t.factory = dynamicinformer.NewDynamicSharedInformerFactory(client, 10*time.Minute)
+	t.factory = NewInformerFactory(client)
 	t.orgs = t.factory.ForResource(organizations).Informer()
 	t.folders = t.factory.ForResource(folders).Informer()
 	t.projects = t.factory.ForResource(projects).Informer()
@@ -221,4 +222,30 @@ func initialized(p *unstructured.Unstructured) bool {
 		}
 	}
 	return false
+}
+
+// NewInformerFactory returns the shared informer factory of Milo's objects.
+// Its informers keep objects without their managedFields: nothing reads
+// them, they are a large part of every object's memory, and an update sent
+// without them keeps the stored ones.
+func NewInformerFactory(client dynamic.Interface) dynamicinformer.DynamicSharedInformerFactory {
+	return slimFactory{dynamicinformer.NewDynamicSharedInformerFactory(client, 10*time.Minute)}
+}
+
+type slimFactory struct {
+	dynamicinformer.DynamicSharedInformerFactory
+}
+
+func (f slimFactory) ForResource(gvr schema.GroupVersionResource) informers.GenericInformer {
+	gi := f.DynamicSharedInformerFactory.ForResource(gvr)
+	// Fails only once the informer runs, by when it has the transform.
+	_ = gi.Informer().SetTransform(dropManagedFields)
+	return gi
+}
+
+func dropManagedFields(obj any) (any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok && u.GetManagedFields() != nil {
+		u.SetManagedFields(nil)
+	}
+	return obj, nil
 }
