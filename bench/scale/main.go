@@ -10,7 +10,7 @@
 // and measures the server's memory after a forced GC, goroutines and etcd
 // watch streams; GET, LIST, CREATE and UPDATE latency of ConfigMaps in random
 // projects; watch delivery with a watch open in every tenth project; and the
-// time from a restart to /readyz. At the end it deletes every project. It
+// time from a restart to /readyz. At the end it deletes --delete projects. It
 // writes report.md, results.json, PNG plots and each step's heap profile
 // ({system}/heap-{N}.pprof, for go tool pprof) to --out.
 package main
@@ -46,6 +46,8 @@ type options struct {
 	Repo string
 	// Settle is waited after creating projects, before measuring memory.
 	Settle time.Duration
+	// Delete is how many projects are deleted at the end.
+	Delete int
 }
 
 func main() {
@@ -55,13 +57,14 @@ func main() {
 	flag.StringVar(&steps, "steps", "100,1000,10000,100000", "project counts to measure at (those above --max are skipped)")
 	flag.StringVar(&o.Out, "out", "bench/results", "directory for report.md, results.json, the plots, logs and data")
 	flag.StringVar(&systems, "systems", "milo,baseline", "systems to measure")
-	flag.IntVar(&o.Workers, "workers", 32, "projects created or deleted at once")
+	flag.IntVar(&o.Workers, "workers", 32, "projects deleted at once (created: 8 times as many)")
 	flag.IntVar(&o.LatencySamples, "latency-samples", 400, "samples of each ConfigMap operation per step")
 	flag.IntVar(&o.WatchSamples, "watch-samples", 200, "watch deliveries timed per step")
 	flag.StringVar(&o.MiloBin, "milo-bin", "", "milo binary (default: built from --repo)")
 	flag.StringVar(&o.BaselineBin, "baseline-bin", "", "baseline binary (default: built from --repo)")
 	flag.StringVar(&o.Repo, "repo", ".", "Milo's source tree, to build the binaries")
 	flag.DurationVar(&o.Settle, "settle", 80*time.Second, "wait after creating projects before measuring memory (the watch caches' event window is 75 s)")
+	flag.IntVar(&o.Delete, "delete", 10000, "projects deleted at the end, timed (the rest stay in the data directory)")
 	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling")
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -111,11 +114,13 @@ func run(ctx context.Context, o options) (*results, error) {
 		if name == "baseline" {
 			bin = o.BaselineBin
 		}
-		sr, err := measureSystem(ctx, o, name, bin, steps)
+		res.Systems = append(res.Systems, systemResult{Name: name})
+		// Results are written after every step, so a long run that stops
+		// early still leaves what it measured.
+		err := measureSystem(ctx, o, &res.Systems[len(res.Systems)-1], bin, steps, func() error { return res.write(o.Out) })
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		res.Systems = append(res.Systems, sr)
 	}
 	res.Finished = time.Now().UTC()
 	if err := res.write(o.Out); err != nil {
@@ -150,27 +155,27 @@ func buildBinaries(o *options) error {
 	return nil
 }
 
-func measureSystem(ctx context.Context, o options, name, bin string, steps []int) (systemResult, error) {
-	out := systemResult{Name: name}
+func measureSystem(ctx context.Context, o options, out *systemResult, bin string, steps []int, save func() error) error {
+	name := out.Name
 	dir := filepath.Join(o.Out, name)
 	if err := os.RemoveAll(dir); err != nil {
-		return out, err
+		return err
 	}
 	s, err := newSystem(name, bin, dir)
 	if err != nil {
-		return out, err
+		return err
 	}
 	progress("[%s] starting", name)
 	if _, err := s.start(ctx); err != nil {
-		return out, err
+		return err
 	}
 	defer s.stop() //nolint:errcheck
 	if err := prepare(ctx, s); err != nil {
-		return out, err
+		return err
 	}
 	empty, err := s.measure(ctx, "")
 	if err != nil {
-		return out, err
+		return err
 	}
 	out.Empty = empty
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -180,14 +185,13 @@ func measureSystem(ctx context.Context, o options, name, bin string, steps []int
 		progress("[%s] creating projects %d → %d", name, have, n)
 		dyn, err := dynamic.NewForConfigAndClient(s.config, s.http)
 		if err != nil {
-			return out, err
+			return err
 		}
 		began := time.Now()
-		if err := parallel(ctx, name+" projects created", have, n, o.Workers, func(i int) error { return createProject(ctx, s, dyn, i) }); err != nil {
-			return out, err
-		}
-		if err := waitReady(ctx, s, dyn, n); err != nil {
-			return out, err
+		// Many at once: in Milo a new project's first write waits for Ready
+		// (Retry-After: 1 s), which 32 clients would turn into the limit.
+		if err := parallel(ctx, name+" projects created", have, n, o.Workers*8, func(i int) error { return createProject(ctx, s, dyn, i) }); err != nil {
+			return err
 		}
 		step.CreatePerSecond = float64(n-have) / time.Since(began).Seconds()
 		have = n
@@ -198,13 +202,13 @@ func measureSystem(ctx context.Context, o options, name, bin string, steps []int
 			time.Sleep(o.Settle)
 		}
 		if step.Resources, err = s.measure(ctx, filepath.Join(dir, fmt.Sprintf("heap-%d.pprof", n))); err != nil {
-			return out, err
+			return err
 		}
 		progress("[%s] %d projects: heap %.0f MiB, RSS %.0f MiB, %v goroutines, %v etcd watches; %.0f projects/s",
 			name, n, step.Resources.HeapBytes/(1<<20), step.Resources.RSSBytes/(1<<20), step.Resources.Goroutines, step.Resources.EtcdWatches, step.CreatePerSecond)
 		lat, err := measureLatency(ctx, s, n, o.LatencySamples, rng)
 		if err != nil {
-			return out, err
+			return err
 		}
 		step.Latency = map[string]quantiles{}
 		for op, l := range lat {
@@ -212,7 +216,7 @@ func measureSystem(ctx context.Context, o options, name, bin string, steps []int
 		}
 		w, open, err := measureWatch(ctx, s, n, o.WatchSamples, rng)
 		if err != nil {
-			return out, err
+			return err
 		}
 		step.Latency["watch"] = quantiles{P50: ms(w.quantile(0.5)), P99: ms(w.quantile(0.99))}
 		step.WatchesOpen = open
@@ -220,21 +224,25 @@ func measureSystem(ctx context.Context, o options, name, bin string, steps []int
 			step.Latency["get"].P99, step.Latency["list"].P99, step.Latency["create"].P99, step.Latency["update"].P99, step.Latency["watch"].P99, open)
 		restart, err := s.restart(ctx)
 		if err != nil {
-			return out, err
+			return err
 		}
 		step.RestartSeconds = restart.Seconds()
 		progress("[%s] %d projects: restart to ready in %.1f s", name, n, step.RestartSeconds)
 		out.Steps = append(out.Steps, step)
+		if err := save(); err != nil {
+			return err
+		}
 	}
-	progress("[%s] deleting %d projects", name, have)
+	out.Deleted = min(o.Delete, have)
+	progress("[%s] deleting %d projects", name, out.Deleted)
 	began := time.Now()
-	if err := deleteProjects(ctx, s, have, o.Workers); err != nil {
-		return out, err
+	if err := deleteProjects(ctx, s, out.Deleted, o.Workers); err != nil {
+		return err
 	}
 	out.DeleteSeconds = time.Since(began).Seconds()
-	out.DeletePerSecond = float64(have) / out.DeleteSeconds
-	progress("[%s] %d projects deleted in %.1f s (%.0f/s)", name, have, out.DeleteSeconds, out.DeletePerSecond)
-	return out, nil
+	out.DeletePerSecond = float64(out.Deleted) / out.DeleteSeconds
+	progress("[%s] %d projects deleted in %.1f s (%.0f/s)", name, out.Deleted, out.DeleteSeconds, out.DeletePerSecond)
+	return save()
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -19,7 +19,7 @@ func TestSmoke(t *testing.T) {
 	}
 	out := t.TempDir()
 	res, err := run(context.Background(), options{Max: 1000, Steps: []int{100, 1000, 10000}, Out: out, Systems: []string{"milo", "baseline"},
-		Workers: 32, LatencySamples: 50, WatchSamples: 20, Repo: filepath.Join("..", "..")})
+		Workers: 32, LatencySamples: 50, WatchSamples: 20, Delete: 10000, Repo: filepath.Join("..", "..")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestSmoke(t *testing.T) {
 				t.Errorf("%s at %d: %d watches open, want one in every tenth project", s.Name, st.Projects, st.WatchesOpen)
 			}
 		}
-		if s.DeletePerSecond <= 0 {
+		if s.Deleted != 1000 || s.DeletePerSecond <= 0 {
 			t.Errorf("%s: no deletion measured", s.Name)
 		}
 	}
@@ -52,7 +52,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## 100 projects", "## 1000 projects", "| Heap per project |", "| Watch p99 |", "## Deleting every project", "## Targets"} {
+	for _, want := range []string{"## 100 projects", "## 1000 projects", "| Heap per project |", "| Watch p99 |", "## Deleting 1000 projects", "## Targets"} {
 		if !strings.Contains(string(report), want) {
 			t.Errorf("report.md lacks %q", want)
 		}

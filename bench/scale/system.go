@@ -33,10 +33,21 @@ type system struct {
 	exited  chan error
 	log     *os.File
 
-	// config reaches the platform; http is shared by every client of the run.
-	config *rest.Config
-	http   *http.Client
+	// config reaches the platform as an administrator; http is shared by every
+	// client of the run. user is an ordinary identity (Milo only): requests to a
+	// project that is not Ready yet answer it 503, so its writes wait for Ready.
+	config   *rest.Config
+	user     *rest.Config
+	http     *http.Client
+	userHTTP *http.Client
 }
+
+// benchUser is the ordinary identity of the harness in Milo (a static token,
+// owner of organization bench through Milo IAM).
+const (
+	benchUser  = "bench-user"
+	benchToken = "bench-user-token"
+)
 
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -64,7 +75,11 @@ func (s *system) isMilo() bool { return s.name == "milo" }
 func (s *system) start(ctx context.Context) (time.Duration, error) {
 	args := []string{"--data-dir", s.dataDir, "--secure-port", strconv.Itoa(s.port)}
 	if s.isMilo() {
-		args = append([]string{"start"}, args...)
+		tokens := filepath.Join(filepath.Dir(s.dataDir), "tokens.csv")
+		if err := os.WriteFile(tokens, []byte(benchToken+","+benchUser+","+benchUser+"\n"), 0o600); err != nil {
+			return 0, err
+		}
+		args = append([]string{"start", "--token-auth-file", tokens}, args...)
 	}
 	log, err := os.OpenFile(filepath.Join(filepath.Dir(s.dataDir), s.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -134,6 +149,12 @@ func (s *system) connect() error {
 		return err
 	}
 	s.config, s.http = cfg, hc
+	user := rest.AnonymousClientConfig(cfg)
+	user.BearerToken = benchToken
+	if s.userHTTP, err = rest.HTTPClientFor(user); err != nil {
+		return err
+	}
+	s.user = user
 	return nil
 }
 
@@ -151,6 +172,7 @@ func (s *system) stop() error {
 	}
 	s.cmd = nil
 	s.http.CloseIdleConnections()
+	s.userHTTP.CloseIdleConnections()
 	return s.log.Close()
 }
 
@@ -199,6 +221,19 @@ func (s *system) projectClient(project string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfigAndClient(s.projectConfig(project), s.http)
 }
 
+// writerClient is the client that fills a new project: in Milo the ordinary
+// user, whose writes wait for the project to be Ready (the initialization
+// gate; client-go honours its Retry-After). It shares the TLS setup, so not
+// the connection pool, of the administrator's clients.
+func (s *system) writerClient(project string) (kubernetes.Interface, error) {
+	if !s.isMilo() {
+		return s.projectClient(project)
+	}
+	cfg := rest.CopyConfig(s.user)
+	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + tenancy.ProjectPath(project)
+	return kubernetes.NewForConfigAndClient(cfg, s.userHTTP)
+}
+
 // resources is one measurement of the server's footprint.
 type resources struct {
 	RSSBytes, HeapBytes, Goroutines, EtcdWatches, EtcdDBBytes float64
@@ -210,6 +245,7 @@ type resources struct {
 func (s *system) measure(ctx context.Context, profile string) (resources, error) {
 	var r resources
 	s.http.CloseIdleConnections()
+	s.userHTTP.CloseIdleConnections()
 	heap, err := s.get(ctx, "/debug/pprof/heap", "gc", "1")
 	if err != nil {
 		return r, fmt.Errorf("forcing a GC: %w", err)

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,14 +19,18 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 // organization owns every project the harness creates in Milo.
 const organization = "bench"
 
 var (
-	organizationsGVR = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "organizations"}
-	projectsGVR      = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "projects"}
+	organizationsGVR  = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "organizations"}
+	projectsGVR       = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "projects"}
+	policyBindingsGVR = schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "policybindings"}
 )
 
 func projectName(i int) string { return fmt.Sprintf("p%06d", i) }
@@ -48,7 +53,7 @@ func prepare(ctx context.Context, s *system) error {
 		return err
 	}
 	// Projects can be created once the organization is Ready.
-	return poll(ctx, time.Minute, func() (bool, error) {
+	err = poll(ctx, time.Minute, func() (bool, error) {
 		org, err := dyn.Resource(organizationsGVR).Get(ctx, organization, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -60,6 +65,34 @@ func prepare(ctx context.Context, s *system) error {
 			}
 		}
 		return false, nil
+	})
+	if err != nil {
+		return err
+	}
+	// The harness's ordinary user owns the organization, so Milo IAM lets it
+	// fill every project.
+	_, err = dyn.Resource(policyBindingsGVR).Namespace("organization-"+organization).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "iam.miloapis.com/v1alpha1", "kind": "PolicyBinding", "metadata": map[string]any{"name": "bench-owner"},
+		"spec": map[string]any{
+			"roleRef":          map[string]any{"name": "owner", "namespace": "milo-system"},
+			"subjects":         []any{map[string]any{"kind": "User", "name": benchUser}},
+			"resourceSelector": map[string]any{"resourceRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Organization", "name": organization}},
+		}}}, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	// Wait until Milo IAM has the binding: ask as the user, in the organization.
+	cfg := rest.CopyConfig(s.user)
+	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + tenancy.OrganizationPath(organization)
+	user, err := kubernetes.NewForConfigAndClient(cfg, s.userHTTP)
+	if err != nil {
+		return err
+	}
+	return poll(ctx, time.Minute, func() (bool, error) {
+		review, err := user.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Group: "resourcemanager.miloapis.com", Resource: "projects", Verb: "create"}}}, metav1.CreateOptions{})
+		return err == nil && review.Status.Allowed, err
 	})
 }
 
@@ -82,11 +115,11 @@ func poll(ctx context.Context, timeout time.Duration, f func() (bool, error)) er
 	}
 }
 
-// createProject makes project i: in Milo a Project, whose namespace default
-// the project controller creates (the harness's admin identity passes the
-// initialization gate, so it creates default too if it comes first; the
-// project is counted when Ready, see waitReady), in the baseline a namespace;
-// then 3 ConfigMaps of 1 KiB and a Secret in it.
+// createProject makes project i usable: in Milo a Project, whose namespace
+// default the project controller creates, written to by an ordinary user, for
+// whom the project opens once it is Ready (until then its requests answer 503
+// with Retry-After); in the baseline a namespace. Then 3 ConfigMaps of 1 KiB
+// and a Secret in it. When it returns, the project is Ready and filled.
 func createProject(ctx context.Context, s *system, dyn dynamic.Interface, i int) error {
 	name := projectName(i)
 	if s.isMilo() {
@@ -97,13 +130,15 @@ func createProject(ctx context.Context, s *system, dyn dynamic.Interface, i int)
 			return err
 		}
 	}
-	client, err := s.projectClient(name)
+	client, err := s.writerClient(name)
 	if err != nil {
 		return err
 	}
 	ns := s.namespaceOf(name)
-	if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return err
+	if !s.isMilo() {
+		if _, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
 	}
 	for c := range 3 {
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", c)}, Data: map[string]string{"payload": kib}}
@@ -122,33 +157,6 @@ func createProject(ctx context.Context, s *system, dyn dynamic.Interface, i int)
 		return err
 	}
 	return nil
-}
-
-// waitReady returns once every Project is Ready (Milo); polled once a second
-// from the watch cache, as listing them costs the server what it measures.
-func waitReady(ctx context.Context, s *system, dyn dynamic.Interface, n int) error {
-	if !s.isMilo() {
-		return nil
-	}
-	return poll(ctx, time.Hour, func() (bool, error) {
-		list, err := dyn.Resource(projectsGVR).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-		if err != nil {
-			return false, err
-		}
-		ready := 0
-		for _, p := range list.Items {
-			conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
-			for _, c := range conds {
-				if m, _ := c.(map[string]any); m["type"] == "Ready" && m["status"] == "True" {
-					ready++
-				}
-			}
-		}
-		if ready < n {
-			time.Sleep(900 * time.Millisecond)
-		}
-		return ready >= n, nil
-	})
 }
 
 // retryUntilOpen repeats f while a new project is not open yet: client-go
@@ -366,7 +374,9 @@ func awaitValue(ctx context.Context, from <-chan string, value string) error {
 // deleteProjects deletes the first n projects and returns once they are gone:
 // in Milo, Projects are gone once their contents are deleted and their keys
 // purged; in the baseline, with no namespace controller, the harness empties
-// each namespace and finalizes it, as the namespace controller would.
+// each namespace and finalizes it, as the namespace controller would. What is
+// left is checked by name, a few at a time, not by listing every project:
+// that would cost the server more than what is measured.
 func deleteProjects(ctx context.Context, s *system, n, workers int) error {
 	dyn, err := dynamic.NewForConfigAndClient(s.config, s.http)
 	if err != nil {
@@ -390,31 +400,30 @@ func deleteProjects(ctx context.Context, s *system, n, workers int) error {
 	if err != nil {
 		return err
 	}
-	began := time.Now()
-	return poll(ctx, 2*time.Hour, func() (bool, error) {
-		var left int
+	gone := func(i int) (bool, error) {
+		var err error
 		if s.isMilo() {
-			list, err := dyn.Resource(projectsGVR).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-			if err != nil {
-				return false, err
-			}
-			left = len(list.Items)
+			_, err = dyn.Resource(projectsGVR).Get(ctx, projectName(i), metav1.GetOptions{})
 		} else {
-			list, err := platform.CoreV1().Namespaces().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-			if err != nil {
+			_, err = platform.CoreV1().Namespaces().Get(ctx, projectName(i), metav1.GetOptions{})
+		}
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return false, err
+	}
+	// Projects go roughly in the order they were deleted: wait for each in turn.
+	next := 0
+	return poll(ctx, 2*time.Hour, func() (bool, error) {
+		for next < n {
+			ok, err := gone(next)
+			if err != nil || !ok {
+				progress("  %s: %d projects still being deleted", s.name, n-next)
 				return false, err
 			}
-			for _, ns := range list.Items {
-				if strings.HasPrefix(ns.Name, "p") && len(ns.Name) == 7 {
-					left++
-				}
-			}
+			next++
 		}
-		if time.Since(began) > 5*time.Second {
-			progress("  %s: %d projects still being deleted", s.name, left)
-			began = time.Now()
-		}
-		return left == 0, nil
+		return true, nil
 	})
 }
 

@@ -107,6 +107,25 @@ func ParentOf(obj *unstructured.Unstructured) (kind, name string) {
 
 func (t *Tree) initialized() bool { return t.client != nil }
 
+// Parent returns the parent (kind and name) of a Folder or Project, from the
+// cache or, for one created a moment ago, a live read; found is false when the
+// object does not exist.
+func (t *Tree) Parent(ctx context.Context, isFolder bool, name string) (kind, parent string, found bool, err error) {
+	inf, gvr := t.projects, projects
+	if isFolder {
+		inf, gvr = t.folders, folders
+	}
+	obj, err := t.get(ctx, inf, gvr, name)
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", "", false, nil
+	case err != nil:
+		return "", "", false, err
+	}
+	kind, parent = ParentOf(obj)
+	return kind, parent, true, nil
+}
+
 // Factory is the informer factory the hierarchy's informers come from.
 func (t *Tree) Factory() dynamicinformer.DynamicSharedInformerFactory { return t.factory }
 

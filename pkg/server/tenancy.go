@@ -57,7 +57,7 @@ func authorizeProjects(c *Config) {
 		ClusterRoles:        rbacInformers.ClusterRoles().Lister(),
 		ClusterRoleBindings: rbacInformers.ClusterRoleBindings().Lister(),
 	}
-	iam := authz.New(c.IAM)
+	iam := authz.New(c.IAM, c.Hierarchy.Parent)
 	for _, gc := range []*genericapiserver.Config{c.ControlPlane.Generic, &c.Aggregator.GenericConfig.Config, &c.APIExtensions.GenericConfig.Config} {
 		if gc.Authorization.Authorizer == nil {
 			continue

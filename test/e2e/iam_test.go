@@ -436,7 +436,11 @@ func TestAuthCanIInProjectsAndOrganizations(t *testing.T) {
 			}
 			return err
 		})
-		m.waitProjectReady(t, p)
+		// The owner writes into the new project at once: IAM learns its
+		// ancestry on the spot (its informer may not have it yet), and the
+		// initialization gate answers 503 until it is Ready, which client-go
+		// retries.
+		createConfigMap(t, m.as(t, "alice-token", tenancy.ProjectPath(p)), "default", "first", nil, nil)
 	}
 	// bob: IAM viewer on web; in web's RBAC, create configmaps in default.
 	if _, err := aliceOrg.Resource(policyBindingsGVR).Namespace(tenancy.OrganizationNamespace(org)).Create(ctx, objectOf("PolicyBinding", "bob-views-web", map[string]any{

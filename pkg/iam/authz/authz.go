@@ -6,6 +6,7 @@ package authz
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
@@ -33,16 +34,47 @@ import (
 // Requests to the all-projects view and non-resource requests are left to
 // the rest of the chain: the all-projects view is for platform identities.
 type Authorizer struct {
-	iam *evaluator.Evaluator
+	iam     *evaluator.Evaluator
+	parents ParentLookup
 }
+
+// ParentLookup finds the parent of a Folder or Project the evaluator does not
+// know yet (created a moment ago, not yet seen by its informer).
+type ParentLookup func(ctx context.Context, isFolder bool, name string) (kind, parent string, found bool, err error)
 
 var (
 	_ authorizer.Authorizer   = &Authorizer{}
 	_ authorizer.RuleResolver = &Authorizer{}
 )
 
-// New returns Milo IAM's authorizer over the evaluator.
-func New(e *evaluator.Evaluator) *Authorizer { return &Authorizer{iam: e} }
+// New returns Milo IAM's authorizer over the evaluator; parents, if given,
+// answers for hierarchy objects the evaluator has not seen yet, so that a
+// project can be used the moment it exists.
+func New(e *evaluator.Evaluator, parents ParentLookup) *Authorizer {
+	return &Authorizer{iam: e, parents: parents}
+}
+
+// learnAncestry teaches the evaluator the ancestry of a Folder or Project it
+// does not know yet. Its informers would tell it within moments; until then a
+// grant on an ancestor would not reach the new object.
+func (z *Authorizer) learnAncestry(ctx context.Context, n evaluator.Node) {
+	for range 10 { // a project and up to eight folders
+		isFolder := n.Resource == "folders"
+		if z.parents == nil || n.Group != evaluator.ResourceManagerGroup || (!isFolder && n.Resource != "projects") || z.iam.HasParent(n) {
+			return
+		}
+		kind, name, found, err := z.parents(ctx, isFolder, n.Name)
+		if err != nil || !found {
+			return
+		}
+		parent := evaluator.Organization(name)
+		if kind == "Folder" {
+			parent = evaluator.Folder(name)
+		}
+		z.iam.SetParent(n, parent)
+		n = parent
+	}
+}
 
 // projectServiceAccount: a project's service accounts are the project's own
 // business, its RBAC decides. Their names repeat across projects, so no
@@ -53,7 +85,10 @@ func projectServiceAccount(t tenancy.Tenant, u user.Info) bool {
 
 // Authorize implements authorizer.Authorizer.
 func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-	if !a.IsResourceRequest() || a.GetUser() == nil {
+	if !a.IsResourceRequest() || a.GetUser() == nil || slices.Contains(a.GetUser().GetGroups(), user.SystemPrivilegedGroup) {
+		// Superusers are allowed further down the chain; the server's own
+		// reads of the hierarchy (learnAncestry) are theirs, so IAM must not
+		// look at them again.
 		return authorizer.DecisionNoOpinion, "", nil
 	}
 	t := tenancy.From(ctx)
@@ -64,6 +99,7 @@ func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (au
 	if !ok {
 		return authorizer.DecisionNoOpinion, "", nil
 	}
+	z.learnAncestry(ctx, target)
 	resource := a.GetResource()
 	if sub := a.GetSubresource(); sub != "" {
 		resource += "/" + sub

@@ -180,6 +180,14 @@ func (e *Evaluator) SetParent(child, parent Node) {
 	e.parents[child] = parent
 }
 
+// HasParent reports whether the parent of a Folder or Project is known.
+func (e *Evaluator) HasParent(n Node) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	_, ok := e.parents[n]
+	return ok
+}
+
 // DeleteNode forgets a Folder or Project.
 func (e *Evaluator) DeleteNode(n Node) {
 	e.mu.Lock()
