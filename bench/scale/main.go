@@ -108,7 +108,7 @@ func run(ctx context.Context, o options) (*results, error) {
 	if err := buildBinaries(&o); err != nil {
 		return nil, err
 	}
-	res := &results{Machine: machine(), Command: strings.Join(os.Args, " "), Started: time.Now().UTC(), Steps: steps}
+	res := &results{Machine: machine(), Command: strings.Join(append([]string{"go run ./bench/scale"}, os.Args[1:]...), " "), Started: time.Now().UTC(), Steps: steps}
 	for _, name := range o.Systems {
 		bin := o.MiloBin
 		if name == "baseline" {
