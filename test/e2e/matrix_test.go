@@ -170,18 +170,22 @@ spec: {groupRef: {name: readers, namespace: %[1]s}, userRef: {name: u-group@exam
 		"u-inherit":   {getDeep: true, getOtherDeep: true, createDeep: true},
 		"u-none":      {},
 	}
-	for u, w := range want {
-		eventually(t, u+"'s grants", func() error {
-			got, err := observe(u)
-			if err != nil {
-				return err
-			}
-			if got != w {
-				return fmt.Errorf("got %+v, want %+v", got, w)
-			}
-			return nil
-		})
+	expect := func(what string, want map[string]grantsOf) {
+		t.Helper()
+		for u, w := range want {
+			eventually(t, u+"'s grants"+what, func() error {
+				got, err := observe(u)
+				if err != nil {
+					return err
+				}
+				if got != w {
+					return fmt.Errorf("got %+v, want %+v", got, w)
+				}
+				return nil
+			})
+		}
 	}
+	expect("", want)
 
 	// No IAM grant opens the all-projects view: it is for platform identities.
 	for _, u := range []string{"u-org", "u-kind"} {
@@ -209,16 +213,5 @@ spec: {groupRef: {name: readers, namespace: %[1]s}, userRef: {name: u-group@exam
 	if err := platform.Resource(groupMembershipsGVR).Namespace(orgNS).Delete(ctx, "u-group-reads", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	for u, w := range map[string]grantsOf{"u-folder": {}, "u-project": {}, "u-group": {}, "u-org": want["u-org"]} {
-		eventually(t, u+"'s grants after the move and revocations", func() error {
-			got, err := observe(u)
-			if err != nil {
-				return err
-			}
-			if got != w {
-				return fmt.Errorf("got %+v, want %+v", got, w)
-			}
-			return nil
-		})
-	}
+	expect(" after the move and revocations", map[string]grantsOf{"u-folder": {}, "u-project": {}, "u-group": {}, "u-org": want["u-org"]})
 }
