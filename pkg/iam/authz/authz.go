@@ -54,26 +54,30 @@ func New(e *evaluator.Evaluator, parents ParentLookup) *Authorizer {
 	return &Authorizer{iam: e, parents: parents}
 }
 
-// learnAncestry teaches the evaluator the ancestry of a Folder or Project it
-// does not know yet. Its informers would tell it within moments; until then a
-// grant on an ancestor would not reach the new object.
-func (z *Authorizer) learnAncestry(ctx context.Context, n evaluator.Node) {
+// missingAncestry reads, for this decision only, the ancestry of a Folder or
+// Project the evaluator does not know yet (created a moment ago). Its
+// informers tell it within moments; until then a grant on an ancestor would
+// not reach the new object. Nothing is written into the evaluator: its index
+// follows the informers only, so no answer read here can outlive the object.
+func (z *Authorizer) missingAncestry(ctx context.Context, n evaluator.Node) []evaluator.Edge {
+	var edges []evaluator.Edge
 	for range 10 { // a project and up to eight folders
 		isFolder := n.Resource == "folders"
 		if z.parents == nil || n.Group != evaluator.ResourceManagerGroup || (!isFolder && n.Resource != "projects") || z.iam.HasParent(n) {
-			return
+			return edges
 		}
 		kind, name, found, err := z.parents(ctx, isFolder, n.Name)
 		if err != nil || !found {
-			return
+			return edges
 		}
 		parent := evaluator.Organization(name)
 		if kind == "Folder" {
 			parent = evaluator.Folder(name)
 		}
-		z.iam.SetParent(n, parent)
+		edges = append(edges, evaluator.Edge{Child: n, Parent: parent})
 		n = parent
 	}
+	return edges
 }
 
 // projectServiceAccount: a project's service accounts are the project's own
@@ -87,7 +91,7 @@ func projectServiceAccount(t tenancy.Tenant, u user.Info) bool {
 func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 	if !a.IsResourceRequest() || a.GetUser() == nil || slices.Contains(a.GetUser().GetGroups(), user.SystemPrivilegedGroup) {
 		// Superusers are allowed further down the chain; the server's own
-		// reads of the hierarchy (learnAncestry) are theirs, so IAM must not
+		// reads of the hierarchy (missingAncestry) are theirs, so IAM must not
 		// look at them again.
 		return authorizer.DecisionNoOpinion, "", nil
 	}
@@ -99,7 +103,6 @@ func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (au
 	if !ok {
 		return authorizer.DecisionNoOpinion, "", nil
 	}
-	z.learnAncestry(ctx, target)
 	resource := a.GetResource()
 	if sub := a.GetSubresource(); sub != "" {
 		resource += "/" + sub
@@ -109,6 +112,7 @@ func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (au
 		Groups:     a.GetUser().GetGroups(),
 		Permission: evaluator.Permission{Group: a.GetAPIGroup(), Resource: resource, Verb: a.GetVerb()},
 		Target:     target,
+		Ancestry:   z.missingAncestry(ctx, target),
 	}
 	if t.IsProject() && a.GetName() != "" {
 		req.Object = evaluator.ProjectObject(t.Name, a.GetAPIGroup(), a.GetResource(), a.GetNamespace(), a.GetName())
@@ -140,7 +144,7 @@ func (z *Authorizer) RulesFor(ctx context.Context, u user.Info, _ string) ([]aut
 	type groupResource struct{ group, resource string }
 	verbs := map[groupResource][]string{}
 	var order []groupResource
-	for _, p := range z.iam.Permissions(u.GetName(), u.GetGroups(), target) {
+	for _, p := range z.iam.Permissions(u.GetName(), u.GetGroups(), target, z.missingAncestry(ctx, target)) {
 		k := groupResource{p.Group, p.Resource}
 		if _, seen := verbs[k]; !seen {
 			order = append(order, k)

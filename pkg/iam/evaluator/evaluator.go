@@ -180,7 +180,7 @@ func (e *Evaluator) SetParent(child, parent Node) {
 	e.parents[child] = parent
 }
 
-// HasParent reports whether the parent of a Folder or Project is known.
+// HasParent reports whether the index knows the parent of a Folder or Project.
 func (e *Evaluator) HasParent(n Node) bool {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -440,6 +440,21 @@ type Request struct {
 	// Object, when set, is the object inside Target's project that the
 	// request names (ProjectObject); bindings on it are checked first.
 	Object Node
+	// Ancestry supplies parents the index does not have yet (a project created
+	// a moment ago); the index's own parents come first.
+	Ancestry []Edge
+}
+
+// Edge is a Folder's or Project's parent.
+type Edge struct{ Child, Parent Node }
+
+func parentIn(edges []Edge, child Node) (Node, bool) {
+	for _, e := range edges {
+		if e.Child == child {
+			return e.Parent, true
+		}
+	}
+	return Node{}, false
 }
 
 // maxDepth bounds walks up the hierarchy: object, project, eight folders, organization.
@@ -452,7 +467,7 @@ func (e *Evaluator) Allowed(r Request) (allowed bool, reason string) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	var chain [maxDepth]Node
-	n, org := e.ancestry(r.Target, &chain)
+	n, org := e.ancestry(r.Target, r.Ancestry, &chain)
 	if r.Object.Name != "" {
 		if bySubject := e.onNode[r.Object]; bySubject != nil {
 			if b, ok := e.match(bySubject, r, org); ok {
@@ -478,10 +493,15 @@ func (e *Evaluator) Allowed(r Request) (allowed bool, reason string) {
 // ancestry returns the target and its ancestors, nearest first, and the
 // organization at the root ("" if the chain does not end at one). A binding
 // counts only inside its own organization.
-func (e *Evaluator) ancestry(target Node, chain *[maxDepth]Node) (n int, org string) {
-	for node, ok := target, true; ok && n < maxDepth; node, ok = e.parents[node] {
+func (e *Evaluator) ancestry(target Node, extra []Edge, chain *[maxDepth]Node) (n int, org string) {
+	for node, ok := target, true; ok && n < maxDepth; {
 		chain[n] = node
 		n++
+		var parent Node
+		if parent, ok = e.parents[node]; !ok {
+			parent, ok = parentIn(extra, node)
+		}
+		node = parent
 	}
 	if root := chain[n-1]; root.Group == ResourceManagerGroup && root.Resource == "organizations" {
 		org = root.Name
@@ -535,12 +555,12 @@ func (e *Evaluator) eachGrant(bySubject map[Subject][]grant, user string, groups
 // every role bound to it (or its groups) on the target or an ancestor, and of
 // kind bindings, narrowed to their kind. It answers "what can I do here"
 // (SelfSubjectRulesReview); decisions use Allowed.
-func (e *Evaluator) Permissions(user string, groups []string, target Node) []Permission {
+func (e *Evaluator) Permissions(user string, groups []string, target Node, ancestry []Edge) []Permission {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	out := map[Permission]struct{}{}
 	var chain [maxDepth]Node
-	n, org := e.ancestry(target, &chain)
+	n, org := e.ancestry(target, ancestry, &chain)
 	for _, node := range chain[:n] {
 		e.eachGrant(e.onNode[node], user, groups, org, func(g grant) bool {
 			for p := range e.effective[g.role] {

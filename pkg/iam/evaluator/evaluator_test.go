@@ -191,7 +191,7 @@ func TestPermissionsListWhatHoldsOnTheTarget(t *testing.T) {
 
 	list := func(user string, groups []string, target Node) []string {
 		var out []string
-		for _, p := range e.Permissions(user, groups, target) {
+		for _, p := range e.Permissions(user, groups, target, nil) {
 			out = append(out, p.String())
 		}
 		return out
@@ -240,5 +240,33 @@ func TestObjectGrantsCoverTheNamedObjectOnly(t *testing.T) {
 		if got, _ := e.Allowed(c.req); got != c.allowed {
 			t.Errorf("%s: %v, want %v", c.name, got, c.allowed)
 		}
+	}
+}
+
+func TestSuppliedAncestryServesOneDecisionOnly(t *testing.T) {
+	e := newTestEvaluator()
+	acme := Organization("acme")
+	e.SetBinding("organization-acme/bob-org", Binding{Role: RoleKey{"milo-system", "viewer"},
+		Subjects: []Subject{{Kind: "User", Name: "bob"}}, Resource: &acme, Scope: "acme"})
+	get := perm(t, "core/configmaps.get")
+	fresh := Project("fresh") // created a moment ago: not in the index yet
+	if ok, _ := e.Allowed(Request{User: "bob", Permission: get, Target: fresh}); ok {
+		t.Fatal("a project the index does not know inherits from nothing")
+	}
+	// Its ancestry, read by the caller: a new folder under acme.
+	edges := []Edge{{Child: fresh, Parent: Folder("new-team")}, {Child: Folder("new-team"), Parent: acme}}
+	if ok, _ := e.Allowed(Request{User: "bob", Permission: get, Target: fresh, Ancestry: edges}); !ok {
+		t.Fatal("the supplied ancestry does not reach the organization's grant")
+	}
+	if e.HasParent(fresh) {
+		t.Fatal("a decision wrote into the index")
+	}
+	// The index's own parents come first: web lives in acme, whatever is supplied.
+	other := []Edge{{Child: Project("elsewhere"), Parent: acme}}
+	if ok, _ := e.Allowed(Request{User: "bob", Permission: get, Target: Project("elsewhere"), Ancestry: other}); ok {
+		t.Fatal("a supplied parent overrode the index")
+	}
+	if got := e.Permissions("bob", nil, fresh, edges); len(got) == 0 {
+		t.Fatal("rules of a new project ignore the supplied ancestry")
 	}
 }
