@@ -14,6 +14,7 @@
 package satokens
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -43,6 +44,8 @@ import (
 
 // ProjectClaim is the JWT claim naming the project that issued a token.
 const ProjectClaim = "milo.miloapis.com/project"
+
+var projectClaimJSON = []byte(`"` + ProjectClaim + `"`)
 
 // Generator issues tokens through inner, adding the project of the request.
 type Generator struct {
@@ -236,7 +239,9 @@ func projectOfToken(token string) string {
 		return ""
 	}
 	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
+	if err != nil || !bytes.Contains(payload, projectClaimJSON) {
+		// Most bearer tokens (OIDC, platform service accounts) end here,
+		// without a JSON decode on every request.
 		return ""
 	}
 	var claims map[string]json.RawMessage

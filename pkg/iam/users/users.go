@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -65,6 +66,9 @@ type Recorder struct {
 	queue workqueue.TypedRateLimitingInterface[string]
 	// informer is set once the server's informers exist; requests come before.
 	informer atomic.Pointer[cache.SharedIndexInformer]
+	// known holds the user names that have a User, so that a request of a
+	// known identity costs one map lookup (one entry per identity seen).
+	known sync.Map
 }
 
 // NewRecorder returns a recorder whose queue collects identities until Run.
@@ -85,11 +89,12 @@ func (r *Recorder) Authenticator(inner authenticator.Request) authenticator.Requ
 }
 
 func (r *Recorder) observe(user string) {
-	if !recorded(user) {
+	if _, ok := r.known.Load(user); ok || !recorded(user) {
 		return
 	}
 	if inf := r.informer.Load(); inf != nil {
 		if _, exists, _ := (*inf).GetStore().GetByKey(ObjectName(user)); exists {
+			r.known.Store(user, struct{}{})
 			return
 		}
 	}
@@ -127,6 +132,7 @@ func (r *Recorder) next(ctx context.Context, client dynamic.Interface) bool {
 		return true
 	}
 	r.queue.Forget(user)
+	r.known.Store(user, struct{}{})
 	return true
 }
 
