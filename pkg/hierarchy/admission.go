@@ -14,6 +14,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -42,6 +43,58 @@ const (
 	// released while data of it remains.
 	PurgeFinalizer = "resourcemanager.miloapis.com/project-purge"
 )
+
+// serverFinalizers are the finalizers only the server removes, each once what
+// it names is done. A tenant who could remove one could delete an object with
+// its cleanup skipped: the purge finalizer only the API server itself (which
+// purges), the others only platform superusers (the controllers).
+var serverFinalizers = map[string]string{
+	OrganizationFinalizer: user.SystemPrivilegedGroup,
+	FolderFinalizer:       user.SystemPrivilegedGroup,
+	ProjectFinalizer:      user.SystemPrivilegedGroup,
+	MembershipFinalizer:   user.SystemPrivilegedGroup,
+	PurgeFinalizer:        user.APIServerUser,
+}
+
+// guardFinalizers refuses an update that removes a server-owned finalizer
+// unless the server's own identity makes it.
+func guardFinalizers(ctx context.Context, gr schema.GroupResource, name string, old, obj *unstructured.Unstructured) error {
+	u, _ := request.UserFrom(ctx)
+	for _, f := range old.GetFinalizers() {
+		owner, ok := serverFinalizers[f]
+		if !ok || slices.Contains(obj.GetFinalizers(), f) {
+			continue
+		}
+		if u != nil && (u.GetName() == owner || slices.Contains(u.GetGroups(), owner)) {
+			continue
+		}
+		return apierrors.NewForbidden(gr, name, fmt.Errorf("finalizer %s is removed by the server once its cleanup is done", f))
+	}
+	return nil
+}
+
+// keepStorageID keeps a Project's storage id annotation what the server made
+// it: a client that could set it could point its project at another
+// project's storage.
+func keepStorageID(obj, old *unstructured.Unstructured) {
+	annotations := obj.GetAnnotations()
+	want := ""
+	if old != nil {
+		want = old.GetAnnotations()[tenancy.StorageIDAnnotation]
+	}
+	if annotations[tenancy.StorageIDAnnotation] == want {
+		return
+	}
+	if want == "" {
+		delete(annotations, tenancy.StorageIDAnnotation)
+	} else {
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[tenancy.StorageIDAnnotation] = want
+	}
+	obj.SetAnnotations(annotations)
+}
 
 // finalizersOf lists the finalizers each kind gets at creation.
 var finalizersOf = map[string][]string{
@@ -83,7 +136,7 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		return apierrors.NewServiceUnavailable("the hierarchy is not loaded yet")
 	}
 	gvr := a.GetResource()
-	if gvr.Group != organizations.Group || finalizersOf[gvr.Resource] == nil {
+	if gvr.Group != organizations.Group {
 		return nil
 	}
 	obj, ok := a.GetObject().(*unstructured.Unstructured)
@@ -91,17 +144,23 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		return nil
 	}
 	old, _ := a.GetOldObject().(*unstructured.Unstructured)
+	if old != nil && a.GetOperation() == admission.Update {
+		if err := guardFinalizers(ctx, gvr.GroupResource(), a.GetName(), old, obj); err != nil {
+			return err
+		}
+	}
+	if finalizersOf[gvr.Resource] == nil {
+		return nil
+	}
 	if a.GetOperation() == admission.Create {
 		for _, f := range finalizersOf[gvr.Resource] {
 			if !slices.Contains(obj.GetFinalizers(), f) {
 				obj.SetFinalizers(append(obj.GetFinalizers(), f))
 			}
 		}
-	} else if old != nil && slices.Contains(old.GetFinalizers(), PurgeFinalizer) && !slices.Contains(obj.GetFinalizers(), PurgeFinalizer) {
-		if u, ok := request.UserFrom(ctx); !ok || u.GetName() != user.APIServerUser {
-			return apierrors.NewForbidden(gvr.GroupResource(), a.GetName(),
-				fmt.Errorf("finalizer %s is removed by the server once the project's storage is purged", PurgeFinalizer))
-		}
+	}
+	if gvr.Resource == projects.Resource {
+		keepStorageID(obj, old)
 	}
 	if gvr.Resource == organizations.Resource {
 		stampCreator(ctx, obj, old)

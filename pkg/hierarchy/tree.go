@@ -144,21 +144,72 @@ func (t *Tree) get(ctx context.Context, inf cache.SharedIndexInformer, gvr schem
 	return t.client.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
 }
 
-// ProjectState tells the tenant router whether a project exists, is ready, or is being deleted.
-func (t *Tree) ProjectState(ctx context.Context, name string) (tenancy.ProjectState, error) {
+// Project tells the tenant router whether a project exists, is ready, or is
+// being deleted, and where its objects are stored.
+func (t *Tree) Project(ctx context.Context, name string) (tenancy.ProjectInfo, error) {
 	p, err := t.get(ctx, t.projects, projects, name)
 	switch {
 	case apierrors.IsNotFound(err):
-		return tenancy.ProjectMissing, nil
+		return tenancy.ProjectInfo{State: tenancy.ProjectMissing}, nil
 	case err != nil:
-		return tenancy.ProjectMissing, err
-	case p.GetDeletionTimestamp() != nil:
-		return tenancy.ProjectDeleting, nil
-	case !initialized(p):
-		return tenancy.ProjectInitializing, nil
-	default:
-		return tenancy.ProjectActive, nil
+		return tenancy.ProjectInfo{State: tenancy.ProjectMissing}, err
 	}
+	info := tenancy.ProjectInfo{State: tenancy.ProjectActive, ID: tenancy.StorageIDOf(p)}
+	switch {
+	case p.GetDeletionTimestamp() != nil:
+		info.State = tenancy.ProjectDeleting
+	case !initialized(p):
+		info.State = tenancy.ProjectInitializing
+	}
+	return info, nil
+}
+
+// CachedProjectID returns the storage id of the named project if it is cached.
+func (t *Tree) CachedProjectID(name string) string {
+	if !t.initialized() {
+		return ""
+	}
+	obj, ok, _ := t.projects.GetStore().GetByKey(name)
+	if !ok {
+		return ""
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return ""
+	}
+	return tenancy.StorageIDOf(u)
+}
+
+// EndRequestsOfDeleted ends, through lifetimes, the requests in flight of every
+// Project and Organization that is deleted, or replaced by another of the same
+// name, from now on. One event handler per informer, nothing per tenant.
+func (t *Tree) EndRequestsOfDeleted(lifetimes *tenancy.Lifetimes) error {
+	for _, x := range []struct {
+		inf    cache.SharedIndexInformer
+		tenant func(string) tenancy.Tenant
+	}{{t.projects, tenancy.ProjectTenant}, {t.orgs, tenancy.OrganizationTenant}} {
+		tenant := x.tenant
+		if _, err := x.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(oldObj, newObj any) {
+				o, okOld := oldObj.(*unstructured.Unstructured)
+				n, okNew := newObj.(*unstructured.Unstructured)
+				if okOld && okNew && o.GetUID() != n.GetUID() {
+					lifetimes.End(tenant(o.GetName()))
+				}
+			},
+			DeleteFunc: func(obj any) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				if u, ok := obj.(*unstructured.Unstructured); ok {
+					lifetimes.End(tenant(u.GetName()))
+				}
+			},
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // OrganizationExists reports whether the named Organization exists.

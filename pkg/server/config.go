@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -86,6 +87,9 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := tenantstorage.UpgradeLayout(context.Background(), etcdClient, opts.ControlPlane.Etcd.StorageConfig.Prefix); err != nil {
+		return nil, err
+	}
 	prefixes := tenantstorage.NewPrefixes()
 	namespaces := &tenantadmission.Namespaces{}
 	quotas := tenantadmission.NewQuotas(objectCounter(etcdClient, prefixes))
@@ -126,7 +130,9 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	if err := c.Hierarchy.Init(cp.Generic.LoopbackClientConfig); err != nil {
 		return nil, err
 	}
-	routeTenants(c, c.Hierarchy)
+	if err := routeTenants(c, c.Hierarchy); err != nil {
+		return nil, err
+	}
 	authorizeProjects(c)
 	if err := authenticateTenants(c); err != nil {
 		return nil, err

@@ -31,7 +31,7 @@ func newEtcdClient(t storagebackend.TransportConfig) (*clientv3.Client, error) {
 
 // objectCounter counts a project's objects by etcd key prefix.
 func objectCounter(client *clientv3.Client, prefixes *tenantstorage.Prefixes) tenantadmission.ObjectCounter {
-	return func(ctx context.Context, resource schema.GroupResource, project, namespace string) (int64, error) {
-		return tenantstorage.CountInNamespace(ctx, client, prefixes, resource, project, namespace)
+	return func(ctx context.Context, resource schema.GroupResource, projectID, namespace string) (int64, error) {
+		return tenantstorage.CountInNamespace(ctx, client, prefixes, resource, projectID, namespace)
 	}
 }

@@ -116,8 +116,8 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			return fmt.Errorf("bootstrapping IAM roles: %w", err)
 		}
 		etcd, prefixes := c.EtcdClient, c.Prefixes
-		purger, err := hierarchycontrollers.NewPurger(loopback, tree.Factory(), func(ctx context.Context, project string) error {
-			_, err := tenantstorage.Purge(ctx, etcd, prefixes, project)
+		purger, err := hierarchycontrollers.NewPurger(loopback, tree.Factory(), func(ctx context.Context, projectID string) error {
+			_, err := tenantstorage.Purge(ctx, etcd, prefixes, projectID)
 			return err
 		})
 		if err != nil {

@@ -92,12 +92,17 @@ func authenticateTenants(c *Config) error {
 
 // routeTenants puts the tenant router in front of the aggregator's handler chain,
 // the outermost of the server, and its existence check behind authorization.
-func routeTenants(c *Config, tree *hierarchy.Tree) {
+func routeTenants(c *Config, tree *hierarchy.Tree) error {
+	lifetimes := tenancy.NewLifetimes()
+	if err := tree.EndRequestsOfDeleted(lifetimes); err != nil {
+		return err
+	}
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
-		router := &tenancy.Router{Projects: tree, Hierarchy: tree, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer}
+		router := &tenancy.Router{Projects: tree, Hierarchy: tree, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer, Lifetimes: lifetimes}
 		// Outermost: route by URL. Innermost, after authentication and
 		// authorization: check the project or organization exists.
 		chain := genericapiserver.DefaultBuildHandlerChain(router.CheckExistence(apiHandler), gc)
 		return router.Wrap(chain)
 	}
+	return nil
 }

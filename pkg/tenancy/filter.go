@@ -31,11 +31,23 @@ const (
 	ProjectDeleting
 )
 
+// ProjectInfo is what the router learns of a project.
+type ProjectInfo struct {
+	State ProjectState
+	// ID is the project's storage id (see ProjectID).
+	ID string
+}
+
 // ProjectLookup tells whether a project exists. It is served from one shared
 // cache of Project objects, never from anything per project.
 type ProjectLookup interface {
-	// ProjectState reports whether the named Project exists and is being deleted.
-	ProjectState(ctx context.Context, name string) (ProjectState, error)
+	// Project reports whether the named Project exists, is being deleted, and
+	// its storage id: from the cache, or for a project created a moment ago
+	// from a live read.
+	Project(ctx context.Context, name string) (ProjectInfo, error)
+	// CachedProjectID returns the storage id of the named project if the cache
+	// has it, without reading further.
+	CachedProjectID(name string) string
 }
 
 // Router is the outermost handler-chain filter: it recognises the project,
@@ -52,6 +64,8 @@ type Router struct {
 	RequestInfo request.RequestInfoResolver
 	// Serializer encodes Status errors.
 	Serializer runtime.NegotiatedSerializer
+	// Lifetimes ends the requests of deleted tenants; nil ends none.
+	Lifetimes *Lifetimes
 }
 
 // Wrap returns handler behind the router.
@@ -62,14 +76,24 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 			handler.ServeHTTP(w, req)
 			return
 		}
-		ctx := WithTenant(req.Context(), p.tenant)
-		if p.tenant.IsProject() {
-			if !ValidProjectName(p.tenant.Name) {
-				responsewriters.ErrorNegotiated(apierrors.NewNotFound(projectsResource, p.tenant.Name), r.Serializer, schema.GroupVersion{}, w, req)
+		if err := checkImpersonation(req.Header, p.tenant); err != nil {
+			responsewriters.ErrorNegotiated(apierrors.NewForbidden(schema.GroupResource{}, "", err), r.Serializer, schema.GroupVersion{}, w, req)
+			return
+		}
+		tenant := p.tenant
+		if tenant.IsProject() {
+			if !ValidProjectName(tenant.Name) {
+				responsewriters.ErrorNegotiated(apierrors.NewNotFound(projectsResource, tenant.Name), r.Serializer, schema.GroupVersion{}, w, req)
 				return
 			}
-			ctx = withExistenceCheck(ctx, existenceCheck{project: p.tenant.Name})
+			// Authorization reads the project's own RBAC, so the project's
+			// storage is resolved now, from the cache only: resolving a missing
+			// name must cost an unauthenticated client nothing. CheckExistence
+			// resolves what the cache did not know yet, and refuses a request
+			// whose project was replaced in between.
+			tenant.ID = r.Projects.CachedProjectID(tenant.Name)
 		}
+		ctx := WithTenant(req.Context(), tenant)
 
 		inner := req.Clone(ctx)
 		inner.URL.Path = p.rest
@@ -87,6 +111,13 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 		if err != nil {
 			responsewriters.ErrorNegotiated(apierrors.NewBadRequest(err.Error()), r.Serializer, schema.GroupVersion{}, w, req)
 			return
+		}
+		if !info.IsResourceRequest && !servedInTenants(inner.URL.Path) {
+			responsewriters.ErrorNegotiated(errPathNotFound, r.Serializer, schema.GroupVersion{}, w, req)
+			return
+		}
+		if tenant.IsProject() && (info.IsResourceRequest || !processWide(inner.URL.Path)) {
+			inner = inner.WithContext(withExistenceCheck(inner.Context(), existenceCheck{project: tenant.Name}))
 		}
 		if info.IsResourceRequest && PlatformOnly(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}) {
 			// The same answer as for a resource the server does not know at all.
@@ -127,6 +158,16 @@ type existenceCheck struct {
 }
 
 type existenceCheckKey struct{}
+
+type deletingKey struct{}
+
+// ProjectDeletingFrom reports whether the request in ctx is for a project that
+// is being deleted, in which nothing new may be created, whatever the verb
+// (POST, PUT creating on update, server-side apply creating).
+func ProjectDeletingFrom(ctx context.Context) bool {
+	deleting, _ := ctx.Value(deletingKey{}).(bool)
+	return deleting
+}
 
 func withExistenceCheck(ctx context.Context, c existenceCheck) context.Context {
 	return context.WithValue(ctx, existenceCheckKey{}, c)
@@ -172,15 +213,27 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 		ctx := req.Context()
 		switch {
 		case c.project != "":
-			state, err := r.Projects.ProjectState(ctx, c.project)
+			// Registered before the lookup: a project deleted after it ends the request.
+			var end func()
+			ctx, end = r.Lifetimes.Begin(ctx, ProjectTenant(c.project))
+			defer end()
+			project, err := r.Projects.Project(ctx, c.project)
 			if err != nil {
 				unavailable("project "+c.project, err)
 				return
 			}
-			if state == ProjectMissing {
+			state := project.State
+			if resolved := From(ctx).ID; state == ProjectMissing || (resolved != "" && resolved != project.ID) {
+				// Missing, or deleted and created again while this request was
+				// authorized against the old one's RBAC.
 				fail(apierrors.NewNotFound(projectsResource, c.project))
 				return
 			}
+			ctx = WithTenant(ctx, Tenant{Kind: Project, Name: c.project, ID: project.ID})
+			if state == ProjectDeleting {
+				ctx = context.WithValue(ctx, deletingKey{}, true)
+			}
+			req = req.WithContext(ctx)
 			if state == ProjectInitializing && !superuser(ctx) {
 				if info, ok := request.RequestInfoFrom(ctx); ok && info.IsResourceRequest {
 					// 503 with Retry-After: client-go and kubectl wait and retry by themselves.
@@ -197,6 +250,10 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 				return
 			}
 		case c.org != "":
+			var end func()
+			ctx, end = r.Lifetimes.Begin(ctx, OrganizationTenant(c.org))
+			defer end()
+			req = req.WithContext(ctx)
 			exists, err := r.Hierarchy.OrganizationExists(ctx, c.org)
 			if err != nil {
 				unavailable("organization "+c.org, err)

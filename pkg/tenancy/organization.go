@@ -69,16 +69,23 @@ func (r *Router) routeOrganization(w http.ResponseWriter, req *http.Request, org
 	if !ValidProjectName(org) || r.Hierarchy == nil {
 		return notFound(organizationsResource, org)
 	}
-	check := existenceCheck{org: org}
-	req = req.WithContext(withExistenceCheck(req.Context(), check))
 	info, err := r.RequestInfo.NewRequestInfo(req)
 	if err != nil {
 		responsewriters.ErrorNegotiated(apierrors.NewBadRequest(err.Error()), r.Serializer, schema.GroupVersion{}, w, req)
 		return nil
 	}
 	if !info.IsResourceRequest {
-		return req
+		switch {
+		case !servedInTenants(req.URL.Path):
+			responsewriters.ErrorNegotiated(errPathNotFound, r.Serializer, schema.GroupVersion{}, w, req)
+			return nil
+		case processWide(req.URL.Path):
+			return req
+		}
+		return req.WithContext(withExistenceCheck(req.Context(), existenceCheck{org: org}))
 	}
+	check := existenceCheck{org: org}
+	req = req.WithContext(withExistenceCheck(req.Context(), check))
 	gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
 	orgNamespace := OrganizationNamespace(org)
 	switch {

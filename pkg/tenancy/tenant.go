@@ -31,6 +31,10 @@ type Tenant struct {
 	Kind Kind
 	// Name is the project name for Project, the organization name for Organization.
 	Name string
+	// ID is a project's storage id (see ProjectID), the key segment of its
+	// objects; empty until the router has resolved the project. A project's
+	// name can be reused, its storage id never is.
+	ID string
 }
 
 // PlatformTenant is the tenant of requests made at "/".
@@ -76,18 +80,65 @@ func (t Tenant) IsProject() bool { return t.Kind == Project }
 // removes it from platform objects; whatever a client sends is overwritten.
 const AnnotationKey = "tenancy.miloapis.com/project"
 
+// IDAnnotationKey is the server-owned annotation carrying the storage id of the
+// project an object belongs to: the key segment it is stored under. Like
+// AnnotationKey, the storage layer owns it.
+const IDAnnotationKey = "tenancy.miloapis.com/project-id"
+
 // PlatformSegment is the key segment of the platform tenant. It contains a
 // character no project name (a DNS label) may contain, so it never equals a
 // project's segment, and since every tenant segment is followed by "/", no
 // tenant's key prefix is a prefix of another's.
 const PlatformSegment = "_platform"
 
-// KeySegment is the etcd key segment that holds t's objects. An organization's
-// context is a view of the platform's objects. AllProjects has none: it reads
-// across segments.
+// UnresolvedSegment is the segment of a project the router could not resolve
+// yet (it does not exist, or the cache has not seen it). Nothing is ever stored
+// under it: reads find nothing and writes are refused.
+const UnresolvedSegment = "_unresolved"
+
+// projectIDPrefix starts every storage id made from a UID. It contains a dot,
+// which no DNS label has, so no id equals a project name (the ids of projects
+// stored before ids existed, see LegacyID).
+const projectIDPrefix = "p."
+
+// ProjectID returns the storage id of the project with the given UID. A
+// project's objects are stored under its id, never under its name, so a
+// project created with the name of a deleted one starts with empty storage
+// whatever happened to the old one's keys.
+func ProjectID(uid string) string { return projectIDPrefix + uid }
+
+// StorageIDAnnotation, on a Project, records a storage id other than the one
+// made from its UID: the project's name, for projects stored before storage ids
+// existed (see docs/storage.md). Only the server writes it, once, when it
+// upgrades a data directory; admission keeps clients from setting or changing it.
+const StorageIDAnnotation = "tenancy.miloapis.com/storage-id"
+
+// StorageIDOf returns the storage id of a Project object.
+func StorageIDOf(project metav1.Object) string {
+	if id := project.GetAnnotations()[StorageIDAnnotation]; id != "" {
+		return id
+	}
+	return ProjectID(string(project.GetUID()))
+}
+
+// ValidProjectID reports whether id can be a project's storage id: one made by
+// ProjectID, or the name of a project stored before storage ids existed.
+func ValidProjectID(id string) bool {
+	if uid, ok := strings.CutPrefix(id, projectIDPrefix); ok {
+		return uid != "" && !strings.ContainsAny(uid, "/_")
+	}
+	return ValidProjectName(id)
+}
+
+// KeySegment is the etcd key segment that holds t's objects: a project's
+// storage id. An organization's context is a view of the platform's objects.
+// AllProjects has none: it reads across segments.
 func (t Tenant) KeySegment() string {
 	if t.Kind == Project {
-		return t.Name
+		if t.ID == "" {
+			return UnresolvedSegment
+		}
+		return t.ID
 	}
 	return PlatformSegment
 }
@@ -175,23 +226,42 @@ func parsePath(path string) parsed {
 	return parsed{tenant: ProjectTenant(name), rest: inner, matched: true}
 }
 
-// Stamp makes an object's tenant annotation say t: the project's name for a
-// project, absent otherwise. Whatever the client wrote is overwritten.
+// Stamp makes an object's tenant annotations say t: the project's name and
+// storage id for a project, absent otherwise. Whatever the client wrote is
+// overwritten.
 func Stamp(obj metav1.Object, t Tenant) {
 	annotations := obj.GetAnnotations()
 	if t.IsProject() {
-		if annotations[AnnotationKey] == t.Name {
+		if annotations[AnnotationKey] == t.Name && annotations[IDAnnotationKey] == t.KeySegment() {
 			return
 		}
 		if annotations == nil {
 			annotations = map[string]string{}
 		}
 		annotations[AnnotationKey] = t.Name
+		annotations[IDAnnotationKey] = t.KeySegment()
 		obj.SetAnnotations(annotations)
 		return
 	}
-	if _, ok := annotations[AnnotationKey]; ok {
+	_, name := annotations[AnnotationKey]
+	_, id := annotations[IDAnnotationKey]
+	if name || id {
 		delete(annotations, AnnotationKey)
+		delete(annotations, IDAnnotationKey)
 		obj.SetAnnotations(annotations)
 	}
+}
+
+// SegmentOf returns the key segment an object with these annotations is
+// stored under: its project's storage id, or the project's name for objects
+// written before storage ids existed (whose projects keep their name as id),
+// or the platform's segment.
+func SegmentOf(annotations map[string]string) string {
+	if id := annotations[IDAnnotationKey]; id != "" {
+		return id
+	}
+	if name := annotations[AnnotationKey]; name != "" {
+		return name
+	}
+	return PlatformSegment
 }

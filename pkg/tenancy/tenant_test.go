@@ -36,8 +36,38 @@ func TestPlatformSegmentIsNeverAProjectName(t *testing.T) {
 	if ValidProjectName(PlatformSegment) {
 		t.Fatalf("%q is a valid project name, so a project could share the platform's keys", PlatformSegment)
 	}
-	if ProjectTenant("web").KeySegment() != "web" || PlatformTenant.KeySegment() != PlatformSegment {
-		t.Fatal("key segments")
+	if PlatformTenant.KeySegment() != PlatformSegment {
+		t.Fatal("the platform's key segment")
+	}
+}
+
+// A project's key segment is its storage id, never its name: a project that
+// has not been resolved has a segment nothing is stored under, and no id made
+// from a UID can equal a project name (the ids of projects stored before ids).
+func TestProjectKeySegments(t *testing.T) {
+	if got := ProjectTenant("web").KeySegment(); got != UnresolvedSegment {
+		t.Fatalf("an unresolved project's segment is %q", got)
+	}
+	id := ProjectID("0b5f8a8e-1111-2222-3333-444455556666")
+	if got := (Tenant{Kind: Project, Name: "web", ID: id}).KeySegment(); got != id {
+		t.Fatalf("segment %q, want the storage id %q", got, id)
+	}
+	if ValidProjectName(id) || ValidProjectName(UnresolvedSegment) {
+		t.Fatal("a storage id or the unresolved segment is a valid project name")
+	}
+	for id, want := range map[string]bool{id: true, "web": true, PlatformSegment: false, UnresolvedSegment: false, "p.": false, "p.a/b": false, "p._x": false, "": false, "a/b": false} {
+		if ValidProjectID(id) != want {
+			t.Errorf("ValidProjectID(%q) = %v, want %v", id, !want, want)
+		}
+	}
+	if got := SegmentOf(map[string]string{AnnotationKey: "web", IDAnnotationKey: id}); got != id {
+		t.Fatalf("SegmentOf with an id: %q", got)
+	}
+	if got := SegmentOf(map[string]string{AnnotationKey: "web"}); got != "web" {
+		t.Fatalf("an object written before storage ids is stored under its project's name, got %q", got)
+	}
+	if got := SegmentOf(nil); got != PlatformSegment {
+		t.Fatalf("SegmentOf(nil) = %q", got)
 	}
 }
 

@@ -23,8 +23,8 @@ import (
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
-// ObjectCounter counts a project's objects of one resource in one namespace.
-type ObjectCounter func(ctx context.Context, resource schema.GroupResource, project, namespace string) (int64, error)
+// ObjectCounter counts the objects of one resource in one namespace of the project with the given storage id.
+type ObjectCounter func(ctx context.Context, resource schema.GroupResource, projectID, namespace string) (int64, error)
 
 // Quotas gives project quota admission what it reads: the ResourceQuota storage
 // (served from the shared watch cache) and an object counter (etcd key counts).
@@ -79,7 +79,7 @@ func (p *projectQuota) Validate(ctx context.Context, a admission.Attributes, _ a
 				continue
 			}
 			if used < 0 {
-				if used, err = p.quotas.counter(ctx, gr, tenancy.From(ctx).Name, a.GetNamespace()); err != nil {
+				if used, err = p.quotas.counter(ctx, gr, tenancy.From(ctx).KeySegment(), a.GetNamespace()); err != nil {
 					return apierrors.NewInternalError(err)
 				}
 			}

@@ -158,6 +158,9 @@ func (p *projectNamespaceLifecycle) Handles(op admission.Operation) bool {
 var namespaceKind = corev1.SchemeGroupVersion.WithKind("Namespace").GroupKind()
 
 func (p *projectNamespaceLifecycle) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetOperation() == admission.Create && tenancy.ProjectDeletingFrom(ctx) {
+		return admission.NewForbidden(a, fmt.Errorf("project %s is being deleted", tenancy.From(ctx).Name))
+	}
 	isNamespace := a.GetKind().GroupKind() == namespaceKind
 	if isNamespace && a.GetOperation() == admission.Delete && immortalNamespaces.Has(a.GetName()) {
 		return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(), fmt.Errorf("this namespace may not be deleted"))

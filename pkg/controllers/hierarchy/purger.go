@@ -10,10 +10,11 @@ import (
 	"k8s.io/client-go/rest"
 
 	"go.miloapis.com/milo/pkg/hierarchy"
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
-// PurgeFunc removes every remaining key of a project from storage.
-type PurgeFunc func(ctx context.Context, project string) error
+// PurgeFunc removes every remaining key of the project with the given storage id.
+type PurgeFunc func(ctx context.Context, projectID string) error
 
 // Purger is the last step of a project's deletion, and the only one that needs
 // storage access, so it runs inside the API server whoever runs the
@@ -49,7 +50,7 @@ func (p *Purger) sync(ctx context.Context, project *unstructured.Unstructured) e
 		slices.Contains(finalizers, hierarchy.ProjectFinalizer) {
 		return nil
 	}
-	if err := p.purge(ctx, project.GetName()); err != nil {
+	if err := p.purge(ctx, tenancy.StorageIDOf(project)); err != nil {
 		return err
 	}
 	return removeFinalizer(ctx, p.dynamic, projects, project, hierarchy.PurgeFinalizer)

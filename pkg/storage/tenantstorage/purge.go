@@ -41,27 +41,28 @@ func (p *Prefixes) add(storagePrefix, resourcePrefix string, resource schema.Gro
 }
 
 // NamespaceKeyPrefix returns the etcd key prefix holding one namespace's objects
-// of a resource in a project, or false when the server stores no such resource.
-func (p *Prefixes) NamespaceKeyPrefix(resource schema.GroupResource, project, namespace string) (string, bool) {
+// of a resource in the project with storage id projectID, or false when the
+// server stores no such resource.
+func (p *Prefixes) NamespaceKeyPrefix(resource schema.GroupResource, projectID, namespace string) (string, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	full, ok := p.byResource[resource]
-	if !ok {
+	if !ok || !tenancy.ValidProjectID(projectID) {
 		return "", false
 	}
-	return full + "/" + tenancy.ProjectTenant(project).KeySegment() + "/" + namespace + "/", true
+	return full + "/" + projectID + "/" + namespace + "/", true
 }
 
-// CountInNamespace counts, directly in etcd and without reading values, a
-// project's objects of one resource in one namespace.
-func CountInNamespace(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, resource schema.GroupResource, project, namespace string) (int64, error) {
-	prefix, ok := prefixes.NamespaceKeyPrefix(resource, project, namespace)
+// CountInNamespace counts, directly in etcd and without reading values, the
+// objects of one resource in one namespace of the project with storage id projectID.
+func CountInNamespace(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, resource schema.GroupResource, projectID, namespace string) (int64, error) {
+	prefix, ok := prefixes.NamespaceKeyPrefix(resource, projectID, namespace)
 	if !ok {
 		return 0, fmt.Errorf("no storage for %s", resource)
 	}
 	resp, err := client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		return 0, fmt.Errorf("counting %s in %s/%s: %w", resource, project, namespace, err)
+		return 0, fmt.Errorf("counting %s in %s/%s: %w", resource, projectID, namespace, err)
 	}
 	return resp.Count, nil
 }
@@ -79,35 +80,37 @@ func (p *Prefixes) List() []string {
 }
 
 // TenantKeyPrefixes returns, for every recorded resource, the etcd key prefix that
-// holds exactly one project's objects. Each ends in "/", so no project's prefix is
-// a prefix of another's.
-func (p *Prefixes) TenantKeyPrefixes(project string) []string {
+// holds exactly the objects of the project with storage id projectID. Each ends
+// in "/", so no project's prefix is a prefix of another's.
+func (p *Prefixes) TenantKeyPrefixes(projectID string) []string {
 	resources := p.List()
 	out := make([]string, 0, len(resources))
 	for _, r := range resources {
-		out = append(out, r+"/"+tenancy.ProjectTenant(project).KeySegment()+"/")
+		out = append(out, r+"/"+projectID+"/")
 	}
 	return out
 }
 
-// Purge deletes every key of a project across all resources, directly in etcd.
-// It is what makes a project's name safe to reuse: the watch caches see the
-// deletions through their etcd watches, like any other delete.
+// Purge deletes every key of the project with storage id projectID across all
+// resources, directly in etcd: the watch caches see the deletions through
+// their etcd watches, like any other delete. A later project of the same name
+// has another storage id, so it never meets these keys even where a purge did
+// not run; purging is what returns their space.
 //
 // Purge is idempotent and safe to re-run after a crash: a second run finds
 // nothing left. The range deletes of all resources go in as few etcd
 // transactions as the server's limit on operations per transaction allows
 // (one for a server with the default limit and fewer than txnOps resources), so
 // a purge costs one consensus round and one disk sync rather than one per
-// resource. It reports how many keys it deleted. It refuses names that are not
-// project names, so it can never touch the platform's keys.
-func Purge(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, project string) (int64, error) {
-	if !tenancy.ValidProjectName(project) {
-		return 0, fmt.Errorf("purge: %q is not a project name", project)
+// resource. It reports how many keys it deleted. It refuses ids that are not
+// project storage ids, so it can never touch the platform's keys.
+func Purge(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, projectID string) (int64, error) {
+	if !tenancy.ValidProjectID(projectID) {
+		return 0, fmt.Errorf("purge: %q is not a project storage id", projectID)
 	}
-	all := prefixes.TenantKeyPrefixes(project)
+	all := prefixes.TenantKeyPrefixes(projectID)
 	for _, prefix := range all {
-		if !strings.HasSuffix(prefix, "/"+project+"/") {
+		if !strings.HasSuffix(prefix, "/"+projectID+"/") {
 			return 0, fmt.Errorf("purge: refusing unexpected prefix %q", prefix)
 		}
 	}
@@ -119,7 +122,7 @@ func Purge(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, pro
 		}
 		resp, err := client.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			return deleted, fmt.Errorf("purging project %s: %w", project, err)
+			return deleted, fmt.Errorf("purging project %s: %w", projectID, err)
 		}
 		for _, r := range resp.Responses {
 			if d := r.GetResponseDeleteRange(); d != nil {
@@ -127,7 +130,7 @@ func Purge(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, pro
 			}
 		}
 	}
-	klog.FromContext(ctx).V(2).Info("Purged project keys", "project", project, "keys", deleted)
+	klog.FromContext(ctx).V(2).Info("Purged project keys", "projectID", projectID, "keys", deleted)
 	return deleted, nil
 }
 

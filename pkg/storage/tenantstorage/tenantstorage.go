@@ -2,9 +2,10 @@
 // watch cache per resource for all tenants.
 //
 // Keys are <resource prefix>/<tenant segment>/[<namespace>/]<name>, where the
-// segment is the project name, or "_platform" for the platform (see
-// tenancy.KeySegment). The layer sits on top of whatever storage the apiserver
-// builds for a resource — normally the watch cache (cacher) over etcd — and:
+// segment is the project's storage id (made from its UID, never reused), or
+// "_platform" for the platform (see tenancy.KeySegment). The layer sits on top
+// of whatever storage the apiserver builds for a resource — normally the watch
+// cache (cacher) over etcd — and:
 //
 //   - rewrites the key of every call for the tenant in the request context, so a
 //     project's Get, List and Watch only ever touch its own key range;
@@ -87,16 +88,13 @@ type store struct {
 }
 
 // segmentOf returns the tenant segment an object is stored under, read from the
-// server-owned annotation.
+// server-owned annotations.
 func segmentOf(obj runtime.Object) string {
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return tenancy.PlatformSegment
 	}
-	if p := m.GetAnnotations()[tenancy.AnnotationKey]; p != "" {
-		return p
-	}
-	return tenancy.PlatformSegment
+	return tenancy.SegmentOf(m.GetAnnotations())
 }
 
 func withTenantAttr(getAttrs storage.AttrFunc) storage.AttrFunc {
@@ -133,6 +131,15 @@ func (s *store) key(ctx context.Context, key string) (string, error) {
 		return "", apierrors.NewMethodNotSupported(s.resource, "write or get in the all-projects view")
 	}
 	return s.withSegment(key, t.KeySegment())
+}
+
+// writeKey is key for writes that may create an object. A project the router
+// has not resolved has no storage to write to.
+func (s *store) writeKey(ctx context.Context, key string) (string, error) {
+	if t := tenancy.From(ctx); t.IsProject() && t.ID == "" {
+		return "", apierrors.NewNotFound(schema.GroupResource{Group: "resourcemanager.miloapis.com", Resource: "projects"}, t.Name)
+	}
+	return s.key(ctx, key)
 }
 
 // readKey rewrites the key of a list or watch and narrows its predicate: to the
@@ -177,7 +184,7 @@ func stamp(ctx context.Context, obj runtime.Object) error {
 }
 
 func (s *store) Create(ctx context.Context, key string, obj, out runtime.Object, ttl uint64) error {
-	k, err := s.key(ctx, key)
+	k, err := s.writeKey(ctx, key)
 	if err != nil {
 		return err
 	}
@@ -222,7 +229,7 @@ func (s *store) GetList(ctx context.Context, key string, opts storage.ListOption
 
 func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
 	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, cachedExistingObject runtime.Object) error {
-	k, err := s.key(ctx, key)
+	k, err := s.writeKey(ctx, key)
 	if err != nil {
 		return err
 	}

@@ -13,9 +13,11 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
@@ -110,8 +112,11 @@ func newConfigMapStorage(t testing.TB, resource string) (storage.Interface, *Pre
 	return s, prefixes
 }
 
+// idOf is the storage id the tests give a project: one made from a UID.
+func idOf(project string) string { return tenancy.ProjectID("uid-of-" + project) }
+
 func in(project string) context.Context {
-	return tenancy.WithTenant(context.Background(), tenancy.ProjectTenant(project))
+	return tenancy.WithTenant(context.Background(), tenancy.Tenant{Kind: tenancy.Project, Name: project, ID: idOf(project)})
 }
 
 func create(t testing.TB, s storage.Interface, ctx context.Context, prefix, ns, name, value string) {
@@ -152,13 +157,13 @@ func TestKeysCarryTheTenant(t *testing.T) {
 	create(t, s, in("api"), "/keylayout", "default", "config", "api")
 	create(t, s, context.Background(), "/keylayout", "default", "config", "platform")
 	got := strings.Join(etcdKeys(t, "/registry/keylayout/"), " ")
-	want := "/registry/keylayout/_platform/default/config /registry/keylayout/api/default/config /registry/keylayout/web/default/config"
+	want := "/registry/keylayout/_platform/default/config /registry/keylayout/p.uid-of-api/default/config /registry/keylayout/p.uid-of-web/default/config"
 	if got != want {
 		t.Fatalf("keys:\n %s\nwant\n %s", got, want)
 	}
 	for _, rv := range []string{"", "0"} {
 		items := list(t, s, in("web"), "/keylayout", rv)
-		if len(items) != 1 || items[0].Data["v"] != "web" || items[0].Annotations[tenancy.AnnotationKey] != "web" {
+		if len(items) != 1 || items[0].Data["v"] != "web" || items[0].Annotations[tenancy.AnnotationKey] != "web" || items[0].Annotations[tenancy.IDAnnotationKey] != idOf("web") {
 			t.Fatalf("web lists %v (rv %q)", items, rv)
 		}
 		platform := list(t, s, context.Background(), "/keylayout", rv)
@@ -181,17 +186,17 @@ func TestPurgeRemovesEveryKeyOfTheProjectOnly(t *testing.T) {
 	}
 	create(t, s, context.Background(), "/purgeme", "doomed", "platform-object", "platform")
 
-	deleted, err := Purge(context.Background(), etcdClient, prefixes, "doomed")
+	deleted, err := Purge(context.Background(), etcdClient, prefixes, idOf("doomed"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if deleted != 3 {
 		t.Fatalf("purge deleted %d keys, want 3", deleted)
 	}
-	if keys := etcdKeys(t, "/registry/purgeme/doomed/"); len(keys) != 0 {
+	if keys := etcdKeys(t, "/registry/purgeme/"+idOf("doomed")+"/"); len(keys) != 0 {
 		t.Fatalf("keys of the purged project remain: %v", keys)
 	}
-	if n := len(etcdKeys(t, "/registry/purgeme/doomed-not/")); n != 3 {
+	if n := len(etcdKeys(t, "/registry/purgeme/"+idOf("doomed-not")+"/")); n != 3 {
 		t.Fatalf("a project whose name extends the purged one lost keys: %d left", n)
 	}
 	if n := len(etcdKeys(t, "/registry/purgeme/_platform/doomed/")); n != 1 {
@@ -209,12 +214,91 @@ func TestPurgeRemovesEveryKeyOfTheProjectOnly(t *testing.T) {
 		t.Fatalf("the re-created project holds %v", items)
 	}
 
-	again, err := Purge(context.Background(), etcdClient, prefixes, "doomed")
+	again, err := Purge(context.Background(), etcdClient, prefixes, idOf("doomed"))
 	if err != nil || again != 1 {
 		t.Fatalf("second purge: %d %v, want the one new key", again, err)
 	}
-	if _, err := Purge(context.Background(), etcdClient, prefixes, "_platform"); err == nil {
-		t.Fatal("purge accepted the platform's segment")
+	for _, bad := range []string{"_platform", tenancy.UnresolvedSegment, "", "p.", "p.a/b", "../x"} {
+		if _, err := Purge(context.Background(), etcdClient, prefixes, bad); err == nil {
+			t.Fatalf("purge accepted %q", bad)
+		}
+	}
+}
+
+// A project created with the name of a deleted one gets a new storage id, so
+// it starts empty even when the old one's keys were never purged, and its
+// watchers never see the old one's objects.
+func TestRecycledNameStartsEmpty(t *testing.T) {
+	s, _ := newConfigMapStorage(t, "recycled")
+	old := tenancy.WithTenant(context.Background(), tenancy.Tenant{Kind: tenancy.Project, Name: "victim", ID: tenancy.ProjectID("old-uid")})
+	create(t, s, old, "/recycled", "default", "grant", "attacker's")
+	recycled := tenancy.WithTenant(context.Background(), tenancy.Tenant{Kind: tenancy.Project, Name: "victim", ID: tenancy.ProjectID("new-uid")})
+	for _, rv := range []string{"", "0"} {
+		if items := list(t, s, recycled, "/recycled", rv); len(items) != 0 {
+			t.Fatalf("the new project of a recycled name lists the old one's objects (rv %q): %v", rv, items)
+		}
+	}
+	if err := s.Get(recycled, "/recycled/default/grant", storage.GetOptions{}, &corev1.ConfigMap{}); err == nil {
+		t.Fatal("the new project reads the old one's object")
+	}
+	w, err := s.Watch(recycled, "/recycled", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	create(t, s, old, "/recycled", "default", "later", "old")
+	create(t, s, recycled, "/recycled", "default", "mine", "new")
+	ev := nextEvent(w)
+	if eventName(ev) != "mine" {
+		t.Fatalf("the new project's watch saw %s %v first, want only its own object", ev.Type, ev.Object)
+	}
+}
+
+// A project the router has not resolved reads nothing and writes nowhere.
+func TestUnresolvedProjectHasNoStorage(t *testing.T) {
+	s, _ := newConfigMapStorage(t, "unresolved")
+	ctx := tenancy.WithTenant(context.Background(), tenancy.ProjectTenant("ghost"))
+	obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "x"}}
+	if err := s.Create(ctx, "/unresolved/default/x", obj, &corev1.ConfigMap{}, 0); err == nil {
+		t.Fatal("create in an unresolved project succeeded")
+	}
+	create(t, s, in("real"), "/unresolved", "default", "x", "real")
+	if items := list(t, s, ctx, "/unresolved", ""); len(items) != 0 {
+		t.Fatalf("an unresolved project lists %v", items)
+	}
+	if keys := etcdKeys(t, "/registry/unresolved/"+tenancy.UnresolvedSegment); len(keys) != 0 {
+		t.Fatalf("keys under the unresolved segment: %v", keys)
+	}
+}
+
+// The tenant annotations are the server's: a platform object claiming a
+// project's id is stored and indexed as the platform's, and a project's object
+// claiming another project's id as its own project's.
+func TestClientCannotClaimAnotherTenantsID(t *testing.T) {
+	s, _ := newConfigMapStorage(t, "claims")
+	w, err := s.Watch(in("victim"), "/claims", storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: storage.Everything})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	forged := map[string]string{tenancy.AnnotationKey: "victim", tenancy.IDAnnotationKey: idOf("victim")}
+	for _, ctx := range []context.Context{context.Background(), in("attacker")} {
+		obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "forged", Annotations: forged}}
+		if err := s.Create(ctx, "/claims/default/forged", obj, &corev1.ConfigMap{}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := strings.Join(etcdKeys(t, "/registry/claims/"), " ")
+	if want := "/registry/claims/_platform/default/forged /registry/claims/" + idOf("attacker") + "/default/forged"; got != want {
+		t.Fatalf("keys %s, want %s", got, want)
+	}
+	if items := list(t, s, in("victim"), "/claims", "0"); len(items) != 0 {
+		t.Fatalf("the victim lists forged objects: %v", items)
+	}
+	create(t, s, in("victim"), "/claims", "default", "own", "victim")
+	ev := nextEvent(w)
+	if eventName(ev) != "own" {
+		t.Fatalf("the victim's watch saw %v first, want only its own object", ev.Object)
 	}
 }
 
@@ -228,4 +312,23 @@ func TestAllProjectsViewCannotWrite(t *testing.T) {
 	if err := s.Get(ctx, "/wildcardwrite/default/x", storage.GetOptions{}, &corev1.ConfigMap{}); err == nil {
 		t.Fatal("get through the all-projects view succeeded")
 	}
+}
+
+// eventName is the name of the object of ev (the cache wraps objects).
+func eventName(ev watch.Event) string {
+	m, err := meta.Accessor(ev.Object)
+	if err != nil {
+		return ""
+	}
+	return m.GetName()
+}
+
+// nextEvent returns the next event of w that is not a bookmark.
+func nextEvent(w watch.Interface) watch.Event {
+	for ev := range w.ResultChan() {
+		if ev.Type != watch.Bookmark {
+			return ev
+		}
+	}
+	return watch.Event{}
 }

@@ -1,0 +1,41 @@
+package tenancy
+
+import "strings"
+
+// Non-resource paths in a tenant context. A project or organization context
+// serves only what a Kubernetes client needs of a cluster's non-resource
+// endpoints: discovery, OpenAPI, version and health. Everything else the server
+// has (/metrics, /debug/pprof, /debug/flags, the flow-control dumps, /logs, ...)
+// is about the whole process and answers 404 there, whatever RBAC a tenant
+// holds: a project's own cluster-admin grants nonResourceURLs "*".
+
+// servedInTenants reports whether a non-resource path exists in tenant contexts.
+func servedInTenants(path string) bool {
+	switch path {
+	case "/api", "/api/", "/api/v1", "/apis", "/apis/", "/openapi/v2", "/openapi/v3", "/openapi/v3/":
+		return true
+	}
+	if processWide(path) {
+		return true
+	}
+	if rest, ok := strings.CutPrefix(path, "/apis/"); ok {
+		// /apis/{group} and /apis/{group}/{version}; deeper paths are resource requests.
+		return rest != "" && strings.Count(strings.TrimSuffix(rest, "/"), "/") <= 1
+	}
+	if rest, ok := strings.CutPrefix(path, "/openapi/v3/"); ok {
+		return rest != ""
+	}
+	return false
+}
+
+// processWide reports whether a path answers for the server process, the same
+// in every context: version and health. Their answers do not depend on the
+// tenant, so they are served without checking that the tenant exists, and an
+// anonymous client cannot tell an existing project from a missing one with them.
+func processWide(path string) bool {
+	switch path {
+	case "/version", "/version/", "/healthz", "/livez", "/readyz":
+		return true
+	}
+	return false
+}
