@@ -1,19 +1,13 @@
 package e2e
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +18,7 @@ import (
 
 	"go.miloapis.com/milo/pkg/kubeconfig"
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/test/framework"
 )
 
 // The binaries under test, built once per test run by TestMain.
@@ -47,18 +42,12 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(binDir)
-	miloBin = filepath.Join(binDir, "milo")
-	kubectlBin = filepath.Join(binDir, "kubectl")
-	root := repoRoot()
-	for _, b := range []struct{ out, pkg string }{{miloBin, "./cmd/milo"}, {kubectlBin, "./test/kubectl"}} {
-		cmd := exec.Command("go", "build", "-o", b.out, b.pkg)
-		cmd.Dir = root
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "building %s: %v\n", b.pkg, err)
-			return 1
-		}
+	bins, err := framework.Build(binDir)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
+	miloBin, kubectlBin = bins.Milo, bins.Kubectl
 
 	dataDir, err := os.MkdirTemp("", "milo-e2e-shared-")
 	if err != nil {
@@ -104,82 +93,31 @@ bob-token,bob,bob-uid,"developers"
 carol-token,carol,carol-uid,"outsiders"
 `
 
-func repoRoot() string {
-	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..")
-}
-
 // milo is one running `milo start` process.
 type milo struct {
-	cmd        *exec.Cmd
-	dataDir    string
-	url        string
-	kubeconfig string
-	logs       *syncBuffer
-	exited     chan struct{}
-	exitErr    error
+	*framework.Server
 }
 
 // startMilo runs `milo start` on a kernel-chosen loopback port with dataDir and
 // waits until it reports ready.
 func startMilo(dataDir string, extraArgs ...string) (*milo, error) {
-	args := append([]string{"start", "--data-dir", dataDir, "--secure-port", "0"}, extraArgs...)
-	cmd := exec.Command(miloBin, args...)
-	logs := &syncBuffer{}
-	cmd.Stderr = logs
-	stdout, err := cmd.StdoutPipe()
+	s, err := framework.Start(miloBin, dataDir, extraArgs...)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	m := &milo{cmd: cmd, dataDir: dataDir, logs: logs, exited: make(chan struct{})}
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			if url, ok := strings.CutPrefix(sc.Text(), "Milo is ready at "); ok {
-				ready <- url
-			}
-		}
-	}()
-	go func() {
-		m.exitErr = cmd.Wait()
-		close(m.exited)
-	}()
-	select {
-	case m.url = <-ready:
-	case <-m.exited:
-		return nil, fmt.Errorf("milo exited before it was ready: %v\n%s", m.exitErr, m.logTail())
-	case <-time.After(2 * time.Minute):
-		m.cmd.Process.Kill() //nolint:errcheck
-		return nil, fmt.Errorf("milo was not ready within 2 minutes\n%s", m.logTail())
-	}
-	m.kubeconfig = filepath.Join(dataDir, "admin.kubeconfig")
-	return m, nil
+	return &milo{s}, nil
 }
 
 // stop sends SIGTERM and returns the exit code.
-func (m *milo) stop() (int, error) {
-	if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return -1, err
-	}
-	select {
-	case <-m.exited:
-	case <-time.After(time.Minute):
-		m.cmd.Process.Kill() //nolint:errcheck
-		<-m.exited
-		return -1, errors.New("milo did not exit within a minute of SIGTERM")
-	}
-	return m.cmd.ProcessState.ExitCode(), nil
-}
+func (m *milo) stop() (int, error) { return m.Stop() }
+
+func (m *milo) logTail() string { return m.LogTail() }
 
 // stopOnCleanup stops the server when the test ends, failing the test on an unclean exit.
 func (m *milo) stopOnCleanup(t *testing.T) {
 	t.Cleanup(func() {
 		select {
-		case <-m.exited:
+		case <-m.Exited:
 			return
 		default:
 		}
@@ -189,18 +127,10 @@ func (m *milo) stopOnCleanup(t *testing.T) {
 	})
 }
 
-func (m *milo) logTail() string {
-	s := m.logs.String()
-	if len(s) > 8000 {
-		s = "...\n" + s[len(s)-8000:]
-	}
-	return s
-}
-
 // restConfig is the admin's client configuration of the platform.
 func (m *milo) restConfig(t testing.TB) *rest.Config {
 	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", m.kubeconfig)
+	cfg, err := clientcmd.BuildConfigFromFlags("", m.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +191,7 @@ func (m *milo) as(t testing.TB, token, path string) kubernetes.Interface {
 // derived from the admin kubeconfig by pkg/kubeconfig (milo kubeconfig).
 func (m *milo) projectKubeconfig(t *testing.T, project string) string {
 	t.Helper()
-	cfg, err := clientcmd.LoadFromFile(m.kubeconfig)
+	cfg, err := clientcmd.LoadFromFile(m.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +219,7 @@ type kubectlResult struct {
 // kubectl runs the real kubectl against m's platform, with stdin if given.
 func (m *milo) kubectl(t *testing.T, stdin string, args ...string) kubectlResult {
 	t.Helper()
-	return m.kubectlWith(t, m.kubeconfig, stdin, args...)
+	return m.kubectlWith(t, m.Kubeconfig, stdin, args...)
 }
 
 // kubectlWith runs the real kubectl with the given kubeconfig.
@@ -298,7 +228,7 @@ func (m *milo) kubectlWith(t *testing.T, kubeconfig, stdin string, args ...strin
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kubectlBin, append([]string{"--kubeconfig", kubeconfig}, args...)...)
-	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+filepath.Join(m.dataDir, "kubectl-cache"))
+	cmd.Env = append(os.Environ(), "KUBECACHEDIR="+filepath.Join(m.DataDir, "kubectl-cache"))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if stdin != "" {
@@ -318,29 +248,9 @@ func (m *milo) mustKubectl(t *testing.T, stdin string, args ...string) string {
 	return r.stdout
 }
 
-// syncBuffer collects a process's output safely while tests read it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-var _ io.Writer = (*syncBuffer)(nil)
-
 // ensureOrganization creates an Organization unless it exists.
 func (m *milo) ensureOrganization(name string) error {
-	cmd := exec.Command(kubectlBin, "--kubeconfig", m.kubeconfig, "apply", "-f", "-")
+	cmd := exec.Command(kubectlBin, "--kubeconfig", m.Kubeconfig, "apply", "-f", "-")
 	cmd.Stdin = strings.NewReader("apiVersion: resourcemanager.miloapis.com/v1alpha1\nkind: Organization\nmetadata: {name: " + name + "}\n")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("%v: %s", err, out)

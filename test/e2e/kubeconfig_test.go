@@ -13,7 +13,7 @@ func TestMiloKubeconfigGetsIntoProjects(t *testing.T) {
 	a, b := m.newProject(t, "kc-a"), m.newProject(t, "kc-b")
 	dir := t.TempDir()
 	base := filepath.Join(dir, "config")
-	data, err := os.ReadFile(m.kubeconfig)
+	data, err := os.ReadFile(m.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/test/framework"
 )
 
 // hierarchyYAML is an organization with a nested folder chain and two projects.
@@ -156,7 +157,7 @@ func TestOnlyTheServerRemovesThePurgeFinalizer(t *testing.T) {
 // controllerManager is one running `milo controller-manager` process.
 type controllerManager struct {
 	cmd    *exec.Cmd
-	logs   *syncBuffer
+	logs   *framework.SyncBuffer
 	exited chan struct{}
 }
 
@@ -164,7 +165,7 @@ func startControllerManager(t *testing.T, kubeconfig string) *controllerManager 
 	t.Helper()
 	cmd := exec.Command(miloBin, "controller-manager", "--kubeconfig", kubeconfig,
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms")
-	cm := &controllerManager{cmd: cmd, logs: &syncBuffer{}, exited: make(chan struct{})}
+	cm := &controllerManager{cmd: cmd, logs: &framework.SyncBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = cm.logs, cm.logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -246,8 +247,8 @@ func TestTwoControllerManagersAndTheInitializationGate(t *testing.T) {
 		return nil
 	})
 
-	a := startControllerManager(t, m.kubeconfig)
-	b := startControllerManager(t, m.kubeconfig)
+	a := startControllerManager(t, m.Kubeconfig)
+	b := startControllerManager(t, m.Kubeconfig)
 	m.waitProjectReady(t, "first")
 	if resp := aliceGet("first"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("a user's request to a ready project: %d", resp.StatusCode)

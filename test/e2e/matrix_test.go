@@ -55,7 +55,7 @@ spec: {parentRef: {kind: Folder, name: %[1]s}}
 	for _, pr := range []struct{ name, kind, parent string }{{deep, "Folder", inner}, {flat, "Organization", o}, {x, "Organization", p}} {
 		fmt.Fprintf(&yaml, "---\napiVersion: resourcemanager.miloapis.com/v1alpha1\nkind: Project\nmetadata: {name: %s}\nspec: {ownerRef: {kind: %s, name: %s}}\n", pr.name, pr.kind, pr.parent)
 	}
-	eventuallyKubectl(t, m, m.kubeconfig, yaml.String(), "apply", "-f", "-")
+	eventuallyKubectl(t, m, m.Kubeconfig, yaml.String(), "apply", "-f", "-")
 	for _, pr := range []string{deep, flat, x} {
 		m.waitProjectReady(t, pr)
 		for _, cm := range []string{"settings", "other"} {
@@ -102,7 +102,7 @@ metadata: {name: u-group-reads, namespace: %[1]s}
 spec: {groupRef: {name: readers, namespace: %[1]s}, userRef: {name: u-group@example.com}}
 `, orgNS)
 	platform := m.dynamic(t)
-	eventuallyKubectl(t, m, m.kubeconfig, objects.String(), "apply", "-f", "-")
+	eventuallyKubectl(t, m, m.Kubeconfig, objects.String(), "apply", "-f", "-")
 	for name, b := range bindings {
 		role := map[string]any{"name": b.role, "namespace": "milo-system"}
 		if b.role == "cm-creator" {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/test/framework"
 )
 
 func TestProjectRBACAppliesOnlyInItsProject(t *testing.T) {
@@ -99,13 +100,9 @@ func eventually(t *testing.T, what string, f func() error) {
 // eventuallyWithin retries f until it succeeds or timeout passes.
 func eventuallyWithin(t *testing.T, timeout time.Duration, what string, f func() error) {
 	t.Helper()
-	var err error
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if err = f(); err == nil {
-			return
-		}
+	if err := framework.Eventually(timeout, f); err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
-	t.Fatalf("%s: %v", what, err)
 }
 
 // A user with no access gets the same answer for an existing project as for one

@@ -290,7 +290,7 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 	// identity is kept in the data directory): they lead again without
 	// waiting for the old lease to expire, and no transition is counted.
 	eventually(t, "the restarted controllers lead", func() error {
-		if !strings.Contains(second.logs.String(), "Leading") {
+		if !strings.Contains(second.Logs.String(), "Leading") {
 			return fmt.Errorf("not leading yet")
 		}
 		return nil

@@ -1,0 +1,121 @@
+package attack
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// status sends one request as the user with token and returns its HTTP status.
+func status(t *testing.T, cfg *rest.Config, verb, path string, body string) int {
+	t.Helper()
+	c, err := rest.RESTClientFor(withCodec(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := c.Verb(verb).AbsPath(path)
+	if body != "" {
+		req = req.Body([]byte(body))
+	}
+	var code int
+	req.Do(context.Background()).StatusCode(&code)
+	return code
+}
+
+func withCodec(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.GroupVersion = &corev1.SchemeGroupVersion
+	cfg.NegotiatedSerializer = negotiated
+	return cfg
+}
+
+// Finding 3: the server's process-wide endpoints do not exist under a tenant
+// URL, whatever RBAC the tenant holds there: a project's own cluster-admin
+// grants nonResourceURLs "*".
+func TestProcessWideEndpointsAreAbsentInTenants(t *testing.T) {
+	org := organizationOf(t, malloryToken, "paths")
+	project := projectIn(t, malloryToken, org, unique("paths"))
+	clusterAdminIn(t, malloryToken, project, "mallory")
+	for _, base := range []string{tenancy.ProjectPath(project), tenancy.OrganizationPath(org), tenancy.AllProjectsPath} {
+		for _, p := range []struct{ verb, path, body string }{
+			{"GET", "/metrics", ""},
+			{"GET", "/debug/pprof/", ""},
+			{"GET", "/debug/pprof/heap", ""},
+			{"PUT", "/debug/flags/v", "9"},
+			{"GET", "/debug/api_priority_and_fairness/dump_requests", ""},
+			{"GET", "/logs/", ""},
+			{"GET", "/readyz/etcd", ""},
+			{"GET", "/", ""},
+		} {
+			for _, cfg := range []*rest.Config{at(malloryToken, base), adminAt(base)} {
+				if code := status(t, cfg, p.verb, p.path, p.body); code != http.StatusNotFound {
+					t.Errorf("%s %s%s: %d, want 404", p.verb, base, p.path, code)
+				}
+			}
+		}
+		for _, p := range []string{"/version", "/healthz", "/livez", "/readyz"} {
+			if code := status(t, at(malloryToken, base), "GET", p, ""); code != http.StatusOK {
+				t.Errorf("GET %s%s: %d, want 200", base, p, code)
+			}
+		}
+	}
+}
+
+// Finding 8: nothing is created in a project being deleted, whatever the verb:
+// POST, PUT creating on update, and server-side apply.
+func TestNoCreatesInADeletingProject(t *testing.T) {
+	org := organizationOf(t, malloryToken, "deleting")
+	project := projectIn(t, malloryToken, org, unique("deleting"))
+	c := kube(t, at(malloryToken, tenancy.ProjectPath(project)))
+	// A finalizer keeps the project in deletion while the test writes.
+	held := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{"example.com/hold"}}}
+	if _, err := c.CoreV1().ConfigMaps("default").Create(context.Background(), held, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := dyn(t, at(malloryToken, tenancy.OrganizationPath(org))).Resource(projectsGVR).Delete(context.Background(), project, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "creates refused", func() error {
+		_, err := c.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "posted"}}, metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) {
+			return err
+		}
+		return nil
+	})
+	// Roles are created by a PUT of a name that does not exist yet.
+	_, err := c.RbacV1().Roles("default").Update(context.Background(), &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "put"}}, metav1.UpdateOptions{})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("PUT creating in a deleting project: %v, want 403", err)
+	}
+	if roles, err := c.RbacV1().Roles("default").List(context.Background(), metav1.ListOptions{}); err != nil || len(roles.Items) != 0 {
+		t.Errorf("roles in the deleting project: %v, %v", roles, err)
+	}
+	_, err = c.CoreV1().ConfigMaps("default").Patch(context.Background(), "applied", types.ApplyPatchType,
+		[]byte(`{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"applied"}}`), metav1.PatchOptions{FieldManager: "attacker"})
+	if !apierrors.IsForbidden(err) {
+		t.Errorf("server-side apply creating in a deleting project: %v, want 403", err)
+	}
+	list, err := c.CoreV1().ConfigMaps("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range list.Items {
+		if cm.Name != "held" && !strings.HasPrefix(cm.Name, "kube-root-ca") {
+			t.Errorf("%s was created in a deleting project", cm.Name)
+		}
+	}
+	// Updates of what is there still work: the owner releases the hold.
+	if _, err := c.CoreV1().ConfigMaps("default").Patch(context.Background(), "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
