@@ -3,7 +3,7 @@ CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
 # -count=1: the e2e tests build and run the milo binary, which the test cache cannot see.
 GO_TEST_FLAGS ?= -count=1
 
-.PHONY: all build run test generate verify-generated vet fmt-check bench-dispatch bench-iam bench-scale bench-scale-smoke clean
+.PHONY: all build run test generate verify-generated vet fmt-check fuzz bench-dispatch bench-iam bench-scale bench-scale-smoke clean
 
 all: build
 
@@ -30,6 +30,14 @@ fmt-check:
 
 vet:
 	go vet ./...
+
+## fuzz: each fuzz target for FUZZTIME (their seed corpora also run in make test).
+FUZZTIME ?= 30s
+fuzz:
+	go test ./pkg/tenancy -run '^$$' -fuzz '^FuzzParsePath$$' -fuzztime $(FUZZTIME)
+	go test ./pkg/tenancy -run '^$$' -fuzz '^FuzzImpersonableUser$$' -fuzztime $(FUZZTIME)
+	go test ./pkg/storage/tenantstorage -run '^$$' -fuzz '^FuzzKeysOfTwoTenantsNeverOverlap$$' -fuzztime $(FUZZTIME)
+	go test ./pkg/iam/evaluator -run '^$$' -fuzz '^FuzzParsePermission$$' -fuzztime $(FUZZTIME)
 
 clean:
 	rm -rf bin

@@ -174,6 +174,16 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	name, _, _ := unstructured.NestedString(obj.Object, "spec", refField, "name")
 	field := "spec." + refField
 
+	if t := tenancy.From(ctx); t.Kind == tenancy.Organization {
+		// In an organization's context a parent of another organization is
+		// told exactly as one that does not exist, before anything about its
+		// chain (depth, deletion) could be told.
+		if ours, err := p.inOrganization(ctx, kind, name, t.Name); err != nil {
+			return apierrors.NewInternalError(err)
+		} else if !ours {
+			return invalid(a, field, kind+"/"+name, fmt.Sprintf("%s %q does not exist", kind, name))
+		}
+	}
 	org, problem, deleting, err := p.organizationOf(ctx, kind, name, a.GetName(), gvr.Resource == folders.Resource)
 	if err != nil {
 		return apierrors.NewInternalError(err)
@@ -190,9 +200,6 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		if was := old.GetLabels()[tenancy.OrganizationLabel]; was != "" && was != org {
 			return invalid(a, field, kind+"/"+name, fmt.Sprintf("%s %q is in organization %q; moving from organization %q to another organization is not allowed", kind, name, org, was))
 		}
-	}
-	if t := tenancy.From(ctx); t.Kind == tenancy.Organization && t.Name != org {
-		return invalid(a, field, kind+"/"+name, fmt.Sprintf("%s %q is not in organization %q", kind, name, t.Name))
 	}
 	labels := obj.GetLabels()
 	if labels == nil {
@@ -247,6 +254,25 @@ func (p *plugin) organizationOf(ctx context.Context, kind, name, self string, is
 			return "", "kind must be Organization or Folder", "", nil
 		}
 	}
+}
+
+// inOrganization reports whether the Organization or Folder a reference names
+// belongs to org.
+func (p *plugin) inOrganization(ctx context.Context, kind, name, org string) (bool, error) {
+	switch kind {
+	case "Organization":
+		return name == org, nil
+	case "Folder":
+		f, err := p.tree.get(ctx, p.tree.folders, folders, name)
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return f.GetLabels()[tenancy.OrganizationLabel] == org, nil
+	}
+	return true, nil // an invalid kind is told as such
 }
 
 func missing(kind, name string, err error) (string, string, string, error) {

@@ -62,7 +62,7 @@ func authorizeProjects(c *Config) {
 		if gc.Authorization.Authorizer == nil {
 			continue
 		}
-		projects := projectrbac.New(gc.Authorization.Authorizer, gc.RuleResolver, c.RBAC, listers)
+		projects := projectrbac.New(gc.Authorization.Authorizer, gc.RuleResolver, c.RBAC, listers, iam)
 		gc.Authorization.Authorizer = tenancy.WithParentExtras(union.New(iam, projects))
 		// What kubectl auth can-i --list answers: IAM's grants and the project's RBAC.
 		gc.RuleResolver = union.NewRuleResolvers(iam, projects)

@@ -7,8 +7,6 @@ import (
 	"strconv"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -16,14 +14,13 @@ import (
 // and resources are removed from /apis (aggregated and legacy), from group and
 // version documents, and from the OpenAPI v3 index; their own documents answer 404.
 
-// errPathNotFound is the apiserver's answer for a path nothing serves.
-var errPathNotFound = &apierrors.StatusError{ErrStatus: metav1.Status{
-	Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
-	Message: "the server could not find the requested resource",
-}}
+// notServed answers exactly as the apiserver does for a path nothing serves
+// (its last handler is http.NotFound), so that what a tenant context hides
+// cannot be told from what does not exist.
+func notServed(w http.ResponseWriter, req *http.Request) { http.NotFound(w, req) }
 
 func isDiscoveryPath(path string) bool {
-	return path == "/apis" || strings.HasPrefix(path, "/apis/") || path == "/openapi/v3" || strings.HasPrefix(path, "/openapi/v3/")
+	return path == "/apis" || strings.HasPrefix(path, "/apis/") || path == "/openapi/v2" || path == "/openapi/v3" || strings.HasPrefix(path, "/openapi/v3/")
 }
 
 // hiddenDiscoveryPath reports whether the document at path describes a
@@ -53,9 +50,11 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 	handler.ServeHTTP(rec, req)
 
 	body := rec.body.Bytes()
-	if rec.code == http.StatusOK && strings.Contains(rec.header.Get("Content-Type"), "json") {
+	// The OpenAPI v3 index is served as text/plain; every document here is JSON.
+	if rec.code == http.StatusOK && (strings.Contains(rec.header.Get("Content-Type"), "json") || strings.HasPrefix(req.URL.Path, "/openapi/")) {
 		if filtered, ok := filterDiscovery(body); ok {
 			body = filtered
+			rec.header.Set("Content-Type", "application/json")
 		}
 	}
 	for k, v := range rec.header {
@@ -114,6 +113,8 @@ func filterDiscovery(body []byte) ([]byte, bool) {
 			resource, _, _ := strings.Cut(name, "/")
 			return !PlatformOnly(schema.GroupResource{Group: group, Resource: resource})
 		})
+	case doc["paths"] != nil && (doc["openapi"] != nil || doc["swagger"] != nil):
+		return filterOpenAPIDocument(doc)
 	case doc["paths"] != nil:
 		return filterOpenAPIIndex(doc)
 	}

@@ -113,15 +113,15 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 			return
 		}
 		if !info.IsResourceRequest && !servedInTenants(inner.URL.Path) {
-			responsewriters.ErrorNegotiated(errPathNotFound, r.Serializer, schema.GroupVersion{}, w, req)
+			notServed(w, req)
 			return
 		}
-		if tenant.IsProject() && (info.IsResourceRequest || !processWide(inner.URL.Path)) {
+		if tenant.IsProject() && (info.IsResourceRequest || !ProcessWide(inner.URL.Path)) {
 			inner = inner.WithContext(withExistenceCheck(inner.Context(), existenceCheck{project: tenant.Name}))
 		}
 		if info.IsResourceRequest && PlatformOnly(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}) {
 			// The same answer as for a resource the server does not know at all.
-			responsewriters.ErrorNegotiated(apierrors.NewNotFound(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, info.Name), r.Serializer, schema.GroupVersion{}, w, req)
+			notServed(w, req)
 			return
 		}
 		if p.tenant.Kind == AllProjects && !readOnlyAcrossProjects(info) {
@@ -136,7 +136,7 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 		}
 		if !info.IsResourceRequest && isDiscoveryPath(inner.URL.Path) {
 			if hiddenDiscoveryPath(inner.URL.Path) {
-				responsewriters.ErrorNegotiated(errPathNotFound, r.Serializer, schema.GroupVersion{}, w, req)
+				notServed(w, req)
 				return
 			}
 			serveFilteredDiscovery(handler, w, inner, p.tenant)

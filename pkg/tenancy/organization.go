@@ -77,9 +77,9 @@ func (r *Router) routeOrganization(w http.ResponseWriter, req *http.Request, org
 	if !info.IsResourceRequest {
 		switch {
 		case !servedInTenants(req.URL.Path):
-			responsewriters.ErrorNegotiated(errPathNotFound, r.Serializer, schema.GroupVersion{}, w, req)
+			notServed(w, req)
 			return nil
-		case processWide(req.URL.Path):
+		case ProcessWide(req.URL.Path):
 			return req
 		}
 		return req.WithContext(withExistenceCheck(req.Context(), existenceCheck{org: org}))

@@ -15,7 +15,7 @@ func servedInTenants(path string) bool {
 	case "/api", "/api/", "/api/v1", "/apis", "/apis/", "/openapi/v2", "/openapi/v3", "/openapi/v3/":
 		return true
 	}
-	if processWide(path) {
+	if ProcessWide(path) {
 		return true
 	}
 	if rest, ok := strings.CutPrefix(path, "/apis/"); ok {
@@ -28,11 +28,12 @@ func servedInTenants(path string) bool {
 	return false
 }
 
-// processWide reports whether a path answers for the server process, the same
+// ProcessWide reports whether a path answers for the server process, the same
 // in every context: version and health. Their answers do not depend on the
-// tenant, so they are served without checking that the tenant exists, and an
-// anonymous client cannot tell an existing project from a missing one with them.
-func processWide(path string) bool {
+// tenant, so they are served to whoever the platform serves them to, without
+// checking that the tenant exists: nobody can tell an existing project from a
+// missing one with them.
+func ProcessWide(path string) bool {
 	switch path {
 	case "/version", "/version/", "/healthz", "/livez", "/readyz":
 		return true

@@ -119,3 +119,65 @@ func TestNoCreatesInADeletingProject(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Finding 9: a project's OpenAPI documents describe what the project serves.
+// The v3 index (served as text/plain) lists no platform-only group, the v3
+// document of iam.miloapis.com has only the project's ServiceAccounts, and
+// OpenAPI v2 has no platform-only paths or schemas.
+func TestOpenAPIInProjectsShowsOnlyProjectKinds(t *testing.T) {
+	org := organizationOf(t, malloryToken, "openapi")
+	project := projectIn(t, malloryToken, org, unique("openapi"))
+	get := func(path string) string {
+		t.Helper()
+		c, err := rest.RESTClientFor(withCodec(at(malloryToken, tenancy.ProjectPath(project))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := c.Get().AbsPath(path).SetHeader("Accept", "application/json").DoRaw(context.Background())
+		if err != nil {
+			t.Fatalf("GET %s: %v", path, err)
+		}
+		return string(body)
+	}
+	for path, forbidden := range map[string][]string{
+		"/openapi/v3": {"apiextensions.k8s.io", "resourcemanager.miloapis.com", "admissionregistration"},
+		"/openapi/v3/apis/iam.miloapis.com/v1alpha1": {"policybindings", "PolicyBinding", "/roles", "v1alpha1.Role\""},
+		"/openapi/v2": {"/apis/apiextensions.k8s.io/", "/apis/resourcemanager.miloapis.com/", "tokenreviews", "/apis/iam.miloapis.com/v1alpha1/roles"},
+	} {
+		body := get(path)
+		for _, f := range forbidden {
+			if strings.Contains(body, f) {
+				t.Errorf("%s in a project mentions %q", path, f)
+			}
+		}
+	}
+	if body := get("/openapi/v3/apis/iam.miloapis.com/v1alpha1"); !strings.Contains(body, "serviceaccounts") {
+		t.Errorf("the project's iam.miloapis.com document lost its ServiceAccounts: %.300s", body)
+	}
+	if body := get("/openapi/v2"); !strings.Contains(body, "/api/v1/namespaces/{namespace}/configmaps") {
+		t.Errorf("the project's OpenAPI v2 lost configmaps")
+	}
+}
+
+// Finding 11: in a project, a platform-only kind answers exactly as a kind
+// the server does not know, and a hidden group's documents as a group that
+// does not exist.
+func TestPlatformOnlyAnswersAsUnknown(t *testing.T) {
+	org := organizationOf(t, malloryToken, "unknown")
+	project := projectIn(t, malloryToken, org, unique("unknown"))
+	cfg := at(malloryToken, tenancy.ProjectPath(project))
+	for hidden, unknown := range map[string]string{
+		"/apis/apiextensions.k8s.io/v1/customresourcedefinitions":   "/apis/example.com/v1/widgetsdefinitionsxx",
+		"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/x": "/apis/example.com/v1/widgetsdefinitionsxx/x",
+		"/apis/resourcemanager.miloapis.com/v1alpha1/projects":      "/apis/example.com/v1alpha1/projectsxxx",
+		"/apis/apiextensions.k8s.io":                                "/apis/example.comxxxxxxxxxx",
+		"/apis/apiextensions.k8s.io/v1":                             "/apis/example.comxxxxxxxxxx/v1",
+		"/apis/iam.miloapis.com/v1alpha1/namespaces/default/roles":  "/apis/example.com/v1alpha1/namespaces/default/rolesxxxxxx",
+		"/apis/authentication.k8s.io/v1/tokenreviews":               "/apis/example.com/v1/tokenreviewsxxxxxxxxx",
+	} {
+		a, b := ask(t, cfg, "GET", hidden, "", hidden), ask(t, cfg, "GET", unknown, "", unknown)
+		if a != b {
+			t.Errorf("GET %s answers %d %q, an unknown path %d %q", hidden, a.code, a.body, b.code, b.body)
+		}
+	}
+}

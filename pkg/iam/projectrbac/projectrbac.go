@@ -179,6 +179,10 @@ type Authorizer struct {
 	platformRules authorizer.RuleResolver
 	projectRBAC   *rbac.RBACAuthorizer
 	platformWide  *rbac.RBACAuthorizer
+	storage       *Storage
+	members       Members
+	// platformBindings tell who the platform's operators are.
+	platformBindings rbaclisters.ClusterRoleBindingLister
 }
 
 var (
@@ -188,12 +192,16 @@ var (
 
 // New returns the authorizer over the platform's chain (platform, and its
 // rule resolver platformRules, which may be nil) and the project storage.
-func New(platform authorizer.Authorizer, platformRules authorizer.RuleResolver, project *Storage, listers PlatformListers) *Authorizer {
+// members tells who holds IAM grants in a project or organization.
+func New(platform authorizer.Authorizer, platformRules authorizer.RuleResolver, project *Storage, listers PlatformListers, members Members) *Authorizer {
 	project.platformClusterRoles = listers.ClusterRoles
 	return &Authorizer{
-		platform:      platform,
-		platformRules: platformRules,
-		projectRBAC:   rbac.New(project, project, project, project),
+		platform:         platform,
+		platformRules:    platformRules,
+		storage:          project,
+		members:          members,
+		platformBindings: listers.ClusterRoleBindings,
+		projectRBAC:      rbac.New(project, project, project, project),
 		platformWide: rbac.New(noRoles{}, noRoleBindings{},
 			&rbac.ClusterRoleGetter{Lister: listers.ClusterRoles}, &rbac.ClusterRoleBindingLister{Lister: listers.ClusterRoleBindings}),
 	}
@@ -211,9 +219,26 @@ func superuser(u user.Info) bool {
 	return false
 }
 
+// notAMember is the reason given to whoever has no foothold in a project or
+// organization, whether or not it exists: it names neither.
+const notAMember = "no access to this project or organization"
+
 // Authorize implements authorizer.Authorizer.
 func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
-	if !tenancy.From(ctx).IsProject() {
+	t := tenancy.From(ctx)
+	switch {
+	case !a.IsResourceRequest() && tenancy.ProcessWide(a.GetPath()):
+		// Version and health are the server's, the same in every context.
+		return z.platformWide.Authorize(tenancy.WithTenant(ctx, tenancy.PlatformTenant), a)
+	case t.Kind == tenancy.Organization:
+		// The platform's grants apply in an organization's context only to
+		// those IAM lets in there (IAM, first in the chain, has decided what
+		// it grants itself).
+		if !superuser(a.GetUser()) && (z.members == nil || a.GetUser() == nil || !z.members.HasGrants(ctx, a.GetUser())) {
+			return authorizer.DecisionDeny, notAMember, nil
+		}
+		return z.platform.Authorize(ctx, a)
+	case !t.IsProject():
 		return z.platform.Authorize(ctx, a)
 	}
 	if superuser(a.GetUser()) {
@@ -221,6 +246,9 @@ func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (au
 	}
 	if d, reason, err := z.projectRBAC.Authorize(ctx, a); d == authorizer.DecisionAllow {
 		return d, "project RBAC: " + reason, err
+	}
+	if !z.member(ctx, a.GetUser()) {
+		return authorizer.DecisionDeny, notAMember, nil
 	}
 	// The platform's ClusterRoleBindings are read without a tenant.
 	return z.platformWide.Authorize(tenancy.WithTenant(ctx, tenancy.PlatformTenant), a)

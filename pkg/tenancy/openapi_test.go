@@ -1,0 +1,64 @@
+package tenancy
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+func TestOpenAPIDocumentsShowOnlyWhatProjectsServe(t *testing.T) {
+	v3 := `{"openapi":"3.0.0","info":{"title":"Milo"},"paths":{
+	  "/apis/iam.miloapis.com/v1alpha1/namespaces/{namespace}/serviceaccounts":{"get":{"responses":{"200":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/com.miloapis.iam.v1alpha1.ServiceAccountList"}}}}}}},
+	  "/apis/iam.miloapis.com/v1alpha1/roles":{"get":{"responses":{"200":{"content":{"application/json":{"schema":{"$ref":"#/components/schemas/com.miloapis.iam.v1alpha1.RoleList"}}}}}}},
+	  "/apis/iam.miloapis.com/v1alpha1/watch/namespaces/{namespace}/policybindings/{name}":{"get":{}}},
+	  "components":{"schemas":{
+	    "com.miloapis.iam.v1alpha1.ServiceAccountList":{"properties":{"items":{"items":{"$ref":"#/components/schemas/com.miloapis.iam.v1alpha1.ServiceAccount"}},"metadata":{"allOf":[{"$ref":"#/components/schemas/io.k8s.ListMeta"}]}}},
+	    "com.miloapis.iam.v1alpha1.ServiceAccount":{"type":"object"},
+	    "com.miloapis.iam.v1alpha1.RoleList":{"properties":{"items":{"items":{"$ref":"#/components/schemas/com.miloapis.iam.v1alpha1.Role"}}}},
+	    "com.miloapis.iam.v1alpha1.Role":{"type":"object"},
+	    "io.k8s.ListMeta":{"type":"object"}}}}`
+	out := filterJSON(t, v3)
+	for _, gone := range []string{"/roles", "policybindings", "v1alpha1.Role\"", "RoleList"} {
+		if strings.Contains(out, gone) {
+			t.Errorf("the filtered v3 document still has %q: %s", gone, out)
+		}
+	}
+	for _, kept := range []string{"/serviceaccounts", "v1alpha1.ServiceAccount\"", "ServiceAccountList", "io.k8s.ListMeta", `"title":"Milo"`} {
+		if !strings.Contains(out, kept) {
+			t.Errorf("the filtered v3 document lost %q: %s", kept, out)
+		}
+	}
+
+	v2 := `{"swagger":"2.0","paths":{
+	  "/api/v1/namespaces/{namespace}/configmaps":{"get":{"responses":{"200":{"schema":{"$ref":"#/definitions/io.k8s.api.core.v1.ConfigMapList"}}}}},
+	  "/apis/apiextensions.k8s.io/v1/customresourcedefinitions":{"get":{"responses":{"200":{"schema":{"$ref":"#/definitions/io.k8s.CRDList"}}}}},
+	  "/apis/apiextensions.k8s.io/":{"get":{}},
+	  "/apis/authentication.k8s.io/v1/tokenreviews":{"post":{"parameters":[{"schema":{"$ref":"#/definitions/io.k8s.TokenReview"}}]}},
+	  "/apis/authentication.k8s.io/v1/selfsubjectreviews":{"post":{}}},
+	  "definitions":{"io.k8s.api.core.v1.ConfigMapList":{"properties":{"items":{"items":{"$ref":"#/definitions/io.k8s.api.core.v1.ConfigMap"}}}},
+	    "io.k8s.api.core.v1.ConfigMap":{},"io.k8s.CRDList":{},"io.k8s.TokenReview":{}}}`
+	out = filterJSON(t, v2)
+	for _, gone := range []string{"customresourcedefinitions", "apiextensions", "tokenreviews", "CRDList", "TokenReview"} {
+		if strings.Contains(out, gone) {
+			t.Errorf("the filtered v2 document still has %q: %s", gone, out)
+		}
+	}
+	for _, kept := range []string{"configmaps", "ConfigMapList", "v1.ConfigMap\"", "selfsubjectreviews"} {
+		if !strings.Contains(out, kept) {
+			t.Errorf("the filtered v2 document lost %q: %s", kept, out)
+		}
+	}
+}
+
+func filterJSON(t *testing.T, doc string) string {
+	t.Helper()
+	out, ok := filterDiscovery([]byte(doc))
+	if !ok {
+		t.Fatalf("not filtered: %s", doc)
+	}
+	var check map[string]any
+	if err := json.Unmarshal(out, &check); err != nil {
+		t.Fatal(err)
+	}
+	return string(out)
+}
