@@ -1,5 +1,0 @@
-package attack
-
-import "k8s.io/client-go/kubernetes/scheme"
-
-var negotiated = scheme.Codecs.WithoutConversion()
