@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"net/http"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -8,6 +9,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/union"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/util/keyutil"
 
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/authz"
@@ -63,19 +65,29 @@ func authorizeProjects(c *Config) {
 			continue
 		}
 		projects := projectrbac.New(gc.Authorization.Authorizer, gc.RuleResolver, c.RBAC, listers, iam)
-		gc.Authorization.Authorizer = tenancy.WithParentExtras(union.New(iam, projects))
+		// The issuer documents' authorizer last: it relies on projects
+		// refusing whoever has no foothold in the project.
+		gc.Authorization.Authorizer = tenancy.WithParentExtras(union.New(iam, projects, satokens.DiscoveryAuthorizer{}))
 		// What kubectl auth can-i --list answers: IAM's grants and the project's RBAC.
 		gc.RuleResolver = union.NewRuleResolvers(iam, projects)
 	}
 }
 
 // authenticateTenants makes a service account token valid only in the tenant
-// that issued it: tokens issued in a project carry its name, and every
-// server's authenticator refuses them elsewhere. Identities it accepts are
-// recorded as Users.
+// that issued it: each project is an issuer of its own, its tokens carry its
+// name and storage id, and every server's authenticator refuses them
+// elsewhere. Identities it accepts are recorded as Users.
 func authenticateTenants(c *Config) error {
 	if c.ControlPlane.Extra.ServiceAccountIssuer != nil {
-		c.ControlPlane.Extra.ServiceAccountIssuer = satokens.Generator{Inner: c.ControlPlane.Extra.ServiceAccountIssuer}
+		generator := satokens.Generator{Inner: c.ControlPlane.Extra.ServiceAccountIssuer, Issuer: c.ControlPlane.Extra.ServiceAccountIssuerURL}
+		if file := c.Options.ControlPlane.ServiceAccountSigningKeyFile; file != "" {
+			key, err := keyutil.PrivateKeyFromFile(file)
+			if err != nil {
+				return fmt.Errorf("reading the service account signing key: %w", err)
+			}
+			generator.Key = key
+		}
+		c.ControlPlane.Extra.ServiceAccountIssuer = generator
 	}
 	authn, err := c.Options.ControlPlane.Authentication.ToAuthenticationConfig()
 	if err != nil {
@@ -92,6 +104,7 @@ func authenticateTenants(c *Config) error {
 
 // routeTenants puts the tenant router in front of the aggregator's handler chain,
 // the outermost of the server, and its existence check behind authorization.
+// Behind that check, each project's issuer serves its discovery documents.
 func routeTenants(c *Config, tree *hierarchy.Tree) error {
 	lifetimes := tenancy.NewLifetimes()
 	if err := tree.EndRequestsOfDeleted(lifetimes); err != nil {
@@ -99,9 +112,11 @@ func routeTenants(c *Config, tree *hierarchy.Tree) error {
 	}
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
 		router := &tenancy.Router{Projects: tree, Hierarchy: tree, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer, Lifetimes: lifetimes}
+		sa := c.ControlPlane.Extra
+		issuers := satokens.NewDiscovery(sa.ServiceAccountIssuerURL, sa.ServiceAccountJWKSURI, sa.ServiceAccountPublicKeysGetter, gc.Serializer)
 		// Outermost: route by URL. Innermost, after authentication and
 		// authorization: check the project or organization exists.
-		chain := genericapiserver.DefaultBuildHandlerChain(router.CheckExistence(apiHandler), gc)
+		chain := genericapiserver.DefaultBuildHandlerChain(router.CheckExistence(issuers.Wrap(apiHandler)), gc)
 		return router.Wrap(chain)
 	}
 	return nil

@@ -4,7 +4,8 @@ import "strings"
 
 // Non-resource paths in a tenant context. A project or organization context
 // serves only what a Kubernetes client needs of a cluster's non-resource
-// endpoints: discovery, OpenAPI, version and health. Everything else the server
+// endpoints: discovery, OpenAPI, version and health, and in a project its
+// service account issuer's discovery documents. Everything else the server
 // has (/metrics, /debug/pprof, /debug/flags, the flow-control dumps, /logs, ...)
 // is about the whole process and answers 404 there, whatever RBAC a tenant
 // holds: a project's own cluster-admin grants nonResourceURLs "*".
@@ -16,6 +17,9 @@ func servedInTenants(path string) bool {
 		return true
 	}
 	if ProcessWide(path) {
+		return true
+	}
+	if IssuerDocument(path) {
 		return true
 	}
 	if rest, ok := strings.CutPrefix(path, "/apis/"); ok {
@@ -39,4 +43,12 @@ func ProcessWide(path string) bool {
 		return true
 	}
 	return false
+}
+
+// IssuerDocument reports whether path is one of a service account issuer's
+// OpenID Connect discovery documents. In a tenant context they are a
+// project's own, describing its issuer (pkg/iam/satokens serves them), and
+// exist nowhere else.
+func IssuerDocument(path string) bool {
+	return path == "/.well-known/openid-configuration" || path == "/openid/v1/jwks"
 }
