@@ -2,10 +2,12 @@ package main
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/spf13/cobra"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/cli/globalflag"
@@ -13,7 +15,9 @@ import (
 	"k8s.io/component-base/logs"
 	"k8s.io/klog/v2"
 
+	"go.miloapis.com/milo/pkg/controllers"
 	hierarchycontrollers "go.miloapis.com/milo/pkg/controllers/hierarchy"
+	"go.miloapis.com/milo/pkg/controllers/manager"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/version"
 )
@@ -22,7 +26,9 @@ func newControllerManagerCommand() *cobra.Command {
 	var (
 		kubeconfigPath, context string
 		workers                 int
+		healthAddress           string
 	)
+	selection := manager.Selection{"*"}
 	leaderElection := hierarchycontrollers.DefaultLeaderElection()
 	var fss cliflag.NamedFlagSets
 	cmd := &cobra.Command{
@@ -52,18 +58,32 @@ func newControllerManagerCommand() *cobra.Command {
 				return err
 			}
 			factory := hierarchy.NewInformerFactory(client)
-			controllers, err := hierarchycontrollers.New(config, factory, workers)
+			// The CA this kubeconfig trusts is the one published in every namespace.
+			withCA := rest.CopyConfig(config)
+			if err := rest.LoadTLSFiles(withCA); err != nil {
+				return err
+			}
+			mgr, err := manager.New(controllers.Registry(), selection, manager.Shared{Config: config, Hierarchy: factory, Workers: workers, RootCA: withCA.CAData})
 			if err != nil {
 				return err
 			}
 			factory.Start(ctx.Done())
-			return hierarchycontrollers.RunElected(ctx, config, leaderElection, "", controllers.Run)
+			if healthAddress != "" {
+				if err := serveHealth(ctx, healthAddress); err != nil {
+					return err
+				}
+			}
+			klog.InfoS("Controllers", "names", mgr.Names())
+			return hierarchycontrollers.RunElected(ctx, config, leaderElection, "", mgr.Run)
 		},
 	}
 	fs := fss.FlagSet("controller manager")
 	fs.StringVar(&kubeconfigPath, "kubeconfig", "", "Kubeconfig of the Milo server to manage (for example its admin.kubeconfig).")
 	fs.StringVar(&context, "context", "", "Context of --kubeconfig to use; its current context when empty.")
 	fs.IntVar(&workers, "workers", 16, "Objects of each kind worked on at once.")
+	fs.Var(&selection, "controllers", "Controllers to run: '*' for all, a name to add one, '-name' to leave one out (known: "+
+		strings.Join(controllers.Registry().Names(), ", ")+").")
+	fs.StringVar(&healthAddress, "health-address", "127.0.0.1:10257", "Address of the plain-HTTP /healthz, /readyz and /metrics endpoints; empty disables them.")
 	componentbaseoptions.BindLeaderElectionFlags(&leaderElection, fss.FlagSet("leader election"))
 	globalflag.AddGlobalFlags(fss.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
 	for _, name := range fss.Order {

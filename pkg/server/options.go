@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -17,6 +18,8 @@ import (
 	authzmodes "k8s.io/kubernetes/pkg/kubeapiserver/authorizer/modes"
 	netutils "k8s.io/utils/net"
 
+	"go.miloapis.com/milo/pkg/controllers"
+	"go.miloapis.com/milo/pkg/controllers/manager"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/iam/iamadmission"
@@ -32,9 +35,9 @@ import (
 type Options struct {
 	// DataDir holds the embedded etcd data, the generated PKI and admin.kubeconfig.
 	DataDir string
-	// Controllers runs the hierarchy controllers in the server (under leader
+	// Controllers selects the controllers run in the server (under leader
 	// election, so a separate `milo controller-manager` may run as well).
-	Controllers bool
+	Controllers manager.Selection
 
 	// ControlPlane are the generic control plane's options (serving, etcd,
 	// authentication, authorization, admission, audit, logging, ...).
@@ -63,7 +66,7 @@ func NewOptions() *Options {
 		cp.Admission.GenericAdmission.RecommendedPluginOrder...)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
 	cp.Authentication.ServiceAccounts.OptionalTokenGetter = satokens.PlatformGetter
-	return &Options{DataDir: ".milo", Controllers: true, ControlPlane: cp, hierarchy: tree, iam: iam}
+	return &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ControlPlane: cp, hierarchy: tree, iam: iam}
 }
 
 // Flag groups shown by `milo start --help`; the rest are listed by --help-all.
@@ -75,10 +78,12 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, ""+
 		"Directory for Milo's state: the embedded etcd data (etcd/), generated certificates and keys (pki/) "+
 		"and admin.kubeconfig. Created if missing. Certificates and keys found there are reused.")
-	fs.BoolVar(&o.Controllers, "controllers", o.Controllers, ""+
-		"Run the Organization, Folder and Project controllers in this process. They join the leader election "+
-		"of every `milo controller-manager`, so only one instance acts at a time. With --controllers=false a "+
-		"separate `milo controller-manager` must run. Deleted projects' storage is always purged by the server.")
+	fs.Var(&o.Controllers, "controllers", ""+
+		"Controllers to run in this process: '*' for all, a name to add one, '-name' to leave one out "+
+		"(known: "+strings.Join(controllers.Registry().Names(), ", ")+"); 'false' runs none. They join the leader "+
+		"election of every `milo controller-manager`, so only one instance acts at a time; with --controllers=false "+
+		"a separate `milo controller-manager` must run. Deleted projects' storage is always purged by the server.")
+	fs.Lookup("controllers").NoOptDefVal = "*"
 	o.ControlPlane.AddFlags(fss)
 }
 
@@ -102,8 +107,8 @@ type CompletedOptions struct {
 	Hierarchy *hierarchy.Tree
 	// IAM is what IAM admission reads, to be fed by the server.
 	IAM *evaluator.Evaluator
-	// Controllers runs the hierarchy controllers in the server.
-	Controllers bool
+	// Controllers are the controllers run in the server.
+	Controllers []string
 }
 
 // Complete prepares the data directory (PKI, admin.kubeconfig), binds the serving
@@ -117,6 +122,10 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 	}
 	if err := disableWatchListReflectors(); err != nil {
 		return CompletedOptions{}, err
+	}
+	selected, err := controllers.Registry().Select(o.Controllers)
+	if err != nil {
+		return CompletedOptions{}, fmt.Errorf("--controllers: %w", err)
 	}
 	cp := o.ControlPlane
 	listener, err := listen(cp)
@@ -169,7 +178,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: o.Controllers}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {

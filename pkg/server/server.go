@@ -26,11 +26,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 
+	"go.miloapis.com/milo/pkg/controllers"
 	"go.miloapis.com/milo/pkg/controllers/crdcleanup"
+	"go.miloapis.com/milo/pkg/controllers/manager"
 	hierarchycontrollers "go.miloapis.com/milo/pkg/controllers/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/pki"
@@ -129,10 +132,14 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			return err
 		}
 		go c.Users.Run(ctx, client)
-		if !c.Options.Controllers {
+		if len(c.Options.Controllers) == 0 {
 			return nil
 		}
-		controllers, err := hierarchycontrollers.New(loopback, tree.Factory(), 16)
+		rootCA, err := servingCA(c.Options.AdminKubeconfig)
+		if err != nil {
+			return err
+		}
+		mgr, err := manager.New(controllers.Registry(), c.Options.Controllers, manager.Shared{Config: loopback, Hierarchy: tree.Factory(), Workers: 16, RootCA: rootCA})
 		if err != nil {
 			return err
 		}
@@ -143,7 +150,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			return err
 		}
 		go func() {
-			if err := hierarchycontrollers.RunElected(ctx, loopback, hierarchycontrollers.DefaultLeaderElection(), identity, controllers.Run); err != nil {
+			if err := hierarchycontrollers.RunElected(ctx, loopback, hierarchycontrollers.DefaultLeaderElection(), identity, mgr.Run); err != nil {
 				klog.FromContext(ctx).Error(err, "Hierarchy controllers stopped")
 			}
 		}()
@@ -230,4 +237,18 @@ func controllerIdentity(dataDir string) (string, error) {
 		return "", fmt.Errorf("recording the controllers' identity: %w", err)
 	}
 	return id, nil
+}
+
+// servingCA is the CA bundle clients verify the server with: the one in the
+// admin kubeconfig the server wrote (the loopback client trusts a certificate
+// of its own instead).
+func servingCA(adminKubeconfig string) ([]byte, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", adminKubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("reading the serving CA from %s: %w", adminKubeconfig, err)
+	}
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		return nil, err
+	}
+	return cfg.CAData, nil
 }

@@ -54,7 +54,9 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 	if rec.code == http.StatusOK && (strings.Contains(rec.header.Get("Content-Type"), "json") || strings.HasPrefix(req.URL.Path, "/openapi/")) {
 		if filtered, ok := filterDiscovery(body); ok {
 			body = filtered
-			rec.header.Set("Content-Type", "application/json")
+			if !strings.Contains(rec.header.Get("Content-Type"), "json") {
+				rec.header.Set("Content-Type", "application/json")
+			}
 		}
 	}
 	for k, v := range rec.header {

@@ -2,6 +2,7 @@ package attack
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -69,12 +70,16 @@ func TestNoCreatesInADeletingProject(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "creates refused", func() error {
-		_, err := c.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "posted"}}, metav1.CreateOptions{})
+		_, err := c.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe"}},
+			metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		if !apierrors.IsForbidden(err) {
-			return err
+			return fmt.Errorf("create: %v", err)
 		}
 		return nil
 	})
+	if _, err := c.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "posted"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("POST in a deleting project: %v, want 403", err)
+	}
 	// Roles are created by a PUT of a name that does not exist yet.
 	_, err := c.RbacV1().Roles("default").Update(context.Background(), &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "put"}}, metav1.UpdateOptions{})
 	if !apierrors.IsForbidden(err) {

@@ -180,7 +180,7 @@ func TestProjectDeletionEmptiesItAndReleasesTheName(t *testing.T) {
 	if err != nil || len(nss.Items) != 1 || nss.Items[0].Name != "default" {
 		t.Fatalf("the re-created project holds namespaces %v %v", nss, err)
 	}
-	if cms, err := c.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); err != nil || len(cms.Items) != 0 {
+	if cms, err := c.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); err != nil || len(ownConfigMaps(cms.Items)) != 0 {
 		t.Fatalf("the re-created project holds configmaps %v %v", cms, err)
 	}
 }

@@ -46,7 +46,7 @@ func TestMiloKubeconfigGetsIntoProjects(t *testing.T) {
 		if r := m.kubectlWith(t, base, "", "config", "use-context", "project-"+p); r.err != nil {
 			t.Fatalf("use-context: %v %s", r.err, r.stderr)
 		}
-		r := m.kubectlWith(t, base, "", "get", "configmaps", "-o", "name")
+		r := m.kubectlWith(t, base, "", "get", "configmaps", "-o", "name", "--field-selector", "metadata.name!=kube-root-ca.crt")
 		want := ""
 		if p == a {
 			want = "configmap/where"

@@ -3,10 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -102,10 +104,10 @@ func TestOrganizationDeletionCascadesWithKubectl(t *testing.T) {
 	// The names are free again and start empty.
 	m.mustKubectl(t, hierarchyYAML(org), "apply", "-f", "-")
 	m.mustKubectl(t, "", "wait", "--for=condition=Ready", "--timeout=60s", "organization/"+org, "project/"+org+"-web")
-	if cms, err := m.kube(t).CoreV1().ConfigMaps(orgNS).List(ctx, metav1.ListOptions{}); err != nil || len(cms.Items) != 0 {
+	if cms, err := m.kube(t).CoreV1().ConfigMaps(orgNS).List(ctx, metav1.ListOptions{}); err != nil || len(ownConfigMaps(cms.Items)) != 0 {
 		t.Fatalf("the re-created organization's namespace holds %v %v", cms, err)
 	}
-	if cms, err := m.projectKube(t, org+"-web").CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); err != nil || len(cms.Items) != 0 {
+	if cms, err := m.projectKube(t, org+"-web").CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); err != nil || len(ownConfigMaps(cms.Items)) != 0 {
 		t.Fatalf("the re-created project holds %v %v", cms, err)
 	}
 }
@@ -164,7 +166,8 @@ type controllerManager struct {
 func startControllerManager(t *testing.T, kubeconfig string) *controllerManager {
 	t.Helper()
 	cmd := exec.Command(miloBin, "controller-manager", "--kubeconfig", kubeconfig,
-		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms")
+		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms",
+		"--health-address=127.0.0.1:0")
 	cm := &controllerManager{cmd: cmd, logs: &framework.SyncBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = cm.logs, cm.logs
 	if err := cmd.Start(); err != nil {
@@ -187,6 +190,21 @@ func startControllerManager(t *testing.T, kubeconfig string) *controllerManager 
 }
 
 func (cm *controllerManager) leading() bool { return strings.Contains(cm.logs.String(), "Leading") }
+
+// healthAddress is where the controller manager serves /healthz, /readyz and /metrics.
+func (cm *controllerManager) healthAddress(t *testing.T) string {
+	t.Helper()
+	var addr string
+	eventually(t, "the controller manager's health address", func() error {
+		m := regexp.MustCompile(`"Serving health and metrics" address="([^"]+)"`).FindStringSubmatch(cm.logs.String())
+		if m == nil {
+			return fmt.Errorf("not logged yet")
+		}
+		addr = m[1]
+		return nil
+	})
+	return addr
+}
 
 // TestTwoControllerManagersAndTheInitializationGate runs a server without
 // in-process controllers: a new project is closed to users until a controller
@@ -250,6 +268,31 @@ func TestTwoControllerManagersAndTheInitializationGate(t *testing.T) {
 	a := startControllerManager(t, m.Kubeconfig)
 	b := startControllerManager(t, m.Kubeconfig)
 	m.waitProjectReady(t, "first")
+	// Both serve their health and the leader's work queues show in its metrics.
+	for _, cm := range []*controllerManager{a, b} {
+		base := "http://" + cm.healthAddress(t)
+		for _, path := range []string{"/healthz", "/readyz"} {
+			resp, err := http.Get(base + path)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET %s%s: %v %v", base, path, resp, err)
+			}
+			resp.Body.Close()
+		}
+	}
+	eventually(t, "work queue metrics", func() error {
+		for _, cm := range []*controllerManager{a, b} {
+			resp, err := http.Get("http://" + cm.healthAddress(t) + "/metrics")
+			if err != nil {
+				return err
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if strings.Contains(string(body), `workqueue_adds_total{name="projects"}`) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no workqueue_adds_total for projects")
+	})
 	if resp := aliceGet("first"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("a user's request to a ready project: %d", resp.StatusCode)
 	}
@@ -290,7 +333,7 @@ func TestTwoControllerManagersAndTheInitializationGate(t *testing.T) {
 	m.mustKubectl(t, "", "delete", "project", "first", "--timeout=60s")
 	m.createProject(t, "first")
 	m.waitProjectReady(t, "first")
-	if cms, err := m.projectKube(t, "first").CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); err != nil || len(cms.Items) != 0 {
+	if cms, err := m.projectKube(t, "first").CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); err != nil || len(ownConfigMaps(cms.Items)) != 0 {
 		t.Fatalf("the re-created project holds %v %v", cms, err)
 	}
 }

@@ -290,7 +290,7 @@ func checkOwnObjects(t *testing.T, m *milo, projects int) {
 	for _, i := range []int{0, projects / 2, projects - 1} {
 		name := fmt.Sprintf("scale-%04d", i)
 		list, err := m.projectKube(t, name).CoreV1().ConfigMaps("").List(context.Background(), metav1.ListOptions{})
-		if err != nil || len(list.Items) != 1 || list.Items[0].Data["project"] != name {
+		if err != nil || len(ownConfigMaps(list.Items)) != 1 || ownConfigMaps(list.Items)[0].Data["project"] != name {
 			t.Fatalf("%s lists %v %v", name, list, err)
 		}
 	}

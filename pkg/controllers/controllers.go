@@ -1,0 +1,37 @@
+// Package controllers lists Milo's controllers: the registry that `milo start`
+// and `milo controller-manager` select from with --controllers.
+package controllers
+
+import (
+	"context"
+	"errors"
+
+	"go.miloapis.com/milo/pkg/controllers/hierarchy"
+	"go.miloapis.com/milo/pkg/controllers/manager"
+	"go.miloapis.com/milo/pkg/controllers/namespace"
+	"go.miloapis.com/milo/pkg/controllers/serviceaccount"
+)
+
+// Registry returns every controller Milo has, by name.
+func Registry() manager.Registry {
+	return manager.Registry{
+		// Organizations, Folders and Projects: bootstrap, Ready, cascade
+		// deletion; Roles, memberships and the platform's role aggregation.
+		"hierarchy": func(s manager.Shared) (manager.Runner, error) {
+			return hierarchy.New(s.Config, s.Hierarchy, s.Workers)
+		},
+		// Deleted namespaces are emptied and removed, in every project.
+		namespace.Name: func(s manager.Shared) (manager.Runner, error) {
+			c := namespace.New(s.Clients)
+			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
+		},
+		// Every namespace has a default ServiceAccount and kube-root-ca.crt.
+		serviceaccount.Name: func(s manager.Shared) (manager.Runner, error) {
+			if len(s.RootCA) == 0 {
+				return nil, errors.New("no root CA to publish")
+			}
+			c := serviceaccount.New(s.Clients, s.RootCA)
+			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
+		},
+	}
+}

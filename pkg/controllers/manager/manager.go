@@ -1,0 +1,168 @@
+// Package manager runs Milo's controllers: a registry of named controllers,
+// selected as kube-controller-manager selects its own (--controllers=*,-name),
+// each built once from what they share — the platform's client configuration,
+// the hierarchy's shared informers, and clients of any project over one
+// transport — and run together for as long as their instance leads.
+package manager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/rest"
+
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
+)
+
+// Shared is what every controller is built from.
+type Shared struct {
+	// Config reaches the platform as a platform superuser.
+	Config *rest.Config
+	// Hierarchy is the shared informer factory of Milo's own kinds.
+	Hierarchy dynamicinformer.DynamicSharedInformerFactory
+	// Clients reach the platform, any project and the all-projects view over one transport.
+	Clients *allprojects.Clients
+	// Workers is how many objects each controller works on at once.
+	Workers int
+	// RootCA is the PEM bundle of the CA clients verify the server with,
+	// published in every namespace as kube-root-ca.crt.
+	RootCA []byte
+}
+
+// Runner is a built controller: Run works until ctx ends and returns once it
+// has stopped acting, so that an instance that loses leadership stops before
+// another one starts.
+type Runner interface {
+	Run(ctx context.Context)
+}
+
+// RunFunc adapts a function to Runner.
+type RunFunc func(ctx context.Context)
+
+// Run implements Runner.
+func (f RunFunc) Run(ctx context.Context) { f(ctx) }
+
+// Builder builds one controller.
+type Builder func(Shared) (Runner, error)
+
+// Registry names every controller Milo has.
+type Registry map[string]Builder
+
+// Names returns the registered names, sorted.
+func (r Registry) Names() []string {
+	names := make([]string, 0, len(r))
+	for n := range r {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Select resolves a kube-controller-manager style selection: "*" is every
+// controller, "name" adds one, "-name" removes one. An unknown name is an error.
+func (r Registry) Select(selection []string) ([]string, error) {
+	var chosen []string
+	all := false
+	var excluded []string
+	for _, s := range selection {
+		s = strings.TrimSpace(s)
+		switch {
+		case s == "":
+		case s == "*":
+			all = true
+		case strings.HasPrefix(s, "-"):
+			if _, ok := r[s[1:]]; !ok {
+				return nil, fmt.Errorf("unknown controller %q (known: %s)", s[1:], strings.Join(r.Names(), ", "))
+			}
+			excluded = append(excluded, s[1:])
+		default:
+			if _, ok := r[s]; !ok {
+				return nil, fmt.Errorf("unknown controller %q (known: %s)", s, strings.Join(r.Names(), ", "))
+			}
+			chosen = append(chosen, s)
+		}
+	}
+	if all {
+		chosen = r.Names()
+	}
+	chosen = slices.DeleteFunc(slices.Compact(sortedCopy(chosen)), func(n string) bool { return slices.Contains(excluded, n) })
+	return chosen, nil
+}
+
+func sortedCopy(s []string) []string {
+	out := slices.Clone(s)
+	sort.Strings(out)
+	return out
+}
+
+// Manager is a set of built controllers.
+type Manager struct {
+	names   []string
+	runners []Runner
+}
+
+// New builds the selected controllers of registry.
+func New(registry Registry, selection []string, shared Shared) (*Manager, error) {
+	names, err := registry.Select(selection)
+	if err != nil {
+		return nil, err
+	}
+	if shared.Clients == nil {
+		if shared.Clients, err = allprojects.NewClients(shared.Config); err != nil {
+			return nil, err
+		}
+	}
+	if shared.Workers < 1 {
+		shared.Workers = 1
+	}
+	m := &Manager{names: names}
+	for _, n := range names {
+		r, err := registry[n](shared)
+		if err != nil {
+			return nil, fmt.Errorf("building controller %s: %w", n, err)
+		}
+		m.runners = append(m.runners, r)
+	}
+	return m, nil
+}
+
+// Names are the controllers the manager runs.
+func (m *Manager) Names() []string { return m.names }
+
+// Run runs every controller until ctx ends and returns once all have stopped.
+func (m *Manager) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, r := range m.runners {
+		wg.Go(func() { r.Run(ctx) })
+	}
+	wg.Wait()
+}
+
+// Selection is the value of a --controllers flag: controller names separated
+// by commas, "*" for every controller, "-name" to leave one out. "true" and
+// "false" are "*" and none, so the flag also reads as a switch.
+type Selection []string
+
+// String implements pflag.Value.
+func (s *Selection) String() string { return strings.Join(*s, ",") }
+
+// Set implements pflag.Value.
+func (s *Selection) Set(v string) error {
+	switch strings.TrimSpace(v) {
+	case "true":
+		*s = Selection{"*"}
+	case "false", "":
+		*s = nil
+	default:
+		*s = strings.Split(v, ",")
+	}
+	return nil
+}
+
+// Type implements pflag.Value.
+func (s *Selection) Type() string { return "strings" }

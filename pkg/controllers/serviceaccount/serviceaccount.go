@@ -1,0 +1,204 @@
+// Package serviceaccount gives every namespace, in every project and on the
+// platform, what Kubernetes' service account controller and root CA
+// publisher give a cluster's: a `default` ServiceAccount and the
+// `kube-root-ca.crt` ConfigMap holding the CA that signs the server's serving
+// certificate. Both are put back when deleted, and the ConfigMap when edited.
+//
+// Informers over the all-projects view and the platform watch namespaces, the
+// ServiceAccounts named `default` and the ConfigMaps named `kube-root-ca.crt`
+// only (a field selector each, so nothing else is cached); one queue keyed by
+// project and namespace, a fixed pool of workers, and clients of the
+// namespace's own project made per work item.
+package serviceaccount
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
+)
+
+// Name is the controller's name in the registry of controllers.
+const Name = "serviceaccount"
+
+// Names of what every namespace gets.
+const (
+	DefaultServiceAccount = "default"
+	RootCAConfigMap       = "kube-root-ca.crt"
+	rootCAKey             = "ca.crt"
+)
+
+// Controller keeps every namespace's default ServiceAccount and root CA ConfigMap.
+type Controller struct {
+	clients *allprojects.Clients
+	rootCA  string
+}
+
+// New prepares the controller; rootCA is the PEM bundle published in every namespace.
+func New(clients *allprojects.Clients, rootCA []byte) *Controller {
+	return &Controller{clients: clients, rootCA: string(rootCA)}
+}
+
+// term is one term of the controller: informers and queue live as long as it leads.
+type term struct {
+	*Controller
+	queue workqueue.TypedRateLimitingInterface[allprojects.Key]
+	// per view (platform, all projects): namespaces, service accounts, config maps
+	namespaces, accounts, configMaps [2]cache.SharedIndexInformer
+}
+
+// Run works until ctx ends.
+func (ctl *Controller) Run(ctx context.Context, workers int) {
+	t := &term{Controller: ctl, queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[allprojects.Key](),
+		workqueue.TypedRateLimitingQueueConfig[allprojects.Key]{Name: Name})}
+	defer t.queue.ShutDown()
+	logger := klog.FromContext(ctx)
+	var synced []cache.InformerSynced
+	for view, allProjects := range []bool{false, true} {
+		var err error
+		if t.namespaces[view], err = ctl.clients.MetadataInformer(corev1.SchemeGroupVersion.WithResource("namespaces"), allProjects, 0, nil); err != nil {
+			logger.Error(err, "Preparing informer", "controller", Name)
+			return
+		}
+		if t.accounts[view], err = ctl.clients.MetadataInformer(corev1.SchemeGroupVersion.WithResource("serviceaccounts"), allProjects, 0,
+			fields.OneTermEqualSelector("metadata.name", DefaultServiceAccount)); err != nil {
+			logger.Error(err, "Preparing informer", "controller", Name)
+			return
+		}
+		if t.configMaps[view], err = ctl.clients.CoreInformer("configmaps", &corev1.ConfigMap{}, allProjects,
+			fields.OneTermEqualSelector("metadata.name", RootCAConfigMap)); err != nil {
+			logger.Error(err, "Preparing informer", "controller", Name)
+			return
+		}
+		namespaceHandler := cache.ResourceEventHandlerFuncs{AddFunc: t.enqueueNamespace, UpdateFunc: func(_, o any) { t.enqueueNamespace(o) }}
+		contentHandler := cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) { t.enqueueContainer(o) }, DeleteFunc: t.enqueueContainer}
+		for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{t.namespaces[view]: namespaceHandler, t.accounts[view]: contentHandler, t.configMaps[view]: contentHandler} {
+			if _, err := inf.AddEventHandler(h); err != nil {
+				logger.Error(err, "Registering event handler", "controller", Name)
+				return
+			}
+			go inf.Run(ctx.Done())
+			synced = append(synced, inf.HasSynced)
+		}
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return
+	}
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			wait.UntilWithContext(ctx, func(ctx context.Context) {
+				for t.next(ctx) {
+				}
+			}, time.Second)
+		})
+	}
+	<-ctx.Done()
+	t.queue.ShutDown()
+	wg.Wait()
+}
+
+func (t *term) enqueueNamespace(obj any) {
+	if k, ok := allprojects.KeyOf(obj, true); ok {
+		t.queue.Add(k)
+	}
+}
+
+// enqueueContainer queues the namespace of a changed or deleted object.
+func (t *term) enqueueContainer(obj any) {
+	if k, ok := allprojects.KeyOf(obj, false); ok {
+		t.queue.Add(allprojects.Key{Project: k.Project, ID: k.ID, Name: k.Namespace})
+	}
+}
+
+func (t *term) next(ctx context.Context) bool {
+	key, quit := t.queue.Get()
+	if quit {
+		return false
+	}
+	defer t.queue.Done(key)
+	if err := t.sync(ctx, key); err != nil && ctx.Err() == nil {
+		klog.FromContext(ctx).Error(err, "Syncing namespace", "controller", Name, "namespace", key)
+		t.queue.AddRateLimited(key)
+		return true
+	}
+	t.queue.Forget(key)
+	return true
+}
+
+// sync puts what the namespace of key lacks into it, with a client of its own project.
+func (t *term) sync(ctx context.Context, ns allprojects.Key) error {
+	view := 0
+	if ns.Project != "" {
+		view = 1
+	}
+	obj, exists, err := t.namespaces[view].GetStore().GetByKey(ns.StoreKey())
+	if err != nil || !exists {
+		return err
+	}
+	if m, ok := obj.(metav1.Object); !ok || m.GetDeletionTimestamp() != nil {
+		return nil // nothing new in a namespace being deleted
+	}
+	client, err := kubernetes.NewForConfigAndClient(t.clients.Config(ns.Project), t.clients.HTTPClient())
+	if err != nil {
+		return err
+	}
+	in := func(name string) string {
+		return allprojects.Key{Project: ns.Project, ID: ns.ID, Namespace: ns.Name, Name: name}.StoreKey()
+	}
+	if _, exists, _ := t.accounts[view].GetStore().GetByKey(in(DefaultServiceAccount)); !exists {
+		_, err := client.CoreV1().ServiceAccounts(ns.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: DefaultServiceAccount}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) && !terminating(err) {
+			return err
+		}
+	}
+	cached, exists, _ := t.configMaps[view].GetStore().GetByKey(in(RootCAConfigMap))
+	want := map[string]string{rootCAKey: t.rootCA}
+	if !exists {
+		_, err := client.CoreV1().ConfigMaps(ns.Name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: RootCAConfigMap,
+			Annotations: map[string]string{"kubernetes.io/description": description}}, Data: want}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) && !terminating(err) {
+			return err
+		}
+		return nil
+	}
+	if cm, ok := cached.(*corev1.ConfigMap); ok && (len(cm.Data) != 1 || cm.Data[rootCAKey] != t.rootCA || len(cm.BinaryData) != 0) {
+		fresh, err := client.CoreV1().ConfigMaps(ns.Name).Get(ctx, RootCAConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return client404(err)
+		}
+		fresh.Data, fresh.BinaryData = want, nil
+		if _, err := client.CoreV1().ConfigMaps(ns.Name).Update(ctx, fresh, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+			return client404(err)
+		}
+	}
+	return nil
+}
+
+// description is what upstream's root CA publisher says of the ConfigMap.
+const description = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. " +
+	"No other usage is guaranteed across distributions of Kubernetes clusters."
+
+// terminating reports a refusal because the namespace is being deleted: the
+// namespace's next event, if it lives on, queues it again.
+func terminating(err error) bool {
+	return apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) || apierrors.IsNotFound(err) || apierrors.IsForbidden(err)
+}
+
+func client404(err error) error {
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

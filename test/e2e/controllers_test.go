@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+const sprocketsCRD = `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: sprockets.example.org}
+spec:
+  group: example.org
+  names: {kind: Sprocket, plural: sprockets, singular: sprocket}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+`
+
+// Deleting a namespace in a project deletes everything in it, built-in kinds
+// and custom resources, waits for an object's finalizer with the upstream
+// conditions, then removes the namespace; a namespace of the same name in
+// another project is untouched. The same on the platform.
+func TestNamespaceDeletionEmptiesTheNamespace(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	m.mustKubectl(t, sprocketsCRD, "apply", "-f", "-")
+	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/sprockets.example.org", "--timeout=60s")
+	sprockets := schema.GroupVersionResource{Group: "example.org", Version: "v1", Resource: "sprockets"}
+
+	a, b := m.newProject(t, "nsdel-a"), m.newProject(t, "nsdel-b")
+	content := `apiVersion: v1
+kind: ConfigMap
+metadata: {name: settings, namespace: team}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: token, namespace: team}
+---
+apiVersion: example.org/v1
+kind: Sprocket
+metadata: {name: s, namespace: team}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: held, namespace: team, finalizers: [example.com/hold]}
+`
+	for _, p := range []string{a, b} {
+		kc := m.projectKubeconfig(t, p)
+		eventuallyKubectl(t, m, kc, "apiVersion: v1\nkind: Namespace\nmetadata: {name: team}\n", "apply", "-f", "-")
+		eventuallyKubectl(t, m, kc, content, "apply", "-f", "-")
+	}
+	ka := m.projectKubeconfig(t, a)
+	if r := m.kubectlWith(t, ka, "", "delete", "namespace", "team", "--wait=false"); r.err != nil {
+		t.Fatalf("delete namespace: %v %s", r.err, r.stderr)
+	}
+	ca := m.projectKube(t, a)
+	eventually(t, "the namespace's content deleted but the held configmap", func() error {
+		ns, err := ca.CoreV1().Namespaces().Get(ctx, "team", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		cond := map[corev1.NamespaceConditionType]corev1.ConditionStatus{}
+		for _, c := range ns.Status.Conditions {
+			cond[c.Type] = c.Status
+		}
+		if cond[corev1.NamespaceFinalizersRemaining] != corev1.ConditionTrue || cond[corev1.NamespaceContentRemaining] != corev1.ConditionTrue {
+			return fmt.Errorf("conditions %v", ns.Status.Conditions)
+		}
+		if _, err := ca.CoreV1().Secrets("team").Get(ctx, "token", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the secret is still there: %v", err)
+		}
+		if _, err := m.projectDynamic(t, a).Resource(sprockets).Namespace("team").Get(ctx, "s", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the custom resource is still there: %v", err)
+		}
+		return nil
+	})
+	if _, err := ca.CoreV1().ConfigMaps("team").Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the namespace gone", func() error {
+		_, err := ca.CoreV1().Namespaces().Get(ctx, "team", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+	// B's namespace of the same name, and its content, are untouched.
+	cb := m.projectKube(t, b)
+	if ns, err := cb.CoreV1().Namespaces().Get(ctx, "team", metav1.GetOptions{}); err != nil || ns.DeletionTimestamp != nil {
+		t.Fatalf("B's namespace: %v %v", ns, err)
+	}
+	for _, name := range []string{"settings", "held"} {
+		if _, err := cb.CoreV1().ConfigMaps("team").Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Fatalf("B's %s: %v", name, err)
+		}
+	}
+	if _, err := m.projectDynamic(t, b).Resource(sprockets).Namespace("team").Get(ctx, "s", metav1.GetOptions{}); err != nil {
+		t.Fatalf("B's custom resource: %v", err)
+	}
+	cb.CoreV1().ConfigMaps("team").Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}) //nolint:errcheck
+
+	// The platform's namespaces too.
+	name := fmt.Sprintf("platform-nsdel-%d", projectSeq.Add(1))
+	m.mustKubectl(t, "apiVersion: v1\nkind: Namespace\nmetadata: {name: "+name+"}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: "+name+"}\n", "apply", "-f", "-")
+	m.mustKubectl(t, "", "delete", "namespace", name, "--timeout=60s")
+	if _, err := m.kube(t).CoreV1().ConfigMaps(name).Get(ctx, "c", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the platform namespace's configmap after its deletion: %v", err)
+	}
+}
+
+// Every namespace, in every project and on the platform, gets a default
+// ServiceAccount and the kube-root-ca.crt ConfigMap with the CA clients trust;
+// both come back when deleted, the ConfigMap when edited.
+func TestEveryNamespaceHasDefaultServiceAccountAndRootCA(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	cfg, err := clientcmd.BuildConfigFromFlags("", m.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantCA := string(cfg.CAData)
+	if wantCA == "" {
+		raw, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCA = string(raw)
+	}
+	p := m.newProject(t, "sa")
+	name := fmt.Sprintf("sa-%d", projectSeq.Add(1))
+	for where, client := range map[string]kubernetes.Interface{"project": m.projectKube(t, p), "platform": m.kube(t)} {
+		core := client.CoreV1()
+		if _, err := core.Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		check := func() error {
+			if _, err := core.ServiceAccounts(name).Get(ctx, "default", metav1.GetOptions{}); err != nil {
+				return err
+			}
+			cm, err := core.ConfigMaps(name).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if cm.Data["ca.crt"] != wantCA {
+				return fmt.Errorf("ca.crt is %.60q", cm.Data["ca.crt"])
+			}
+			return nil
+		}
+		eventuallyWithin(t, time.Minute, where+": default ServiceAccount and kube-root-ca.crt", check)
+		if err := core.ServiceAccounts(name).Delete(ctx, "default", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := core.ConfigMaps(name).Patch(ctx, "kube-root-ca.crt", types.MergePatchType, []byte(`{"data":{"ca.crt":"forged"}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventuallyWithin(t, time.Minute, where+": both restored", check)
+		if !strings.Contains(wantCA, "BEGIN CERTIFICATE") {
+			t.Fatalf("the CA is not PEM: %.60q", wantCA)
+		}
+	}
+}
+
+// ownConfigMaps leaves out the kube-root-ca.crt every namespace gets.
+func ownConfigMaps(items []corev1.ConfigMap) []corev1.ConfigMap {
+	var out []corev1.ConfigMap
+	for _, cm := range items {
+		if cm.Name != "kube-root-ca.crt" {
+			out = append(out, cm)
+		}
+	}
+	return out
+}
