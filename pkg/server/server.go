@@ -33,8 +33,8 @@ import (
 
 	"go.miloapis.com/milo/pkg/controllers"
 	"go.miloapis.com/milo/pkg/controllers/crdcleanup"
-	"go.miloapis.com/milo/pkg/controllers/manager"
 	hierarchycontrollers "go.miloapis.com/milo/pkg/controllers/hierarchy"
+	"go.miloapis.com/milo/pkg/controllers/manager"
 	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
