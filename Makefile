@@ -46,7 +46,7 @@ clean:
 bench-dispatch:
 	go test ./pkg/storage/tenantstorage -run '^$$' -bench EventDispatch -benchtime 2000x -benchmem
 
-## bench-iam: Milo IAM decisions with 1,000 vs 100,000 projects (1,000,000 bindings).
+## bench-iam: Milo IAM decisions with 1,000 vs 100,000 projects (1,000,000 bindings), and during another organization's role churn.
 bench-iam:
 	go test ./pkg/iam/evaluator -run '^$$' -bench Authorize -benchmem
 

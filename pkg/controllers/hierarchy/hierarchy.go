@@ -99,6 +99,9 @@ func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFacto
 	if err := hierarchy.AddIndexes(c.folders, c.projects); err != nil {
 		return nil, err
 	}
+	if err := addRoleIndex(c.roles); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -139,11 +142,8 @@ func (c *Controllers) Run(ctx context.Context) {
 		defer c.bindings.RemoveEventHandler(reg) //nolint:errcheck
 	}
 	// A role's effective permissions follow the roles it inherits, and its
-	// Ready the registered kinds; roles are few, so any change re-checks them all.
-	if reg, err := c.roles.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(_, _ any) { enqueueAll(roleLoop) },
-		DeleteFunc: func(any) { enqueueAll(roleLoop) },
-	}); err == nil {
+	// Ready the registered kinds, which only the platform changes.
+	if reg, err := c.roles.AddEventHandler(roleInheritors(roleLoop)); err == nil {
 		defer c.roles.RemoveEventHandler(reg) //nolint:errcheck
 	}
 	if reg, err := c.protected.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -3,6 +3,7 @@ package hierarchy
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -22,8 +23,10 @@ var (
 )
 
 // syncRole writes a Role's flattened permissions into status.effectivePermissions,
-// and its Ready condition: False while an inherited role is missing or the
-// inheritance loops (admission refuses cycles, but two writes can race).
+// and its Ready condition: False while an inherited role is missing, may not
+// be inherited (another organization's: reported the same whether it exists
+// or not), or the inheritance loops or goes beyond the limits (admission
+// refuses those, but two writes can race, and older Roles predate the rules).
 func (c *Controllers) syncRole(ctx context.Context, u *unstructured.Unstructured) error {
 	if u.GetDeletionTimestamp() != nil {
 		return nil
@@ -54,7 +57,9 @@ func (c *Controllers) syncRole(ctx context.Context, u *unstructured.Unstructured
 	return c.writeConditions(ctx, roles, updated, conditions)
 }
 
-// flattenRole reads a role's inheritance from the informer's store.
+// flattenRole reads a role's inheritance from the informer's store. Flatten
+// never asks for a Role the role may not inherit, so nothing of another
+// organization's Roles shows in the status.
 func flattenRole(store cache.Store, namespace, name string) ([]string, string) {
 	perms, problems := evaluator.Flatten(evaluator.RoleKey{Namespace: namespace, Name: name},
 		func(k evaluator.RoleKey) ([]string, []evaluator.RoleKey, bool) {
@@ -109,4 +114,92 @@ func unregistered(protected cache.Store, perms []string) []string {
 		}
 	}
 	return out
+}
+
+// inheritorsIndex indexes Roles by the Roles they inherit ("namespace/name"),
+// as far as the inheritance counts (evaluator.Inherits).
+const inheritorsIndex = "iam.miloapis.com/inherited-role"
+
+// addRoleIndex adds inheritorsIndex to the Roles' informer, once.
+func addRoleIndex(roles cache.SharedIndexInformer) error {
+	if _, ok := roles.GetIndexer().GetIndexers()[inheritorsIndex]; ok {
+		return nil
+	}
+	return roles.AddIndexers(cache.Indexers{inheritorsIndex: func(obj any) ([]string, error) {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			return nil, nil
+		}
+		var keys []string
+		for _, k := range evaluator.Inherits(u.GetNamespace(), inheritedRoles(u)) {
+			keys = append(keys, k.String())
+		}
+		return keys, nil
+	}})
+}
+
+// inheritedRoles returns the Roles u names in spec.inheritedRoles, an empty
+// namespace meaning u's.
+func inheritedRoles(u *unstructured.Unstructured) []evaluator.RoleKey {
+	refs, _, _ := unstructured.NestedSlice(u.Object, "spec", "inheritedRoles")
+	out := make([]evaluator.RoleKey, 0, len(refs))
+	for _, r := range refs {
+		m, _ := r.(map[string]any)
+		name, _ := m["name"].(string)
+		ns, _ := m["namespace"].(string)
+		if ns == "" {
+			ns = u.GetNamespace()
+		}
+		out = append(out, evaluator.RoleKey{Namespace: ns, Name: name})
+	}
+	return out
+}
+
+// roleInheritors queues, when a Role appears, changes its spec or goes, the
+// Roles whose status depends on it: those inheriting it within
+// evaluator.MaxInheritanceDepth steps. Its own sync is queued by its loop.
+// Status writes and resyncs queue nothing, so applying many Roles costs work
+// in proportion to what inherits what, not to the square of their number.
+func roleInheritors(l *loop) cache.ResourceEventHandlerFuncs {
+	changed := func(obj any) {
+		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			enqueueInheritors(l, evaluator.RoleKey{Namespace: u.GetNamespace(), Name: u.GetName()})
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: changed,
+		UpdateFunc: func(old, obj any) {
+			o, _ := old.(*unstructured.Unstructured)
+			u, _ := obj.(*unstructured.Unstructured)
+			if o == nil || u == nil || !reflect.DeepEqual(o.Object["spec"], u.Object["spec"]) {
+				changed(obj)
+			}
+		},
+		DeleteFunc: changed,
+	}
+}
+
+// enqueueInheritors queues the Roles inheriting key, directly or not, within
+// evaluator.MaxInheritanceDepth steps.
+func enqueueInheritors(l *loop, key evaluator.RoleKey) {
+	indexer := l.informer.GetIndexer()
+	seen := map[string]bool{key.String(): true}
+	level := []string{key.String()}
+	for step := 0; step < evaluator.MaxInheritanceDepth && len(level) > 0; step++ {
+		var next []string
+		for _, k := range level {
+			inheritors, _ := indexer.IndexKeys(inheritorsIndex, k)
+			for _, in := range inheritors {
+				if !seen[in] {
+					seen[in] = true
+					next = append(next, in)
+					l.queue.Add(in)
+				}
+			}
+		}
+		level = next
+	}
 }

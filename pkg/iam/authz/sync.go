@@ -1,6 +1,8 @@
 package authz
 
 import (
+	"reflect"
+
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -29,11 +31,20 @@ var (
 // soon as the informers see them. The caller starts factory.
 func Sync(e *evaluator.Evaluator, factory dynamicinformer.DynamicSharedInformerFactory) ([]cache.InformerSynced, error) {
 	var synced []cache.InformerSynced
-	on := func(gvr schema.GroupVersionResource, set func(*unstructured.Unstructured), del func(key string, obj *unstructured.Unstructured)) error {
+	// same, when given, tells an update that changes nothing the evaluator
+	// keeps, which is not applied.
+	on := func(gvr schema.GroupVersionResource, same func(old, obj *unstructured.Unstructured) bool, set func(*unstructured.Unstructured), del func(key string, obj *unstructured.Unstructured)) error {
 		inf := factory.ForResource(gvr).Informer()
 		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { apply(obj, set) },
-			UpdateFunc: func(_, obj any) { apply(obj, set) },
+			AddFunc: func(obj any) { apply(obj, set) },
+			UpdateFunc: func(old, obj any) {
+				o, _ := old.(*unstructured.Unstructured)
+				u, _ := obj.(*unstructured.Unstructured)
+				if same != nil && o != nil && u != nil && same(o, u) {
+					return
+				}
+				apply(obj, set)
+			},
 			DeleteFunc: func(obj any) {
 				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 					obj = d.Obj
@@ -62,11 +73,11 @@ func Sync(e *evaluator.Evaluator, factory dynamicinformer.DynamicSharedInformerF
 	}
 	dropNode := func(_ string, u *unstructured.Unstructured) { e.DeleteNode(nodeOf(u)) }
 	for _, gvr := range []schema.GroupVersionResource{foldersResource, projectsResource} {
-		if err := on(gvr, setParent, dropNode); err != nil {
+		if err := on(gvr, nil, setParent, dropNode); err != nil {
 			return nil, err
 		}
 	}
-	if err := on(RolesResource, func(u *unstructured.Unstructured) {
+	if err := on(RolesResource, sameRole, func(u *unstructured.Unstructured) {
 		var r iamv1alpha1.Role
 		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &r) != nil {
 			return
@@ -77,7 +88,7 @@ func Sync(e *evaluator.Evaluator, factory dynamicinformer.DynamicSharedInformerF
 	}); err != nil {
 		return nil, err
 	}
-	if err := on(PolicyBindingsResource, func(u *unstructured.Unstructured) {
+	if err := on(PolicyBindingsResource, nil, func(u *unstructured.Unstructured) {
 		var b iamv1alpha1.PolicyBinding
 		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &b) != nil {
 			return
@@ -90,7 +101,7 @@ func Sync(e *evaluator.Evaluator, factory dynamicinformer.DynamicSharedInformerF
 	}, func(key string, _ *unstructured.Unstructured) { e.DeleteBinding(key) }); err != nil {
 		return nil, err
 	}
-	if err := on(GroupMembershipsResource, func(u *unstructured.Unstructured) {
+	if err := on(GroupMembershipsResource, nil, func(u *unstructured.Unstructured) {
 		var m iamv1alpha1.GroupMembership
 		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &m) != nil {
 			return
@@ -106,6 +117,21 @@ func Sync(e *evaluator.Evaluator, factory dynamicinformer.DynamicSharedInformerF
 		return nil, err
 	}
 	return synced, nil
+}
+
+// sameRole reports whether two versions of a Role grant the same: what
+// changed, if anything, is not its permissions or inheritance (the informer's
+// resync delivers every Role again unchanged; the Role controller writes
+// status), so nothing needs converting or flattening again.
+func sameRole(old, obj *unstructured.Unstructured) bool {
+	for _, field := range []string{"includedPermissions", "inheritedRoles"} {
+		a, _, _ := unstructured.NestedFieldNoCopy(old.Object, "spec", field)
+		b, _, _ := unstructured.NestedFieldNoCopy(obj.Object, "spec", field)
+		if !reflect.DeepEqual(a, b) {
+			return false
+		}
+	}
+	return old.GetNamespace() == obj.GetNamespace() && old.GetName() == obj.GetName()
 }
 
 func apply(obj any, set func(*unstructured.Unstructured)) {
@@ -134,14 +160,20 @@ func roleKey(namespace string, r iamv1alpha1.RoleReference) evaluator.RoleKey {
 }
 
 // PlatformNamespace holds the platform's roles and bindings.
-const PlatformNamespace = "milo-system"
+const PlatformNamespace = evaluator.PlatformNamespace
 
 // bindingOf is what the evaluator keeps of a PolicyBinding. A binding made in
 // an organization's namespace applies inside that organization only; one made
 // in the platform's namespace applies everywhere. Bindings anywhere else grant
-// nothing (ok is false): only those two places are governed by Milo IAM.
+// nothing (ok is false): only those two places are governed by Milo IAM. Nor
+// does a binding granting a Role of another organization (admission refuses
+// those; one stored before is ignored), which would show that Role's
+// permissions to whoever made the binding.
 func bindingOf(b *iamv1alpha1.PolicyBinding) (evaluator.Binding, bool) {
 	out := evaluator.Binding{Role: roleKey(b.Namespace, b.Spec.RoleRef)}
+	if !evaluator.MayUseRole(b.Namespace, out.Role.Namespace) {
+		return out, false
+	}
 	if org, ok := tenancy.OrganizationOfNamespace(b.Namespace); ok {
 		out.Scope = org
 	} else if b.Namespace != PlatformNamespace {

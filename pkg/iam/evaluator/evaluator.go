@@ -9,6 +9,11 @@
 // (the user, its authenticated groups, its Group memberships) in a map. Its cost
 // depends on the depth of the hierarchy and the number of the user's groups,
 // never on how many projects, users or bindings exist.
+//
+// Nor on what other tenants do with their Roles: a change of a Role flattens
+// again only the Roles inheriting it (within MaxInheritanceDepth), outside the
+// lock decisions take, and publishes each Role's permissions as an immutable
+// set that decisions read with one atomic load.
 package evaluator
 
 import (
@@ -118,11 +123,6 @@ type Binding struct {
 	Scope string
 }
 
-type role struct {
-	included  []Permission
-	inherited []RoleKey
-}
-
 type permSet map[Permission]struct{}
 
 func (s permSet) allows(p Permission) bool {
@@ -139,37 +139,59 @@ func (s permSet) allows(p Permission) bool {
 
 // grant is one role held by one subject at one node (or kind).
 type grant struct {
-	role    RoleKey
+	// role is where the role's permissions are published: a decision reads
+	// them without a map lookup and without waiting for a change of roles.
+	role    *roleCell
 	binding string
 	scope   string
 }
 
 // Evaluator holds the index. It is safe for concurrent use.
 type Evaluator struct {
-	mu        sync.RWMutex
-	parents   map[Node]Node
-	roles     map[RoleKey]role
-	effective map[RoleKey]permSet
-	onNode    map[Node]map[Subject][]grant
-	onKind    map[schema.GroupResource]map[Subject][]grant
-	bindings  map[string]Binding
+	// mu guards what decisions read, except roles' permissions: the
+	// hierarchy, bindings and memberships. Its writers hold it for a few map
+	// operations only.
+	mu       sync.RWMutex
+	parents  map[Node]Node
+	onNode   map[Node]map[Subject][]grant
+	onKind   map[schema.GroupResource]map[Subject][]grant
+	bindings map[string]Binding
 	// memberships maps a membership's key to its user and group; groupsOf
 	// indexes the same by user.
 	memberships map[string][2]string
 	groupsOf    map[string][]Subject
+
+	// Keeps what decisions read off the cache lines role changes write
+	// (rolesMu above all): sharing one would make every role change cost
+	// decisions on other cores a cache miss.
+	_ [128]byte
+
+	// Roles live apart from mu, so that flattening one tenant's roles never
+	// holds up another tenant's decisions: a change of a Role flattens the
+	// Roles it affects under rolesMu and publishes each new set in the Role's
+	// cell (see roles.go).
+	rolesMu sync.RWMutex
+	roles   map[RoleKey]role
+	// inheritors indexes, by Role, the Roles that inherit it directly.
+	inheritors map[RoleKey]map[RoleKey]struct{}
+	// cellsMu guards cells and their reference counts; it is held for map
+	// operations only.
+	cellsMu sync.Mutex
+	cells   map[RoleKey]*roleCell
 }
 
 // New returns an empty evaluator.
 func New() *Evaluator {
 	return &Evaluator{
 		parents:     map[Node]Node{},
-		roles:       map[RoleKey]role{},
-		effective:   map[RoleKey]permSet{},
 		onNode:      map[Node]map[Subject][]grant{},
 		onKind:      map[schema.GroupResource]map[Subject][]grant{},
 		bindings:    map[string]Binding{},
 		memberships: map[string][2]string{},
 		groupsOf:    map[string][]Subject{},
+		roles:       map[RoleKey]role{},
+		inheritors:  map[RoleKey]map[RoleKey]struct{}{},
+		cells:       map[RoleKey]*roleCell{},
 	}
 }
 
@@ -195,141 +217,14 @@ func (e *Evaluator) DeleteNode(n Node) {
 	delete(e.parents, n)
 }
 
-// SetRole records a Role and recomputes effective permissions.
-func (e *Evaluator) SetRole(key RoleKey, included []string, inherited []RoleKey) {
-	r := role{inherited: inherited}
-	for _, s := range included {
-		if p, ok := ParsePermission(s); ok {
-			r.included = append(r.included, p)
-		}
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.roles[key] = r
-	e.recompute()
-}
-
-// DeleteRole forgets a Role.
-func (e *Evaluator) DeleteRole(key RoleKey) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.roles, key)
-	e.recompute()
-}
-
-// recompute flattens every role's inherited roles. Roles are few (they grow
-// with organizations' custom roles, not with projects or bindings).
-func (e *Evaluator) recompute() {
-	lookup := func(k RoleKey) ([]Permission, []RoleKey, bool) {
-		r, ok := e.roles[k]
-		return r.included, r.inherited, ok
-	}
-	effective := make(map[RoleKey]permSet, len(e.roles))
-	for key := range e.roles {
-		set := permSet{}
-		for _, p := range flatten(key, lookup, nil) {
-			set[p] = struct{}{}
-		}
-		effective[key] = set
-	}
-	e.effective = effective
-}
-
-// flatten returns the permissions of key and of every role it inherits,
-// directly or not, with duplicates. A missing role contributes nothing and a
-// cycle is followed once; problem, when given, hears of both.
-func flatten[P any](key RoleKey, lookup func(RoleKey) ([]P, []RoleKey, bool), problem func(string)) []P {
-	var out []P
-	visiting, done := map[RoleKey]bool{}, map[RoleKey]bool{}
-	var walk func(k RoleKey, path []string)
-	walk = func(k RoleKey, path []string) {
-		path = append(path, k.Namespace+"/"+k.Name)
-		switch {
-		case visiting[k]:
-			if problem != nil {
-				problem("inheritance cycle: " + strings.Join(path, " → "))
-			}
-			return
-		case done[k]:
-			return
-		}
-		included, inherited, ok := lookup(k)
-		if !ok {
-			if problem != nil {
-				problem("inherited role " + path[len(path)-1] + " does not exist")
-			}
-			return
-		}
-		visiting[k] = true
-		out = append(out, included...)
-		for _, in := range inherited {
-			walk(in, path)
-		}
-		visiting[k], done[k] = false, true
-	}
-	walk(key, nil)
-	return out
-}
-
-// Flatten returns the sorted, distinct permissions of a role and every role it
-// inherits, read through lookup, and what is wrong with its inheritance (roles
-// that do not exist, cycles), for the Role controller's status.
-func Flatten(key RoleKey, lookup func(RoleKey) (included []string, inherited []RoleKey, ok bool)) (perms []string, problems []string) {
-	all := flatten(key, lookup, func(p string) { problems = append(problems, p) })
-	slices.Sort(all)
-	return slices.Compact(all), problems
-}
-
-// EffectivePermissions returns the flattened permissions of a role, sorted by
-// the caller if needed; ok is false for an unknown role.
-func (e *Evaluator) EffectivePermissions(key RoleKey) (perms []string, ok bool) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	set, ok := e.effective[key]
-	for p := range set {
-		perms = append(perms, p.String())
-	}
-	return perms, ok
-}
-
-// Cycle reports a chain of inherited roles from key back to itself, if any.
-func (e *Evaluator) Cycle(key RoleKey, inherited []RoleKey) []RoleKey {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	var path []RoleKey
-	seen := map[RoleKey]bool{}
-	var walk func(RoleKey, []RoleKey) bool
-	walk = func(k RoleKey, children []RoleKey) bool {
-		path = append(path, k)
-		for _, c := range children {
-			if c == key {
-				path = append(path, c)
-				return true
-			}
-			if seen[c] {
-				continue
-			}
-			seen[c] = true
-			if walk(c, e.roles[c].inherited) {
-				return true
-			}
-		}
-		path = path[:len(path)-1]
-		return false
-	}
-	if walk(key, inherited) {
-		return path
-	}
-	return nil
-}
-
 // SetBinding indexes a PolicyBinding under key (its namespace/name).
 func (e *Evaluator) SetBinding(key string, b Binding) {
+	// The role's cell is taken before mu: a decision never waits on cellsMu.
+	cell := e.acquireCell(b.Role)
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.unindex(key)
+	old, replaced := e.unindex(key)
 	e.bindings[key] = b
-	g := grant{role: b.Role, binding: key, scope: b.Scope}
+	g := grant{role: cell, binding: key, scope: b.Scope}
 	for _, s := range b.Subjects {
 		switch {
 		case b.Resource != nil:
@@ -338,13 +233,20 @@ func (e *Evaluator) SetBinding(key string, b Binding) {
 			add(e.onKind, *b.Kind, s, g)
 		}
 	}
+	e.mu.Unlock()
+	if replaced {
+		e.releaseCell(old.Role)
+	}
 }
 
 // DeleteBinding forgets a PolicyBinding.
 func (e *Evaluator) DeleteBinding(key string) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.unindex(key)
+	old, ok := e.unindex(key)
+	e.mu.Unlock()
+	if ok {
+		e.releaseCell(old.Role)
+	}
 }
 
 func add[K comparable](index map[K]map[Subject][]grant, at K, s Subject, g grant) {
@@ -375,10 +277,11 @@ func remove[K comparable](index map[K]map[Subject][]grant, at K, s Subject, bind
 	}
 }
 
-func (e *Evaluator) unindex(key string) {
+// unindex forgets a binding and returns it.
+func (e *Evaluator) unindex(key string) (Binding, bool) {
 	b, ok := e.bindings[key]
 	if !ok {
-		return
+		return b, false
 	}
 	delete(e.bindings, key)
 	for _, s := range b.Subjects {
@@ -389,6 +292,7 @@ func (e *Evaluator) unindex(key string) {
 			remove(e.onKind, *b.Kind, s, key)
 		}
 	}
+	return b, true
 }
 
 // SetMembership records that user belongs to a Group object (namespace/name).
@@ -513,7 +417,7 @@ func (e *Evaluator) ancestry(target Node, extra []Edge, chain *[maxDepth]Node) (
 // or made in org.
 func (e *Evaluator) match(bySubject map[Subject][]grant, r Request, org string) (binding string, found bool) {
 	e.eachGrant(bySubject, r.User, r.Groups, org, func(g grant) bool {
-		if e.effective[g.role].allows(r.Permission) {
+		if set := g.role.perms.Load(); set != nil && set.allows(r.Permission) {
 			binding, found = g.binding, true
 		}
 		return found
@@ -563,7 +467,7 @@ func (e *Evaluator) Permissions(user string, groups []string, target Node, ances
 	n, org := e.ancestry(target, ancestry, &chain)
 	for _, node := range chain[:n] {
 		e.eachGrant(e.onNode[node], user, groups, org, func(g grant) bool {
-			for p := range e.effective[g.role] {
+			for p := range g.role.permissions() {
 				out[p] = struct{}{}
 			}
 			return false
@@ -571,7 +475,7 @@ func (e *Evaluator) Permissions(user string, groups []string, target Node, ances
 	}
 	for kind, bySubject := range e.onKind {
 		e.eachGrant(bySubject, user, groups, org, func(g grant) bool {
-			for p := range e.effective[g.role] {
+			for p := range g.role.permissions() {
 				if (p.Group == kind.Group || p.Group == "*") && (p.Resource == kind.Resource || p.Resource == "*") {
 					out[Permission{Group: kind.Group, Resource: kind.Resource, Verb: p.Verb}] = struct{}{}
 				}

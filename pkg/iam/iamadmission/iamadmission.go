@@ -1,11 +1,15 @@
 // Package iamadmission validates Milo IAM objects so that mistakes are refused
 // with a clear message instead of silently granting nothing:
 //
-//   - a Role's inheritedRoles form no cycle;
+//   - a Role inherits only Roles of its own namespace and of milo-system
+//     (evaluator.MayUseRole), names at most evaluator.MaxInheritedRoles of
+//     them, and its inheritedRoles form no cycle and no chain longer than
+//     evaluator.MaxInheritanceDepth steps;
 //   - a GroupMembership names a Group of its own namespace;
 //   - a PolicyBinding lives where Milo IAM reads bindings (milo-system or an
-//     organization's namespace) and, in an organization's namespace, names only
-//     that organization or a Folder or Project of it;
+//     organization's namespace), grants a Role of its own namespace or of
+//     milo-system and, in an organization's namespace, names only that
+//     organization or a Folder or Project of it;
 //   - an OrganizationMembership lives in its organization's namespace, names
 //     roles of the platform or of that organization, and the organization's
 //     last owner (a membership with milo-system/owner) cannot be deleted or
@@ -42,7 +46,7 @@ import (
 const PluginName = "MiloIAM"
 
 // PlatformNamespace holds the platform's roles and bindings.
-const PlatformNamespace = "milo-system"
+const PlatformNamespace = evaluator.PlatformNamespace
 
 // Hierarchy tells which organization a Folder or Project belongs to, and
 // what memberships an organization has.
@@ -124,18 +128,46 @@ func (p *plugin) validateRole(r *iamv1alpha1.Role, namespace string) field.Error
 	var errs field.ErrorList
 	path := field.NewPath("spec", "inheritedRoles")
 	self := evaluator.RoleKey{Namespace: namespace, Name: r.Name}
+	if n := len(r.Spec.InheritedRoles); n > evaluator.MaxInheritedRoles {
+		errs = append(errs, field.TooMany(path, n, evaluator.MaxInheritedRoles))
+	}
 	var inherited []evaluator.RoleKey
-	for _, ref := range r.Spec.InheritedRoles {
-		inherited = append(inherited, roleKey(namespace, ref))
+	for i, ref := range r.Spec.InheritedRoles {
+		k := roleKey(namespace, ref)
+		if !evaluator.MayUseRole(namespace, k.Namespace) {
+			// Whether such a Role exists is not looked at: the answer must
+			// not tell.
+			errs = append(errs, field.Invalid(path.Index(i), k.String(), roleScope("a Role", namespace, "inherit")))
+			continue
+		}
+		inherited = append(inherited, k)
+	}
+	if len(errs) > 0 {
+		return errs
 	}
 	if cycle := p.iam.Cycle(self, inherited); len(cycle) > 0 {
-		names := make([]string, 0, len(cycle))
-		for _, k := range cycle {
-			names = append(names, k.Namespace+"/"+k.Name)
-		}
-		errs = append(errs, field.Invalid(path, names[1], "inheriting it would make a cycle: "+strings.Join(names, " → ")))
+		errs = append(errs, field.Invalid(path, cycle[1].String(), "inheriting it would make a cycle: "+chain(cycle)))
+	} else if c := p.iam.LongestChain(self, inherited); len(c)-1 > evaluator.MaxInheritanceDepth {
+		errs = append(errs, field.Invalid(path, chain(c), fmt.Sprintf("inheritance would be %d levels deep; at most %d are allowed",
+			len(c)-1, evaluator.MaxInheritanceDepth)))
 	}
 	return errs
+}
+
+// roleScope says which Roles an object in namespace may name (evaluator.MayUseRole).
+func roleScope(what, namespace, verb string) string {
+	if namespace == PlatformNamespace {
+		return what + " in " + PlatformNamespace + " can " + verb + " only Roles of " + PlatformNamespace
+	}
+	return what + " in " + namespace + " can " + verb + " only Roles of " + namespace + " and of " + PlatformNamespace
+}
+
+func chain(keys []evaluator.RoleKey) string {
+	names := make([]string, 0, len(keys))
+	for _, k := range keys {
+		names = append(names, k.String())
+	}
+	return strings.Join(names, " → ")
 }
 
 func (p *plugin) validateBinding(ctx context.Context, b *iamv1alpha1.PolicyBinding, namespace string) (field.ErrorList, error) {
@@ -145,6 +177,9 @@ func (p *plugin) validateBinding(ctx context.Context, b *iamv1alpha1.PolicyBindi
 			"PolicyBindings take effect only in "+PlatformNamespace+" or an organization's namespace (organization-{name})")}, nil
 	}
 	var errs field.ErrorList
+	if role := roleKey(namespace, b.Spec.RoleRef); !evaluator.MayUseRole(namespace, role.Namespace) {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "roleRef", "namespace"), role.Namespace, roleScope("a PolicyBinding", namespace, "grant")))
+	}
 	ref := b.Spec.ResourceSelector.ResourceRef
 	path := field.NewPath("spec", "resourceSelector", "resourceRef")
 	if ref != nil && ref.Project != "" {
