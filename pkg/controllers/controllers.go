@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 
+	"go.miloapis.com/milo/pkg/controllers/clusterroleaggregation"
 	"go.miloapis.com/milo/pkg/controllers/hierarchy"
 	"go.miloapis.com/milo/pkg/controllers/manager"
 	"go.miloapis.com/milo/pkg/controllers/namespace"
@@ -23,6 +24,11 @@ func Registry() manager.Registry {
 		// Deleted namespaces are emptied and removed, in every project.
 		namespace.Name: func(s manager.Shared) (manager.Runner, error) {
 			c := namespace.New(s.Clients)
+			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
+		},
+		// Projects' aggregated ClusterRoles get the rules they select.
+		clusterroleaggregation.Name: func(s manager.Shared) (manager.Runner, error) {
+			c := clusterroleaggregation.New(s.Clients)
 			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
 		},
 		// Every namespace has a default ServiceAccount and kube-root-ca.crt.

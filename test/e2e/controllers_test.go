@@ -186,3 +186,37 @@ func ownConfigMaps(items []corev1.ConfigMap) []corev1.ConfigMap {
 	}
 	return out
 }
+
+// A project's aggregated ClusterRole gets the rules of the project's own
+// ClusterRoles it selects, and of no other project's.
+func TestAggregatedClusterRolesInAProject(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	a, b := m.newProject(t, "agg-a"), m.newProject(t, "agg-b")
+	manifest := `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: monitoring}
+aggregationRule:
+  clusterRoleSelectors: [{matchLabels: {example.com/aggregate-to-monitoring: "true"}}]
+rules: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: monitoring-%[1]s, labels: {example.com/aggregate-to-monitoring: "true"}}
+rules: [{apiGroups: [""], resources: [%[1]s], verbs: [get, list]}]
+`
+	eventuallyKubectl(t, m, m.projectKubeconfig(t, a), fmt.Sprintf(manifest, "configmaps"), "apply", "-f", "-")
+	eventuallyKubectl(t, m, m.projectKubeconfig(t, b), fmt.Sprintf(manifest, "secrets"), "apply", "-f", "-")
+	for p, want := range map[string]string{a: "configmaps", b: "secrets"} {
+		eventually(t, "aggregated rules in "+p, func() error {
+			role, err := m.projectKube(t, p).RbacV1().ClusterRoles().Get(ctx, "monitoring", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if len(role.Rules) != 1 || len(role.Rules[0].Resources) != 1 || role.Rules[0].Resources[0] != want {
+				return fmt.Errorf("rules %v, want only %s", role.Rules, want)
+			}
+			return nil
+		})
+	}
+}

@@ -177,20 +177,43 @@ func (c *Clients) MetadataInformer(gvr schema.GroupVersionResource, allProjects 
 // (obj is an empty one of its type), like MetadataInformer. Keep it narrow
 // with selector: it caches every object it lists.
 func (c *Clients) CoreInformer(resource string, obj runtime.Object, allProjects bool, selector fields.Selector) (cache.SharedIndexInformer, error) {
+	return c.Informer(func(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
+		core, err := corev1client.NewForConfigAndClient(cfg, hc)
+		if err != nil {
+			return nil, err
+		}
+		return core.RESTClient(), nil
+	}, resource, obj, allProjects, selector)
+}
+
+// Informer returns an informer of whole objects of resource through the REST
+// client of its group that newREST makes, like CoreInformer.
+func (c *Clients) Informer(newREST func(*rest.Config, *http.Client) (rest.Interface, error), resource string, obj runtime.Object, allProjects bool, selector fields.Selector) (cache.SharedIndexInformer, error) {
 	cfg := c.Config("")
 	if allProjects {
 		cfg = c.AllProjectsConfig()
 	}
-	core, err := corev1client.NewForConfigAndClient(cfg, c.http)
+	client, err := newREST(cfg, c.http)
 	if err != nil {
 		return nil, err
 	}
 	if selector == nil {
 		selector = fields.Everything()
 	}
-	lw := cache.NewListWatchFromClient(core.RESTClient(), resource, metav1.NamespaceAll, selector)
-	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{})
+	lw := cache.NewListWatchFromClient(client, resource, metav1.NamespaceAll, selector)
+	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{ByProject: byProject})
 	return inf, setTransform(inf, allProjects)
+}
+
+// ByProject indexes a Qualify'd informer's objects by their project's storage id.
+const ByProject = "project"
+
+func byProject(obj any) ([]string, error) {
+	k, ok := KeyOf(obj, false)
+	if !ok || k.Project == "" {
+		return nil, nil
+	}
+	return []string{k.ID}, nil
 }
 
 func setTransform(inf cache.SharedIndexInformer, allProjects bool) error {
