@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +219,35 @@ rules: [{apiGroups: [""], resources: [%[1]s], verbs: [get, list]}]
 			}
 			return nil
 		})
+	}
+}
+
+// namespaceNames lists namespaces' names, space-separated, in order.
+func namespaceNames(items []corev1.Namespace) string {
+	var out []string
+	for _, ns := range items {
+		out = append(out, ns.Name)
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+// A new project has the namespaces tools assume of a cluster: default and
+// kube-system, each with its default ServiceAccount and kube-root-ca.crt.
+func TestNewProjectHasKubeSystem(t *testing.T) {
+	m := shared
+	p := m.newProject(t, "kube-system")
+	kc := m.projectKubeconfig(t, p)
+	if r := m.kubectlWith(t, kc, "", "get", "namespace", "kube-system", "-o", "name"); r.err != nil || strings.TrimSpace(r.stdout) != "namespace/kube-system" {
+		t.Fatalf("kube-system in a new project: %q %v %s", r.stdout, r.err, r.stderr)
+	}
+	eventually(t, "kube-system's service account and root CA", func() error {
+		if r := m.kubectlWith(t, kc, "", "-n", "kube-system", "get", "serviceaccount/default", "configmap/kube-root-ca.crt", "-o", "name"); r.err != nil {
+			return fmt.Errorf("%v %s", r.err, r.stderr)
+		}
+		return nil
+	})
+	if r := m.kubectlWith(t, kc, "", "delete", "namespace", "kube-system"); r.err == nil {
+		t.Fatal("kube-system of a project was deleted")
 	}
 }

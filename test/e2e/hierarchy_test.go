@@ -177,7 +177,7 @@ func TestProjectDeletionEmptiesItAndReleasesTheName(t *testing.T) {
 	m.createProject(t, name)
 	m.waitProjectReady(t, name)
 	nss, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
-	if err != nil || len(nss.Items) != 1 || nss.Items[0].Name != "default" {
+	if err != nil || namespaceNames(nss.Items) != "default kube-system" {
 		t.Fatalf("the re-created project holds namespaces %v %v", nss, err)
 	}
 	if cms, err := c.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); err != nil || len(ownConfigMaps(cms.Items)) != 0 {

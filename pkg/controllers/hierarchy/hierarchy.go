@@ -247,12 +247,21 @@ func (c *Controllers) syncProject(ctx context.Context, p *unstructured.Unstructu
 	if err != nil {
 		return err
 	}
-	_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: metav1.NamespaceDefault}}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("bootstrapping project %s: %w", p.GetName(), err)
+	for _, ns := range BootstrapNamespaces {
+		_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("bootstrapping project %s: %w", p.GetName(), err)
+		}
 	}
 	return c.setReady(ctx, projects, p, "ControlPlaneReady", "the project's control plane is initialized")
 }
+
+// BootstrapNamespaces are the namespaces every project starts with: those
+// Kubernetes tools assume of any cluster. kube-public (the cluster-info
+// ConfigMap of kubeadm's bootstrap) and kube-node-lease (node heartbeats) are
+// left out: no project has nodes to join or to beat, and each namespace costs
+// every project its object, ServiceAccount and root CA ConfigMap.
+var BootstrapNamespaces = []string{metav1.NamespaceDefault, metav1.NamespaceSystem}
 
 // setReady sets the Ready condition.
 func (c *Controllers) setReady(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, reason, message string) error {
