@@ -11,12 +11,14 @@ package allprojects
 import (
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/metadata/metadatainformer"
@@ -226,4 +228,40 @@ func setTransform(inf cache.SharedIndexInformer, allProjects bool) error {
 		}
 		return obj, nil
 	})
+}
+
+// ResourceLists keeps one discovery answer for a few seconds: every project
+// serves the same kinds, so one answer serves every project's work item.
+type ResourceLists struct {
+	// Namespaced keeps only namespaced resources.
+	Namespaced bool
+
+	mu    sync.Mutex
+	lists []*metav1.APIResourceList
+	at    time.Time
+}
+
+// Get returns the preferred resources of the server client reaches, from
+// the kept answer when it is fresh. A partial answer (a group failing
+// discovery) is returned with its error and not kept.
+func (r *ResourceLists) Get(client func() (discovery.DiscoveryInterface, error)) ([]*metav1.APIResourceList, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lists != nil && time.Since(r.at) < 10*time.Second {
+		return r.lists, nil
+	}
+	disco, err := client()
+	if err != nil {
+		return nil, err
+	}
+	var lists []*metav1.APIResourceList
+	if r.Namespaced {
+		lists, err = discovery.ServerPreferredNamespacedResources(disco)
+	} else {
+		lists, err = disco.ServerPreferredResources()
+	}
+	if err == nil {
+		r.lists, r.at = lists, time.Now()
+	}
+	return lists, err
 }

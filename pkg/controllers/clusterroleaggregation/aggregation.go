@@ -14,15 +14,12 @@ import (
 	"context"
 	"net/http"
 	"sort"
-	"sync"
-	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/wait"
 	rbacv1client "k8s.io/client-go/kubernetes/typed/rbac/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -30,6 +27,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/controllers/manager"
 )
 
 // Name is the controller's name in the registry of controllers.
@@ -59,40 +57,22 @@ func newREST(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
 
 // Run works until ctx ends.
 func (ctl *Controller) Run(ctx context.Context, workers int) {
-	logger := klog.FromContext(ctx)
 	roles, err := ctl.clients.Informer(newREST, "clusterroles", &rbacv1.ClusterRole{}, true, nil)
 	if err != nil {
-		logger.Error(err, "Preparing informer", "controller", Name)
+		klog.FromContext(ctx).Error(err, "Preparing informer", "controller", Name)
 		return
 	}
-	t := &term{Controller: ctl, roles: roles, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-		workqueue.DefaultTypedControllerRateLimiter[allprojects.Key](), workqueue.TypedRateLimitingQueueConfig[allprojects.Key]{Name: Name})}
+	t := &term{Controller: ctl, roles: roles, queue: manager.NewQueue[allprojects.Key](Name)}
 	defer t.queue.ShutDown()
 	changed := func(obj any) {
 		if k, ok := allprojects.KeyOf(obj, true); ok {
 			t.enqueueAggregatedOf(k.ID)
 		}
 	}
-	if _, err := roles.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed, UpdateFunc: func(_, o any) { changed(o) }, DeleteFunc: changed}); err != nil {
-		logger.Error(err, "Registering event handler", "controller", Name)
+	if !manager.StartInformers(ctx, Name, cache.ResourceEventHandlerFuncs{AddFunc: changed, UpdateFunc: func(_, o any) { changed(o) }, DeleteFunc: changed}, roles) {
 		return
 	}
-	go roles.Run(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), roles.HasSynced) {
-		return
-	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for t.next(ctx) {
-				}
-			}, time.Second)
-		})
-	}
-	<-ctx.Done()
-	t.queue.ShutDown()
-	wg.Wait()
+	manager.Work(ctx, Name, t.queue, workers, t.sync)
 }
 
 // enqueueAggregatedOf queues every aggregated ClusterRole of one project.
@@ -105,21 +85,6 @@ func (t *term) enqueueAggregatedOf(projectID string) {
 			}
 		}
 	}
-}
-
-func (t *term) next(ctx context.Context) bool {
-	key, quit := t.queue.Get()
-	if quit {
-		return false
-	}
-	defer t.queue.Done(key)
-	if err := t.sync(ctx, key); err != nil && ctx.Err() == nil {
-		klog.FromContext(ctx).Error(err, "Aggregating", "controller", Name, "clusterrole", key)
-		t.queue.AddRateLimited(key)
-		return true
-	}
-	t.queue.Forget(key)
-	return true
 }
 
 func (t *term) sync(ctx context.Context, key allprojects.Key) error {

@@ -6,8 +6,6 @@ import (
 	"slices"
 	"sort"
 	"strings"
-	"sync"
-	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -22,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -184,7 +183,7 @@ func describeRemaining(remaining []string) string {
 // most resources of a project are empty and cost nothing more. Only where
 // objects exist is a deletecollection sent, per namespace, and the rest listed
 // again.
-func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *resourceCache, namespace string) ([]string, error) {
+func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string) ([]string, error) {
 	dyn, err := dynamic.NewForConfigAndClient(cfg, c.http)
 	if err != nil {
 		return nil, err
@@ -193,10 +192,11 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 	if err != nil {
 		return nil, err
 	}
-	lists, err := resources.get(func() (discovery.DiscoveryInterface, error) {
+	// A partial answer (a group failing discovery) is used: what it lists is deleted.
+	lists, err := resources.Get(func() (discovery.DiscoveryInterface, error) {
 		return discovery.NewDiscoveryClientForConfigAndClient(cfg, c.http)
 	})
-	if err != nil {
+	if len(lists) == 0 && err != nil {
 		return nil, fmt.Errorf("discovering the resources of %s: %w", cfg.Host, err)
 	}
 	var remaining []string
@@ -296,33 +296,4 @@ func (c *Controllers) writeConditions(ctx context.Context, gvr schema.GroupVersi
 		return nil // the newer version is queued and will be synced
 	}
 	return err
-}
-
-// resourceCache keeps one discovery answer for a few seconds. Every project
-// serves the same resources, so one answer serves all project deletions.
-type resourceCache struct {
-	mu    sync.Mutex
-	lists []*metav1.APIResourceList
-	at    time.Time
-}
-
-func (r *resourceCache) get(client func() (discovery.DiscoveryInterface, error)) ([]*metav1.APIResourceList, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.lists != nil && time.Since(r.at) < 10*time.Second {
-		return r.lists, nil
-	}
-	disco, err := client()
-	if err != nil {
-		return nil, err
-	}
-	lists, err := disco.ServerPreferredResources()
-	if err != nil && len(lists) == 0 {
-		return nil, err
-	}
-	// A partial answer (a group failing discovery) is used but not kept.
-	if err == nil {
-		r.lists, r.at = lists, time.Now()
-	}
-	return lists, nil
 }

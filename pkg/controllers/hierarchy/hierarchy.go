@@ -39,6 +39,7 @@ import (
 
 	iamv1alpha1 "go.miloapis.com/milo/pkg/apis/iam/v1alpha1"
 	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -52,7 +53,7 @@ var (
 // Controllers makes hierarchy objects ready and deletes them completely.
 type Controllers struct {
 	// What projects and the platform serve, for deletions.
-	projectResources, platformResources resourceCache
+	projectResources, platformResources allprojects.ResourceLists
 
 	config   *rest.Config
 	http     *http.Client

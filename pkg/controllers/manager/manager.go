@@ -7,14 +7,20 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 )
@@ -166,3 +172,74 @@ func (s *Selection) Set(v string) error {
 
 // Type implements pflag.Value.
 func (s *Selection) Type() string { return "strings" }
+
+// RetryAfter is an error a sync returns to be looked at again after a delay
+// (waiting for something that takes its time), rather than rate-limited.
+type RetryAfter struct {
+	After  time.Duration
+	Reason string
+}
+
+func (r RetryAfter) Error() string { return r.Reason }
+
+// Work runs workers that take keys from queue and sync them, until ctx ends,
+// and returns once every worker has stopped. A key whose sync fails is retried
+// with the queue's rate limit, or after RetryAfter's delay.
+func Work[K comparable](ctx context.Context, name string, queue workqueue.TypedRateLimitingInterface[K], workers int, handle func(context.Context, K) error) {
+	next := func(ctx context.Context) bool {
+		key, quit := queue.Get()
+		if quit {
+			return false
+		}
+		defer queue.Done(key)
+		err := handle(ctx, key)
+		var retry RetryAfter
+		switch {
+		case errors.As(err, &retry):
+			queue.AddAfter(key, retry.After)
+		case err != nil && ctx.Err() == nil:
+			klog.FromContext(ctx).Error(err, "Syncing", "controller", name, "key", key)
+			queue.AddRateLimited(key)
+		default:
+			queue.Forget(key)
+		}
+		return true
+	}
+	var wg sync.WaitGroup
+	for range max(workers, 1) {
+		wg.Go(func() {
+			wait.UntilWithContext(ctx, func(ctx context.Context) {
+				for next(ctx) {
+				}
+			}, time.Second)
+		})
+	}
+	<-ctx.Done()
+	queue.ShutDown()
+	wg.Wait()
+}
+
+// NewQueue returns a rate-limited work queue named for its controller (the
+// name labels its metrics).
+func NewQueue[K comparable](name string) workqueue.TypedRateLimitingInterface[K] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[K](),
+		workqueue.TypedRateLimitingQueueConfig[K]{Name: name})
+}
+
+// StartInformers registers handler on each informer, runs them until ctx ends
+// and waits for their caches; false if ctx ended first or a handler could not
+// be registered.
+func StartInformers(ctx context.Context, name string, handler cache.ResourceEventHandler, informers ...cache.SharedIndexInformer) bool {
+	var synced []cache.InformerSynced
+	for _, inf := range informers {
+		if handler != nil {
+			if _, err := inf.AddEventHandler(handler); err != nil {
+				klog.FromContext(ctx).Error(err, "Registering event handler", "controller", name)
+				return false
+			}
+		}
+		go inf.Run(ctx.Done())
+		synced = append(synced, inf.HasSynced)
+	}
+	return cache.WaitForCacheSync(ctx.Done(), synced...)
+}

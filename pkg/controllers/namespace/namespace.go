@@ -17,21 +17,19 @@ package namespace
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/discovery"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 	"k8s.io/kubernetes/pkg/controller/namespace/deletion"
 
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/controllers/manager"
 )
 
 // Name is the controller's name in the registry of controllers.
@@ -39,92 +37,43 @@ const Name = "namespace"
 
 // Controller deletes the contents of deleted namespaces.
 type Controller struct {
-	clients   *allprojects.Clients
-	resources struct{ platform, projects resourceLists }
+	clients  *allprojects.Clients
+	platform allprojects.ResourceLists
+	projects allprojects.ResourceLists
 }
 
 // New prepares the controller.
 func New(clients *allprojects.Clients) *Controller {
-	return &Controller{clients: clients}
-}
-
-// run is one term of the controller: its informers and queue live as long as
-// it leads.
-type run struct {
-	*Controller
-	queue workqueue.TypedRateLimitingInterface[allprojects.Key]
-}
-
-func (c *run) enqueue(obj any) {
-	m, ok := obj.(metav1.Object)
-	if !ok || m.GetDeletionTimestamp() == nil {
-		return
-	}
-	if k, ok := allprojects.KeyOf(obj, true); ok {
-		c.queue.Add(k)
-	}
+	return &Controller{clients: clients,
+		platform: allprojects.ResourceLists{Namespaced: true}, projects: allprojects.ResourceLists{Namespaced: true}}
 }
 
 // Run watches the platform's and every project's namespaces and works the
 // queue with workers until ctx ends.
-func (ctl *Controller) Run(ctx context.Context, workers int) {
-	c := &run{Controller: ctl, queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[allprojects.Key](),
-		workqueue.TypedRateLimitingQueueConfig[allprojects.Key]{Name: Name})}
-	defer c.queue.ShutDown()
+func (c *Controller) Run(ctx context.Context, workers int) {
+	queue := manager.NewQueue[allprojects.Key](Name)
+	defer queue.ShutDown()
 	gvr := corev1.SchemeGroupVersion.WithResource("namespaces")
 	var informers []cache.SharedIndexInformer
 	for _, allProjects := range []bool{false, true} {
-		inf, err := ctl.clients.MetadataInformer(gvr, allProjects, 0, nil)
+		inf, err := c.clients.MetadataInformer(gvr, allProjects, 0, nil)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Preparing informer", "controller", Name)
 			return
 		}
 		informers = append(informers, inf)
 	}
-	handler := cache.ResourceEventHandlerFuncs{AddFunc: c.enqueue, UpdateFunc: func(_, o any) { c.enqueue(o) }}
-	for _, inf := range informers {
-		if _, err := inf.AddEventHandler(handler); err != nil {
-			klog.FromContext(ctx).Error(err, "Registering event handler", "controller", Name)
-			return
+	enqueue := func(obj any) {
+		if m, ok := obj.(metav1.Object); ok && m.GetDeletionTimestamp() != nil {
+			if k, ok := allprojects.KeyOf(obj, true); ok {
+				queue.Add(k)
+			}
 		}
-		go inf.Run(ctx.Done())
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), informers[0].HasSynced, informers[1].HasSynced) {
+	if !manager.StartInformers(ctx, Name, cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }}, informers...) {
 		return
 	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for c.next(ctx) {
-				}
-			}, time.Second)
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *run) next(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	err := c.sync(ctx, key)
-	var remaining *deletion.ResourcesRemainingError
-	switch {
-	case errors.As(err, &remaining):
-		// Upstream's pace: look again when half the estimated time has passed.
-		c.queue.AddAfter(key, time.Duration(remaining.Estimate/2+1)*time.Second)
-	case err != nil && ctx.Err() == nil:
-		klog.FromContext(ctx).Error(err, "Deleting namespace", "namespace", key)
-		c.queue.AddRateLimited(key)
-	default:
-		c.queue.Forget(key)
-	}
-	return true
+	manager.Work(ctx, Name, queue, workers, c.sync)
 }
 
 // sync deletes one namespace's contents and finalizes it, with clients of its
@@ -139,12 +88,12 @@ func (c *Controller) sync(ctx context.Context, key allprojects.Key) error {
 	if err != nil {
 		return err
 	}
-	lists := &c.resources.projects
+	lists := &c.projects
 	if key.Project == "" {
-		lists = &c.resources.platform
+		lists = &c.platform
 	}
 	discover := func() ([]*metav1.APIResourceList, error) {
-		return lists.get(func() (discovery.DiscoveryInterface, error) {
+		return lists.Get(func() (discovery.DiscoveryInterface, error) {
 			return discovery.NewDiscoveryClientForConfigAndClient(cfg, c.clients.HTTPClient())
 		})
 	}
@@ -152,35 +101,11 @@ func (c *Controller) sync(ctx context.Context, key allprojects.Key) error {
 	if l, err := discover(); len(l) == 0 {
 		return errors.Join(errors.New("discovering the namespaced resources found none"), err)
 	}
-	return deletion.NewNamespacedResourcesDeleter(ctx, core.Namespaces(), meta, core, discover, corev1.FinalizerKubernetes).Delete(ctx, key.Name)
-}
-
-// resourceLists keeps one discovery answer for a few seconds: every project
-// serves the same resources, so one answer serves every namespace deletion.
-type resourceLists struct {
-	mu    sync.Mutex
-	lists []*metav1.APIResourceList
-	at    time.Time
-}
-
-func (r *resourceLists) get(client func() (discovery.DiscoveryInterface, error)) ([]*metav1.APIResourceList, error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.lists != nil && time.Since(r.at) < 10*time.Second {
-		return r.lists, nil
+	err = deletion.NewNamespacedResourcesDeleter(ctx, core.Namespaces(), meta, core, discover, corev1.FinalizerKubernetes).Delete(ctx, key.Name)
+	var remaining *deletion.ResourcesRemainingError
+	if errors.As(err, &remaining) {
+		// Upstream's pace: look again when half the estimated time has passed.
+		return manager.RetryAfter{After: time.Duration(remaining.Estimate/2+1) * time.Second, Reason: err.Error()}
 	}
-	disco, err := client()
-	if err != nil {
-		return nil, err
-	}
-	lists, err := discovery.ServerPreferredNamespacedResources(disco)
-	if err != nil && len(lists) == 0 {
-		return nil, err
-	}
-	// A partial answer (a group failing discovery) is used, not kept; the
-	// deleter reports it as NamespaceDeletionDiscoveryFailure.
-	if err == nil {
-		r.lists, r.at = lists, time.Now()
-	}
-	return lists, err
+	return err
 }

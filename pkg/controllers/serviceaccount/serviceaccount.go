@@ -13,20 +13,17 @@ package serviceaccount
 
 import (
 	"context"
-	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/controllers/manager"
 )
 
 // Name is the controller's name in the registry of controllers.
@@ -50,91 +47,49 @@ func New(clients *allprojects.Clients, rootCA []byte) *Controller {
 	return &Controller{clients: clients, rootCA: string(rootCA)}
 }
 
-// term is one term of the controller: informers and queue live as long as it leads.
+// term is one term of the controller: informers live as long as it leads.
 type term struct {
 	*Controller
-	queue workqueue.TypedRateLimitingInterface[allprojects.Key]
 	// per view (platform, all projects): namespaces, service accounts, config maps
 	namespaces, accounts, configMaps [2]cache.SharedIndexInformer
 }
 
 // Run works until ctx ends.
 func (ctl *Controller) Run(ctx context.Context, workers int) {
-	t := &term{Controller: ctl, queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[allprojects.Key](),
-		workqueue.TypedRateLimitingQueueConfig[allprojects.Key]{Name: Name})}
-	defer t.queue.ShutDown()
-	logger := klog.FromContext(ctx)
-	var synced []cache.InformerSynced
+	t := &term{Controller: ctl}
+	queue := manager.NewQueue[allprojects.Key](Name)
+	defer queue.ShutDown()
+	namespaceChanged := func(obj any) {
+		if k, ok := allprojects.KeyOf(obj, true); ok {
+			queue.Add(k)
+		}
+	}
+	// A change of what a namespace holds queues the namespace.
+	contentChanged := func(obj any) {
+		if k, ok := allprojects.KeyOf(obj, false); ok {
+			queue.Add(allprojects.Key{Project: k.Project, ID: k.ID, Name: k.Namespace})
+		}
+	}
 	for view, allProjects := range []bool{false, true} {
 		var err error
-		if t.namespaces[view], err = ctl.clients.MetadataInformer(corev1.SchemeGroupVersion.WithResource("namespaces"), allProjects, 0, nil); err != nil {
-			logger.Error(err, "Preparing informer", "controller", Name)
+		if t.namespaces[view], err = ctl.clients.MetadataInformer(corev1.SchemeGroupVersion.WithResource("namespaces"), allProjects, 0, nil); err == nil {
+			t.accounts[view], err = ctl.clients.MetadataInformer(corev1.SchemeGroupVersion.WithResource("serviceaccounts"), allProjects, 0,
+				fields.OneTermEqualSelector("metadata.name", DefaultServiceAccount))
+		}
+		if err == nil {
+			t.configMaps[view], err = ctl.clients.CoreInformer("configmaps", &corev1.ConfigMap{}, allProjects,
+				fields.OneTermEqualSelector("metadata.name", RootCAConfigMap))
+		}
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Preparing informer", "controller", Name)
 			return
 		}
-		if t.accounts[view], err = ctl.clients.MetadataInformer(corev1.SchemeGroupVersion.WithResource("serviceaccounts"), allProjects, 0,
-			fields.OneTermEqualSelector("metadata.name", DefaultServiceAccount)); err != nil {
-			logger.Error(err, "Preparing informer", "controller", Name)
+		if !manager.StartInformers(ctx, Name, cache.ResourceEventHandlerFuncs{AddFunc: namespaceChanged, UpdateFunc: func(_, o any) { namespaceChanged(o) }}, t.namespaces[view]) ||
+			!manager.StartInformers(ctx, Name, cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) { contentChanged(o) }, DeleteFunc: contentChanged}, t.accounts[view], t.configMaps[view]) {
 			return
 		}
-		if t.configMaps[view], err = ctl.clients.CoreInformer("configmaps", &corev1.ConfigMap{}, allProjects,
-			fields.OneTermEqualSelector("metadata.name", RootCAConfigMap)); err != nil {
-			logger.Error(err, "Preparing informer", "controller", Name)
-			return
-		}
-		namespaceHandler := cache.ResourceEventHandlerFuncs{AddFunc: t.enqueueNamespace, UpdateFunc: func(_, o any) { t.enqueueNamespace(o) }}
-		contentHandler := cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) { t.enqueueContainer(o) }, DeleteFunc: t.enqueueContainer}
-		for inf, h := range map[cache.SharedIndexInformer]cache.ResourceEventHandler{t.namespaces[view]: namespaceHandler, t.accounts[view]: contentHandler, t.configMaps[view]: contentHandler} {
-			if _, err := inf.AddEventHandler(h); err != nil {
-				logger.Error(err, "Registering event handler", "controller", Name)
-				return
-			}
-			go inf.Run(ctx.Done())
-			synced = append(synced, inf.HasSynced)
-		}
 	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return
-	}
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for t.next(ctx) {
-				}
-			}, time.Second)
-		})
-	}
-	<-ctx.Done()
-	t.queue.ShutDown()
-	wg.Wait()
-}
-
-func (t *term) enqueueNamespace(obj any) {
-	if k, ok := allprojects.KeyOf(obj, true); ok {
-		t.queue.Add(k)
-	}
-}
-
-// enqueueContainer queues the namespace of a changed or deleted object.
-func (t *term) enqueueContainer(obj any) {
-	if k, ok := allprojects.KeyOf(obj, false); ok {
-		t.queue.Add(allprojects.Key{Project: k.Project, ID: k.ID, Name: k.Namespace})
-	}
-}
-
-func (t *term) next(ctx context.Context) bool {
-	key, quit := t.queue.Get()
-	if quit {
-		return false
-	}
-	defer t.queue.Done(key)
-	if err := t.sync(ctx, key); err != nil && ctx.Err() == nil {
-		klog.FromContext(ctx).Error(err, "Syncing namespace", "controller", Name, "namespace", key)
-		t.queue.AddRateLimited(key)
-		return true
-	}
-	t.queue.Forget(key)
-	return true
+	manager.Work(ctx, Name, queue, workers, t.sync)
 }
 
 // sync puts what the namespace of key lacks into it, with a client of its own project.
