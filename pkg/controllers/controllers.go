@@ -10,6 +10,7 @@ import (
 	"go.miloapis.com/milo/pkg/controllers/hierarchy"
 	"go.miloapis.com/milo/pkg/controllers/manager"
 	"go.miloapis.com/milo/pkg/controllers/namespace"
+	"go.miloapis.com/milo/pkg/controllers/resourcequota"
 	"go.miloapis.com/milo/pkg/controllers/serviceaccount"
 )
 
@@ -29,6 +30,11 @@ func Registry() manager.Registry {
 		// Projects' aggregated ClusterRoles get the rules they select.
 		clusterroleaggregation.Name: func(s manager.Shared) (manager.Runner, error) {
 			c := clusterroleaggregation.New(s.Clients)
+			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
+		},
+		// ResourceQuotas report what they limit (status.hard, status.used).
+		resourcequota.Name: func(s manager.Shared) (manager.Runner, error) {
+			c := resourcequota.New(s.Clients)
 			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
 		},
 		// Every namespace has a default ServiceAccount and kube-root-ca.crt.

@@ -92,7 +92,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	}
 	prefixes := tenantstorage.NewPrefixes()
 	namespaces := &tenantadmission.Namespaces{}
-	quotas := tenantadmission.NewQuotas(objectCounter(etcdClient, prefixes))
+	quotas := tenantadmission.NewQuotas(objectCounter(etcdClient, prefixes), objectExists(etcdClient, prefixes))
 	genericAdmission := opts.ControlPlane.Admission.GenericAdmission
 	genericAdmission.Decorators = append(genericAdmission.Decorators, tenantadmission.Decorator(namespaces, quotas))
 

@@ -32,9 +32,7 @@ func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, nam
 				if ns, ok := v1["namespaces"].(rest.Getter); ok {
 					namespaces.Set(ns)
 				}
-				if q, ok := v1["resourcequotas"].(rest.Lister); ok {
-					quotas.Set(q)
-				}
+				quotas.Set(v1["resourcequotas"], v1["resourcequotas/status"])
 				serviceAccounts.Set("serviceaccounts", v1["serviceaccounts"])
 				serviceAccounts.Set("secrets", v1["secrets"])
 				if !resources.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("limitranges")) {

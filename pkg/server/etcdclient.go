@@ -35,3 +35,10 @@ func objectCounter(client *clientv3.Client, prefixes *tenantstorage.Prefixes) te
 		return tenantstorage.CountInNamespace(ctx, client, prefixes, resource, projectID, namespace)
 	}
 }
+
+// objectExists looks a project's object up by key.
+func objectExists(client *clientv3.Client, prefixes *tenantstorage.Prefixes) tenantadmission.ObjectExists {
+	return func(ctx context.Context, resource schema.GroupResource, projectID, namespace, name string) (bool, error) {
+		return tenantstorage.ExistsInNamespace(ctx, client, prefixes, resource, projectID, namespace, name)
+	}
+}

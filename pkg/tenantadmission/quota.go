@@ -2,14 +2,17 @@ package tenantadmission
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
 	"sync/atomic"
+	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -26,18 +29,38 @@ import (
 // ObjectCounter counts the objects of one resource in one namespace of the project with the given storage id.
 type ObjectCounter func(ctx context.Context, resource schema.GroupResource, projectID, namespace string) (int64, error)
 
-// Quotas gives project quota admission what it reads: the ResourceQuota storage
-// (served from the shared watch cache) and an object counter (etcd key counts).
+// ObjectExists reports whether one object exists in the project with the given storage id.
+type ObjectExists func(ctx context.Context, resource schema.GroupResource, projectID, namespace, name string) (bool, error)
+
+// Quotas gives project quota admission what it reads and writes: the
+// ResourceQuota storage (reads served from the shared watch cache), its
+// status storage (charges), and object counts and lookups in etcd.
 type Quotas struct {
 	lister  atomic.Pointer[rest.Lister]
+	getter  atomic.Pointer[rest.Getter]
+	status  atomic.Pointer[rest.Updater]
 	counter ObjectCounter
+	exists  ObjectExists
 }
 
-// NewQuotas returns quota state that counts objects with counter.
-func NewQuotas(counter ObjectCounter) *Quotas { return &Quotas{counter: counter} }
+// NewQuotas returns quota state that counts objects with counter and looks
+// them up with exists.
+func NewQuotas(counter ObjectCounter, exists ObjectExists) *Quotas {
+	return &Quotas{counter: counter, exists: exists}
+}
 
-// Set installs the ResourceQuota storage once the server has built it.
-func (q *Quotas) Set(l rest.Lister) { q.lister.Store(&l) }
+// Set installs the ResourceQuota storage and its status storage once the server has built them.
+func (q *Quotas) Set(quotas, status rest.Storage) {
+	if l, ok := quotas.(rest.Lister); ok {
+		q.lister.Store(&l)
+	}
+	if g, ok := quotas.(rest.Getter); ok {
+		q.getter.Store(&g)
+	}
+	if u, ok := status.(rest.Updater); ok {
+		q.status.Store(&u)
+	}
+}
 
 // legacyCountNames are the pre-"count/" quota names of core resources.
 var legacyCountNames = sets.New("configmaps", "secrets", "services", "persistentvolumeclaims", "replicationcontrollers", "resourcequotas")
@@ -47,10 +70,31 @@ var legacyCountNames = sets.New("configmaps", "secrets", "services", "persistent
 // creates in that project. Compute-resource quotas concern pods, which Milo does
 // not serve; quotas with scopes are ignored for the same reason.
 //
-// Usage is counted at admission time from etcd, not kept in the quota's status,
-// so two creates racing for the last unit can both pass.
+// Usage is the number of objects stored (counted in etcd) plus the creates
+// admitted but not stored yet: each admitted create reserves a unit on the
+// ResourceQuota itself (ReservationsAnnotation), written conditionally on the
+// quota's resourceVersion, so two creates racing for the last unit are
+// serialized by the quota and only one passes. A reservation counts until its
+// object is stored, or for ReservationTTL at most (a create that failed after
+// admission). The same write keeps status.used current for creates; the
+// resource quota controller recomputes it on a resync and on every spec change.
 type projectQuota struct {
 	quotas *Quotas
+	now    func() time.Time
+}
+
+// ReservationsAnnotation, on a ResourceQuota in a project, holds the units
+// admitted creates reserved and have not been seen stored yet.
+const ReservationsAnnotation = "quota.miloapis.com/reservations"
+
+// ReservationTTL bounds how long a reservation counts when its object never appears.
+const ReservationTTL = 30 * time.Second
+
+// reservation is one admitted create not yet seen stored.
+type reservation struct {
+	Resource string    `json:"resource"`
+	Name     string    `json:"name"`
+	Expires  time.Time `json:"expires"`
 }
 
 func (p *projectQuota) Handles(op admission.Operation) bool { return op == admission.Create }
@@ -60,36 +104,140 @@ func (p *projectQuota) Validate(ctx context.Context, a admission.Attributes, _ a
 		return nil
 	}
 	gr := a.GetResource().GroupResource()
-	names := []corev1.ResourceName{quotageneric.ObjectCountQuotaResourceNameFor(gr)}
+	names := []api.ResourceName{api.ResourceName(quotageneric.ObjectCountQuotaResourceNameFor(gr))}
 	if gr.Group == "" && legacyCountNames.Has(gr.Resource) {
-		names = append(names, corev1.ResourceName(gr.Resource))
+		names = append(names, api.ResourceName(gr.Resource))
 	}
 	quotas, err := p.list(ctx, a.GetNamespace())
 	if err != nil {
 		return apierrors.NewInternalError(fmt.Errorf("reading resource quotas: %w", err))
 	}
-	var used int64 = -1
 	for _, q := range quotas {
-		if len(q.Spec.Scopes) > 0 || q.Spec.ScopeSelector != nil {
+		if len(q.Spec.Scopes) > 0 || q.Spec.ScopeSelector != nil || !limitsAny(q, names) {
 			continue
 		}
-		for _, name := range names {
-			hard, ok := q.Spec.Hard[api.ResourceName(name)]
-			if !ok {
-				continue
-			}
-			if used < 0 {
-				if used, err = p.quotas.counter(ctx, gr, tenancy.From(ctx).KeySegment(), a.GetNamespace()); err != nil {
-					return apierrors.NewInternalError(err)
-				}
-			}
-			if used+1 > hard.Value() {
-				return admission.NewForbidden(a, fmt.Errorf("exceeded quota: %s, requested: %s=1, used: %s=%d, limited: %s=%s",
-					q.Name, name, name, used, name, hard.String()))
-			}
+		if err := p.charge(ctx, a, q.Name, names); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+func limitsAny(q *api.ResourceQuota, names []api.ResourceName) bool {
+	for _, n := range names {
+		if _, ok := q.Spec.Hard[n]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// charge reserves one unit of the names on quota name for the object a
+// creates, or refuses it.
+func (p *projectQuota) charge(ctx context.Context, a admission.Attributes, name string, names []api.ResourceName) error {
+	getter, status := p.quotas.getter.Load(), p.quotas.status.Load()
+	if getter == nil || status == nil {
+		return apierrors.NewServiceUnavailable("resource quota storage is not ready")
+	}
+	ctx = genericapirequest.WithNamespace(ctx, a.GetNamespace())
+	gr := a.GetResource().GroupResource()
+	for range 20 {
+		obj, err := (*getter).Get(ctx, name, &metav1.GetOptions{}) // from etcd: the revision the write is conditional on
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return apierrors.NewInternalError(fmt.Errorf("reading resource quota %s: %w", name, err))
+		}
+		q, ok := obj.(*api.ResourceQuota)
+		if !ok {
+			return apierrors.NewInternalError(fmt.Errorf("resource quota storage returned %T", obj))
+		}
+		// Reservations first, then the count: an object stored in between is
+		// counted twice (refusing a create that might have passed), never
+		// missed (admitting one too many).
+		pending, err := p.pending(ctx, q, gr)
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		used, err := p.quotas.counter(ctx, gr, tenancy.From(ctx).KeySegment(), a.GetNamespace())
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		for _, r := range pending {
+			if r.Resource == gr.String() {
+				used++
+			}
+		}
+		updated := q.DeepCopy()
+		if updated.Status.Used == nil {
+			updated.Status.Used = api.ResourceList{}
+		}
+		updated.Status.Hard = q.Spec.Hard.DeepCopy()
+		for _, n := range names {
+			hard, ok := q.Spec.Hard[n]
+			if !ok {
+				continue
+			}
+			if used+1 > hard.Value() {
+				return admission.NewForbidden(a, fmt.Errorf("exceeded quota: %s, requested: %s=1, used: %s=%d, limited: %s=%s",
+					q.Name, n, n, used, n, hard.String()))
+			}
+			updated.Status.Used[n] = *resource.NewQuantity(used+1, resource.DecimalSI)
+		}
+		pending = append(pending, reservation{Resource: gr.String(), Name: a.GetName(), Expires: p.now().Add(ReservationTTL)})
+		raw, err := json.Marshal(pending)
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		if updated.Annotations == nil {
+			updated.Annotations = map[string]string{}
+		}
+		updated.Annotations[ReservationsAnnotation] = string(raw)
+		_, _, err = (*status).Update(ctx, name, rest.DefaultUpdatedObjectInfo(updated), nil, nil, false, &metav1.UpdateOptions{})
+		switch {
+		case apierrors.IsConflict(err):
+			continue // another create charged the quota meanwhile: count again
+		case apierrors.IsNotFound(err):
+			return nil
+		case err != nil:
+			return apierrors.NewInternalError(fmt.Errorf("charging resource quota %s: %w", name, err))
+		}
+		return nil
+	}
+	return apierrors.NewConflict(a.GetResource().GroupResource(), a.GetName(), fmt.Errorf("resource quota %s changed too often while this create was admitted; retry", name))
+}
+
+// pending returns a quota's reservations that still count: not expired, and
+// (for this resource) whose object is not stored yet. The others are dropped
+// when the quota is next written.
+func (p *projectQuota) pending(ctx context.Context, q *api.ResourceQuota, gr schema.GroupResource) ([]reservation, error) {
+	raw := q.Annotations[ReservationsAnnotation]
+	if raw == "" {
+		return nil, nil
+	}
+	var all []reservation
+	if err := json.Unmarshal([]byte(raw), &all); err != nil {
+		return nil, nil // not ours to trust: a user edited it
+	}
+	now := p.now()
+	var out []reservation
+	for _, r := range all {
+		if !r.Expires.After(now) || r.Expires.After(now.Add(ReservationTTL)) {
+			continue
+		}
+		if r.Resource == gr.String() && r.Name != "" {
+			stored, err := p.quotas.exists(ctx, gr, tenancy.From(ctx).KeySegment(), q.Namespace, r.Name)
+			if err != nil {
+				return nil, err
+			}
+			if stored {
+				continue
+			}
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 func (p *projectQuota) list(ctx context.Context, namespace string) ([]*api.ResourceQuota, error) {

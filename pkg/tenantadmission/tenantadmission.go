@@ -13,6 +13,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,7 +85,7 @@ func Decorator(namespaces *Namespaces, quotas *Quotas) admission.Decorator {
 		case name == namespaceLifecycle:
 			return &tenantAware{name: name, platform: handler, project: &projectNamespaceLifecycle{namespaces: namespaces}}
 		case name == resourceQuota:
-			return &tenantAware{name: name, platform: handler, project: &projectQuota{quotas: quotas}}
+			return &tenantAware{name: name, platform: handler, project: &projectQuota{quotas: quotas, now: time.Now}}
 		case notYetInProjects.Has(name):
 			return &tenantAware{name: name, platform: handler}
 		default:

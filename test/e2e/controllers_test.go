@@ -6,11 +6,14 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -250,4 +253,74 @@ func TestNewProjectHasKubeSystem(t *testing.T) {
 	if r := m.kubectlWith(t, kc, "", "delete", "namespace", "kube-system"); r.err == nil {
 		t.Fatal("kube-system of a project was deleted")
 	}
+}
+
+// A ResourceQuota in a project reports what it limits, follows creates and
+// deletions, and of many creates racing for its last units exactly as many
+// pass as there are units.
+func TestResourceQuotaStatusAndTheLastUnit(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	p := m.newProject(t, "quota-race")
+	c := m.projectKube(t, p)
+	createNamespace(t, c, "race")
+	eventually(t, "the namespace's own configmap", func() error {
+		_, err := c.CoreV1().ConfigMaps("race").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		return err
+	})
+	const limit = 6 // kube-root-ca.crt and five more
+	if _, err := c.CoreV1().ResourceQuotas("race").Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "objects"},
+		Spec: corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/configmaps": resource.MustParse(fmt.Sprint(limit)), "requests.cpu": resource.MustParse("1")}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	status := func(want int64) func() error {
+		return func() error {
+			q, err := c.CoreV1().ResourceQuotas("race").Get(ctx, "objects", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			used := q.Status.Used["count/configmaps"]
+			hard := q.Status.Hard["count/configmaps"]
+			if used.Value() != want || hard.Value() != limit || q.Status.Used.Cpu().Value() != 0 {
+				return fmt.Errorf("status %v, want used %d", q.Status, want)
+			}
+			return nil
+		}
+	}
+	eventually(t, "the quota's status", status(1))
+
+	// Twenty creates race for five units.
+	var wg sync.WaitGroup
+	var admitted atomic.Int64
+	for i := range 20 {
+		wg.Go(func() {
+			_, err := c.CoreV1().ConfigMaps("race").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("racer-%d", i)}}, metav1.CreateOptions{})
+			switch {
+			case err == nil:
+				admitted.Add(1)
+			case apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota: objects"):
+			default:
+				t.Errorf("racer %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	list, err := c.CoreV1().ConfigMaps("race").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if admitted.Load() != limit-1 || len(list.Items) != limit {
+		t.Fatalf("%d creates admitted and %d configmaps stored under a quota of %d (one is kube-root-ca.crt)", admitted.Load(), len(list.Items), limit)
+	}
+	eventually(t, "the quota's status after the race", status(limit))
+
+	// A deletion frees a unit at once for admission, and in the status by the next count.
+	if err := c.CoreV1().ConfigMaps("race").Delete(ctx, list.Items[len(list.Items)-1].Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a create after a deletion", func() error {
+		_, err := c.CoreV1().ConfigMaps("race").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after-delete"}}, metav1.CreateOptions{})
+		return err
+	})
 }

@@ -67,6 +67,21 @@ func CountInNamespace(ctx context.Context, client *clientv3.Client, prefixes *Pr
 	return resp.Count, nil
 }
 
+// ExistsInNamespace reports, directly in etcd and without reading the value,
+// whether one object of a resource is stored in a namespace of the project
+// with storage id projectID.
+func ExistsInNamespace(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, resource schema.GroupResource, projectID, namespace, name string) (bool, error) {
+	prefix, ok := prefixes.NamespaceKeyPrefix(resource, projectID, namespace)
+	if !ok {
+		return false, fmt.Errorf("no storage for %s", resource)
+	}
+	resp, err := client.Get(ctx, prefix+name, clientv3.WithCountOnly())
+	if err != nil {
+		return false, fmt.Errorf("looking up %s %s/%s: %w", resource, namespace, name, err)
+	}
+	return resp.Count > 0, nil
+}
+
 // List returns the recorded prefixes, sorted.
 func (p *Prefixes) List() []string {
 	p.mu.Lock()
