@@ -7,6 +7,7 @@ import (
 	"errors"
 
 	"go.miloapis.com/milo/pkg/controllers/clusterroleaggregation"
+	"go.miloapis.com/milo/pkg/controllers/garbagecollector"
 	"go.miloapis.com/milo/pkg/controllers/hierarchy"
 	"go.miloapis.com/milo/pkg/controllers/manager"
 	"go.miloapis.com/milo/pkg/controllers/namespace"
@@ -30,6 +31,11 @@ func Registry() manager.Registry {
 		// Projects' aggregated ClusterRoles get the rules they select.
 		clusterroleaggregation.Name: func(s manager.Shared) (manager.Runner, error) {
 			c := clusterroleaggregation.New(s.Clients)
+			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
+		},
+		// Dependents go with their owners, in every project and on the platform.
+		garbagecollector.Name: func(s manager.Shared) (manager.Runner, error) {
+			c := garbagecollector.New(s.Clients)
 			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
 		},
 		// ResourceQuotas report what they limit (status.hard, status.used).

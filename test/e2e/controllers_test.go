@@ -324,3 +324,104 @@ func TestResourceQuotaStatusAndTheLastUnit(t *testing.T) {
 		return err
 	})
 }
+
+// Garbage collection in a project, with kubectl: background, foreground
+// (--cascade=foreground waits for a blocking dependent) and orphan
+// (--cascade=orphan keeps the dependent, without its reference); a
+// reference to another project's owner, by name and UID, keeps nothing alive
+// there and deletes nothing of that project.
+func TestGarbageCollectionInAProject(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	a, b := m.newProject(t, "gc-a"), m.newProject(t, "gc-b")
+	ca, cb := m.projectKube(t, a), m.projectKube(t, b)
+	ka := m.projectKubeconfig(t, a)
+	owned := func(name string, owner *corev1.ConfigMap, block bool) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, BlockOwnerDeletion: &block}}}}
+	}
+	create := func(c kubernetes.Interface, cm *corev1.ConfigMap) *corev1.ConfigMap {
+		t.Helper()
+		out, err := c.CoreV1().ConfigMaps("default").Create(ctx, cm, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	gone := func(c kubernetes.Interface, name string) func() error {
+		return func() error {
+			_, err := c.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("%s still there: %v", name, err)
+		}
+	}
+
+	// Background: the dependent goes after its owner.
+	owner := create(ca, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}})
+	create(ca, owned("dependent", owner, false))
+	// The same names in B, and a B object naming A's owner by name and UID.
+	bOwner := create(cb, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owner"}})
+	create(cb, owned("dependent", bOwner, false))
+	create(cb, owned("claims-a", owner, true))
+	if r := m.kubectlWith(t, ka, "", "delete", "configmap", "owner"); r.err != nil {
+		t.Fatalf("delete owner: %v %s", r.err, r.stderr)
+	}
+	eventually(t, "A's dependent collected", gone(ca, "dependent"))
+	// In B, A's owner never existed: the reference dangles, so that object is
+	// collected as any with a missing owner; B's own objects stay.
+	eventually(t, "B's object naming A's owner collected", gone(cb, "claims-a"))
+	for _, name := range []string{"owner", "dependent"} {
+		if _, err := cb.CoreV1().ConfigMaps("default").Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Fatalf("B's %s after A's deletion: %v", name, err)
+		}
+	}
+
+	// Foreground: the owner waits for its blocking dependent.
+	fgOwner := create(ca, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fg-owner"}})
+	create(ca, owned("fg-dependent", fgOwner, true))
+	if r := m.kubectlWith(t, ka, "", "delete", "configmap", "fg-owner", "--cascade=foreground", "--timeout=60s"); r.err != nil {
+		t.Fatalf("delete --cascade=foreground: %v %s", r.err, r.stderr)
+	}
+	eventually(t, "the foreground owner gone", gone(ca, "fg-owner"))
+	eventually(t, "its dependent gone", gone(ca, "fg-dependent"))
+
+	// Orphan: the dependent stays, without its reference.
+	orphanOwner := create(ca, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "orphan-owner"}})
+	create(ca, owned("orphan", orphanOwner, true))
+	if r := m.kubectlWith(t, ka, "", "delete", "configmap", "orphan-owner", "--cascade=orphan", "--timeout=60s"); r.err != nil {
+		t.Fatalf("delete --cascade=orphan: %v %s", r.err, r.stderr)
+	}
+	eventually(t, "the orphaning owner gone", gone(ca, "orphan-owner"))
+	eventually(t, "the orphan kept without its reference", func() error {
+		cm, err := ca.CoreV1().ConfigMaps("default").Get(ctx, "orphan", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(cm.OwnerReferences) != 0 {
+			return fmt.Errorf("references %v", cm.OwnerReferences)
+		}
+		return nil
+	})
+
+	// A dependent with one owner left only loses its reference to the gone one.
+	keep := create(ca, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "keeper"}})
+	leave := create(ca, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "leaver"}})
+	two := owned("two-owners", keep, false)
+	two.OwnerReferences = append(two.OwnerReferences, owned("", leave, false).OwnerReferences...)
+	create(ca, two)
+	if err := ca.CoreV1().ConfigMaps("default").Delete(ctx, "leaver", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the reference to the gone owner dropped", func() error {
+		cm, err := ca.CoreV1().ConfigMaps("default").Get(ctx, "two-owners", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if len(cm.OwnerReferences) != 1 || cm.OwnerReferences[0].UID != keep.UID {
+			return fmt.Errorf("references %v", cm.OwnerReferences)
+		}
+		return nil
+	})
+}

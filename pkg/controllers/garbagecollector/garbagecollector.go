@@ -1,0 +1,493 @@
+// Package garbagecollector deletes the dependents of deleted owners, in
+// every project and on the platform, with Kubernetes' semantics: background
+// deletion (dependents go once every owner is gone), foreground deletion (an
+// owner with the foregroundDeletion finalizer waits until its dependents that
+// block it are gone), orphaning (an owner with the orphan finalizer leaves
+// its dependents, minus their reference to it), dangling references (an owner
+// that does not exist, or exists with another UID) and invalid ones (a
+// cluster-scoped dependent naming a namespaced owner) count as absent owners,
+// and a dependent with an owner still present only loses its references to
+// the absent ones.
+//
+// An owner reference is resolved only inside the dependent's own project: the
+// owner is looked up, by name and then UID, with a client of that project, so
+// a reference naming another project's object never keeps anything alive and
+// never deletes anything of that project.
+//
+// Upstream's collector keeps a graph of every object of the cluster; Milo's
+// keeps only the objects that have owners or wait for dependents (graph.go),
+// keyed by project, and learns of the rest only as they go: one watch per
+// resource for every project (the all-projects view) and one for the
+// platform, read into that graph, and no informer cache of every object.
+// Decisions always read the objects concerned again from the API first.
+package garbagecollector
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/controllers/manager"
+)
+
+// Name is the controller's name in the registry of controllers.
+const Name = "garbage-collector"
+
+// Controller collects garbage.
+type Controller struct {
+	clients            *allprojects.Clients
+	platform, projects allprojects.ResourceLists
+}
+
+// New prepares the controller.
+func New(clients *allprojects.Clients) *Controller { return &Controller{clients: clients} }
+
+type op int
+
+const (
+	// verify looks at a dependent's owners and deletes it, or drops
+	// references, as they say.
+	verify op = iota
+	// finalize works for an owner being deleted with foregroundDeletion or orphan.
+	finalize
+)
+
+// item is one unit of work.
+type item struct {
+	op       op
+	resource schema.GroupVersionResource
+	key      allprojects.Key
+}
+
+// kinds maps the kinds a view serves to their resources.
+type kinds map[schema.GroupKind]resourceInfo
+
+type resourceInfo struct {
+	gvr        schema.GroupVersionResource
+	namespaced bool
+}
+
+type term struct {
+	*Controller
+	graph *graph
+	queue workqueue.TypedRateLimitingInterface[item]
+	mu    sync.Mutex
+	// kinds of the platform (0) and of projects (1)
+	kinds [2]kinds
+}
+
+// Run works until ctx ends.
+func (ctl *Controller) Run(ctx context.Context, workers int) {
+	t := &term{Controller: ctl, graph: newGraph(), queue: manager.NewQueue[item](Name)}
+	defer t.queue.ShutDown()
+	go t.watchResources(ctx)
+	manager.Work(ctx, Name, t.queue, workers, t.sync)
+}
+
+// watchResources starts one watch per deletable resource and view, and
+// follows discovery as resources (custom resources) come and go.
+func (t *term) watchResources(ctx context.Context) {
+	type watchKey struct {
+		view int
+		gvr  schema.GroupVersionResource
+	}
+	running := map[watchKey]context.CancelFunc{}
+	refresh := func() {
+		for view := range 2 {
+			lists := &t.platform
+			cfg := t.clients.Config("")
+			if view == 1 {
+				lists, cfg = &t.projects, t.clients.AllProjectsConfig()
+			}
+			resources, err := lists.Get(func() (discovery.DiscoveryInterface, error) {
+				return discovery.NewDiscoveryClientForConfigAndClient(cfg, t.clients.HTTPClient())
+			})
+			if len(resources) == 0 {
+				klog.FromContext(ctx).Error(err, "Discovering resources", "controller", Name)
+				continue
+			}
+			found := kinds{}
+			for _, l := range resources {
+				gv, err := schema.ParseGroupVersion(l.GroupVersion)
+				if err != nil {
+					continue
+				}
+				for _, r := range l.APIResources {
+					if slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "watch") && slices.Contains(r.Verbs, "delete") && !containsSlash(r.Name) {
+						found[gv.WithKind(r.Kind).GroupKind()] = resourceInfo{gv.WithResource(r.Name), r.Namespaced}
+					}
+				}
+			}
+			t.mu.Lock()
+			t.kinds[view] = found
+			t.mu.Unlock()
+			for _, info := range found {
+				k := watchKey{view, info.gvr}
+				if _, ok := running[k]; ok {
+					continue
+				}
+				wctx, cancel := context.WithCancel(ctx)
+				running[k] = cancel
+				go t.watch(wctx, info, view == 1)
+			}
+		}
+	}
+	refresh()
+	ticker := time.NewTicker(30 * time.Second)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			refresh()
+		}
+	}
+}
+
+func containsSlash(s string) bool { return slices.Contains([]byte(s), '/') }
+
+// watch reads one resource of one view into the graph.
+func (t *term) watch(ctx context.Context, info resourceInfo, allProjects bool) {
+	cfg := t.clients.Config("")
+	if allProjects {
+		cfg = t.clients.AllProjectsConfig()
+	}
+	client, err := metadata.NewForConfigAndClient(cfg, t.clients.HTTPClient())
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Preparing a watch", "controller", Name, "resource", info.gvr)
+		return
+	}
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return client.Resource(info.gvr).List(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.Resource(info.gvr).Watch(ctx, o)
+		},
+	}
+	store := &graphStore{term: t, info: info, platform: !allProjects}
+	cache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, store, cache.ReflectorOptions{Name: Name + ":" + info.gvr.String()}).RunWithContext(ctx)
+}
+
+// graphStore receives one resource's objects from its watch.
+type graphStore struct {
+	term     *term
+	info     resourceInfo
+	platform bool
+}
+
+func (s *graphStore) node(obj any) (*node, metav1.Object, bool) {
+	if !s.platform {
+		obj, _ = allprojects.Qualify(obj)
+	}
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return nil, nil, false
+	}
+	key, ok := allprojects.KeyOf(obj, !s.info.namespaced)
+	if !ok {
+		return nil, nil, false
+	}
+	fins := m.GetFinalizers()
+	deleting := m.GetDeletionTimestamp() != nil
+	return &node{key: key, resource: s.info.gvr, uid: m.GetUID(), owners: m.GetOwnerReferences(),
+		foreground: deleting && slices.Contains(fins, metav1.FinalizerDeleteDependents),
+		orphan:     deleting && slices.Contains(fins, metav1.FinalizerOrphanDependents)}, m, true
+}
+
+func (s *graphStore) Add(obj any) error { return s.Update(obj) }
+
+func (s *graphStore) Update(obj any) error {
+	n, m, ok := s.node(obj)
+	if !ok {
+		return nil
+	}
+	if !keep(m) {
+		s.term.graph.remove(n.resource, n.key)
+		return nil
+	}
+	s.term.graph.put(n)
+	if len(n.owners) > 0 {
+		s.term.queue.Add(item{op: verify, resource: n.resource, key: n.key})
+	}
+	if n.foreground || n.orphan {
+		s.term.queue.Add(item{op: finalize, resource: n.resource, key: n.key})
+	}
+	return nil
+}
+
+func (s *graphStore) Delete(obj any) error {
+	n, m, ok := s.node(obj)
+	if !ok {
+		return nil
+	}
+	s.term.graph.remove(n.resource, n.key)
+	// Its dependents may have lost their last owner.
+	for _, d := range s.term.graph.dependentsOf(n.key.ID, m.GetUID()) {
+		s.term.queue.Add(item{op: verify, resource: d.resource, key: d.key})
+	}
+	// An owner waiting for it may be done waiting.
+	for _, ref := range n.owners {
+		if owner, ok := s.term.ownerKey(n, ref); ok {
+			s.term.queue.Add(item{op: finalize, resource: owner.resource, key: owner.key})
+		}
+	}
+	return nil
+}
+
+func (s *graphStore) Replace(objs []any, _ string) error {
+	var nodes []*node
+	for _, obj := range objs {
+		if n, m, ok := s.node(obj); ok && keep(m) {
+			nodes = append(nodes, n)
+		}
+	}
+	s.term.graph.replace(s.info.gvr, s.platform, nodes)
+	// Owners may have gone while nobody watched: every dependent is checked again.
+	for _, n := range nodes {
+		if len(n.owners) > 0 {
+			s.term.queue.Add(item{op: verify, resource: n.resource, key: n.key})
+		}
+		if n.foreground || n.orphan {
+			s.term.queue.Add(item{op: finalize, resource: n.resource, key: n.key})
+		}
+	}
+	return nil
+}
+
+func (s *graphStore) Resync() error { return nil }
+
+// ownerKey is the work item of the owner a reference of n names.
+func (t *term) ownerKey(n *node, ref metav1.OwnerReference) (item, bool) {
+	info, ok := t.kindOf(n.key.Project, ref)
+	if !ok {
+		return item{}, false
+	}
+	k := allprojects.Key{Project: n.key.Project, ID: n.key.ID, Name: ref.Name}
+	if info.namespaced {
+		k.Namespace = n.key.Namespace
+	}
+	return item{op: finalize, resource: info.gvr, key: k}, true
+}
+
+func (t *term) kindOf(project string, ref metav1.OwnerReference) (resourceInfo, bool) {
+	gv, err := schema.ParseGroupVersion(ref.APIVersion)
+	if err != nil {
+		return resourceInfo{}, false
+	}
+	view := 0
+	if project != "" {
+		view = 1
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	info, ok := t.kinds[view][schema.GroupKind{Group: gv.Group, Kind: ref.Kind}]
+	return info, ok
+}
+
+func (t *term) sync(ctx context.Context, it item) error {
+	client, err := metadata.NewForConfigAndClient(t.clients.Config(it.key.Project), t.clients.HTTPClient())
+	if err != nil {
+		return err
+	}
+	if it.op == finalize {
+		return t.finalize(ctx, client, it)
+	}
+	return t.verify(ctx, client, it)
+}
+
+// ownerState is what one owner reference of a dependent finds.
+type ownerState int
+
+const (
+	solid ownerState = iota
+	// waiting: the owner is being deleted in the foreground.
+	waiting
+	// absent: dangling (missing, or another UID) or invalid.
+	absent
+)
+
+// resolve looks an owner reference up in the dependent's own project.
+func (t *term) resolve(ctx context.Context, client metadata.Interface, dependent allprojects.Key, ref metav1.OwnerReference) (ownerState, error) {
+	info, ok := t.kindOf(dependent.Project, ref)
+	if !ok {
+		return solid, fmt.Errorf("owner kind %s %s is not served", ref.APIVersion, ref.Kind)
+	}
+	ns := ""
+	if info.namespaced {
+		if dependent.Namespace == "" {
+			return absent, nil // a cluster-scoped dependent cannot have a namespaced owner
+		}
+		ns = dependent.Namespace
+	}
+	owner, err := client.Resource(info.gvr).Namespace(ns).Get(ctx, ref.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return absent, nil
+	case err != nil:
+		return solid, err
+	case owner.UID != ref.UID:
+		return absent, nil
+	case owner.DeletionTimestamp != nil && slices.Contains(owner.Finalizers, metav1.FinalizerDeleteDependents):
+		return waiting, nil
+	}
+	return solid, nil
+}
+
+// Decide returns what to do with a dependent whose owner references found
+// states: nothing, drop the references of the owners listed, or delete it
+// with the propagation policy given.
+func Decide(refs []metav1.OwnerReference, states []ownerState, dependentFinalizers []string) (drop []types.UID, del *metav1.DeletionPropagation) {
+	var solids, waitings, absents int
+	for i, s := range states {
+		switch s {
+		case solid:
+			solids++
+		case waiting:
+			waitings++
+			drop = append(drop, refs[i].UID)
+		case absent:
+			absents++
+			drop = append(drop, refs[i].UID)
+		}
+	}
+	switch {
+	case absents == 0 && waitings == 0:
+		return nil, nil
+	case solids > 0:
+		return drop, nil
+	}
+	policy := metav1.DeletePropagationBackground
+	switch {
+	case waitings > 0 || slices.Contains(dependentFinalizers, metav1.FinalizerDeleteDependents):
+		policy = metav1.DeletePropagationForeground
+	case slices.Contains(dependentFinalizers, metav1.FinalizerOrphanDependents):
+		policy = metav1.DeletePropagationOrphan
+	}
+	return nil, &policy
+}
+
+// verify decides for one dependent from its owners as they are now.
+func (t *term) verify(ctx context.Context, client metadata.Interface, it item) error {
+	dep, err := client.Resource(it.resource).Namespace(it.key.Namespace).Get(ctx, it.key.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil || dep.DeletionTimestamp != nil || len(dep.OwnerReferences) == 0 {
+		return err
+	}
+	states := make([]ownerState, len(dep.OwnerReferences))
+	for i, ref := range dep.OwnerReferences {
+		if states[i], err = t.resolve(ctx, client, it.key, ref); err != nil {
+			return err
+		}
+	}
+	drop, policy := Decide(dep.OwnerReferences, states, dep.Finalizers)
+	switch {
+	case policy != nil:
+		err := client.Resource(it.resource).Namespace(it.key.Namespace).Delete(ctx, it.key.Name,
+			metav1.DeleteOptions{PropagationPolicy: policy, Preconditions: &metav1.Preconditions{UID: &dep.UID}})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			return nil
+		}
+		return err
+	case len(drop) > 0:
+		return dropReferences(ctx, client, it, dep, drop)
+	}
+	return nil
+}
+
+// dropReferences removes owner references from a dependent; the UID in the
+// patch makes it apply to this very object only.
+func dropReferences(ctx context.Context, client metadata.Interface, it item, dep *metav1.PartialObjectMetadata, uids []types.UID) error {
+	kept := []metav1.OwnerReference{}
+	for _, ref := range dep.OwnerReferences {
+		if !slices.Contains(uids, ref.UID) {
+			kept = append(kept, ref)
+		}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"ownerReferences": kept, "uid": dep.UID}})
+	if err != nil {
+		return err
+	}
+	_, err = client.Resource(it.resource).Namespace(it.key.Namespace).Patch(ctx, it.key.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	return err
+}
+
+// finalize works for an owner being deleted with foregroundDeletion (its
+// dependents go first; it goes when none blocking it is left) or orphan (its
+// dependents lose their reference to it, then it goes).
+func (t *term) finalize(ctx context.Context, client metadata.Interface, it item) error {
+	owner, err := client.Resource(it.resource).Namespace(it.key.Namespace).Get(ctx, it.key.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil || owner.DeletionTimestamp == nil {
+		return err
+	}
+	orphan, foreground := slices.Contains(owner.Finalizers, metav1.FinalizerOrphanDependents), slices.Contains(owner.Finalizers, metav1.FinalizerDeleteDependents)
+	if !orphan && !foreground {
+		return nil
+	}
+	blocking := 0
+	for _, d := range t.graph.dependentsOf(it.key.ID, owner.UID) {
+		dep, err := client.Resource(d.resource).Namespace(d.key.Namespace).Get(ctx, d.key.Name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		i := slices.IndexFunc(dep.OwnerReferences, func(r metav1.OwnerReference) bool { return r.UID == owner.UID })
+		if i < 0 {
+			continue
+		}
+		if orphan {
+			if err := dropReferences(ctx, client, item{resource: d.resource, key: d.key}, dep, []types.UID{owner.UID}); err != nil {
+				return err
+			}
+			continue
+		}
+		if ref := dep.OwnerReferences[i]; ref.BlockOwnerDeletion != nil && *ref.BlockOwnerDeletion {
+			blocking++
+		}
+		t.queue.Add(item{op: verify, resource: d.resource, key: d.key})
+	}
+	if blocking > 0 {
+		return manager.RetryAfter{After: 2 * time.Second, Reason: fmt.Sprintf("%d dependents block the deletion", blocking)}
+	}
+	finalizer := metav1.FinalizerDeleteDependents
+	if orphan {
+		finalizer = metav1.FinalizerOrphanDependents
+	}
+	owner.Finalizers = slices.DeleteFunc(owner.Finalizers, func(f string) bool { return f == finalizer })
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"finalizers": owner.Finalizers, "uid": owner.UID, "resourceVersion": owner.ResourceVersion}})
+	if err != nil {
+		return err
+	}
+	_, err = client.Resource(it.resource).Namespace(it.key.Namespace).Patch(ctx, it.key.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err // a conflict is retried with the owner as it is now
+}
