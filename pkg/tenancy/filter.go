@@ -159,6 +159,12 @@ type existenceCheck struct {
 
 type existenceCheckKey struct{}
 
+// ExpectedProjectIDHeader, on a request to a project, names the storage id of
+// the project it is meant for. Controllers send it with work queued for one
+// project, so that work queued before a project was deleted never lands in a
+// later project of the same name: such a request answers 404.
+const ExpectedProjectIDHeader = "X-Milo-Project-Id"
+
 type deletingKey struct{}
 
 // ProjectDeletingFrom reports whether the request in ctx is for a project that
@@ -223,7 +229,8 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 				return
 			}
 			state := project.State
-			if resolved := From(ctx).ID; state == ProjectMissing || (resolved != "" && resolved != project.ID) {
+			expected := req.Header.Get(ExpectedProjectIDHeader)
+			if resolved := From(ctx).ID; state == ProjectMissing || (resolved != "" && resolved != project.ID) || (expected != "" && expected != project.ID) {
 				// Missing, or deleted and created again while this request was
 				// authorized against the old one's RBAC.
 				fail(apierrors.NewNotFound(projectsResource, c.project))

@@ -2,6 +2,7 @@ package attack
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -111,6 +113,39 @@ func drain(t *testing.T, w watch.Interface, timeout time.Duration) bool {
 			}
 		case <-deadline:
 			return false
+		}
+	}
+}
+
+// Work queued for a project carries its storage id: a request naming another
+// id (a deleted project of the same name) is refused, so stale work never
+// lands in a later project of that name.
+func TestRequestsForAnotherStorageIDAreRefused(t *testing.T) {
+	org := organizationOf(t, malloryToken, "expect")
+	name := projectIn(t, malloryToken, org, unique("expect"))
+	c := kube(t, at(malloryToken, tenancy.ProjectPath(name)))
+	cm, err := c.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := cm.Annotations[tenancy.IDAnnotationKey]
+	for header, want := range map[string]int{id: 200, "p.00000000-0000-0000-0000-000000000000": 404, "": 200} {
+		cfg := at(malloryToken, tenancy.ProjectPath(name))
+		hc, err := rest.HTTPClientFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req, _ := http.NewRequest("GET", cfg.Host+"/api/v1/namespaces/default/configmaps/probe", nil)
+		if header != "" {
+			req.Header.Set(tenancy.ExpectedProjectIDHeader, header)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("expected id %q: %d, want %d", header, resp.StatusCode, want)
 		}
 	}
 }

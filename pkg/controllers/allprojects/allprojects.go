@@ -9,6 +9,7 @@
 package allprojects
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"sync"
@@ -42,6 +43,7 @@ type Clients struct {
 func NewClients(platform *rest.Config) (*Clients, error) {
 	base := rest.CopyConfig(platform)
 	base.QPS, base.Burst = -1, -1
+	base.Wrap(func(rt http.RoundTripper) http.RoundTripper { return expectProject{rt} })
 	hc, err := rest.HTTPClientFor(base)
 	if err != nil {
 		return nil, err
@@ -67,6 +69,30 @@ func (c *Clients) AllProjectsConfig() *rest.Config {
 	cfg := rest.CopyConfig(c.base)
 	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + tenancy.AllProjectsPath
 	return cfg
+}
+
+// Within returns a context whose requests through these clients are refused
+// (404) unless they reach the project of key by its storage id, not merely by
+// its name: work queued for a deleted project never reaches a later one of
+// the same name.
+func Within(ctx context.Context, key Key) context.Context {
+	if key.Project == "" || key.ID == "" {
+		return ctx
+	}
+	return context.WithValue(ctx, projectIDKey{}, key.ID)
+}
+
+type projectIDKey struct{}
+
+// expectProject sends the storage id Within put in a request's context.
+type expectProject struct{ rt http.RoundTripper }
+
+func (e expectProject) RoundTrip(req *http.Request) (*http.Response, error) {
+	if id, ok := req.Context().Value(projectIDKey{}).(string); ok {
+		req = req.Clone(req.Context())
+		req.Header.Set(tenancy.ExpectedProjectIDHeader, id)
+	}
+	return e.rt.RoundTrip(req)
 }
 
 // Key names one object of one project (Project "" for the platform).

@@ -88,6 +88,7 @@ func (t *term) enqueueAggregatedOf(projectID string) {
 }
 
 func (t *term) sync(ctx context.Context, key allprojects.Key) error {
+	ctx = allprojects.Within(ctx, key)
 	obj, exists, err := t.roles.GetStore().GetByKey(key.StoreKey())
 	if err != nil || !exists {
 		return err

@@ -303,6 +303,7 @@ func (t *term) kindOf(project string, ref metav1.OwnerReference) (resourceInfo, 
 }
 
 func (t *term) sync(ctx context.Context, it item) error {
+	ctx = allprojects.Within(ctx, it.key)
 	client, err := metadata.NewForConfigAndClient(t.clients.Config(it.key.Project), t.clients.HTTPClient())
 	if err != nil {
 		return err

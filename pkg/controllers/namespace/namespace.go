@@ -79,6 +79,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 // sync deletes one namespace's contents and finalizes it, with clients of its
 // own project made for this work item.
 func (c *Controller) sync(ctx context.Context, key allprojects.Key) error {
+	ctx = allprojects.Within(ctx, key)
 	cfg := c.clients.Config(key.Project)
 	core, err := corev1client.NewForConfigAndClient(cfg, c.clients.HTTPClient())
 	if err != nil {

@@ -110,6 +110,7 @@ func (ctl *Controller) Run(ctx context.Context, workers int) {
 }
 
 func (t *term) sync(ctx context.Context, key allprojects.Key) error {
+	ctx = allprojects.Within(ctx, key)
 	view, lists := 0, &t.platform
 	if key.Project != "" {
 		view, lists = 1, &t.projects

@@ -94,6 +94,7 @@ func (ctl *Controller) Run(ctx context.Context, workers int) {
 
 // sync puts what the namespace of key lacks into it, with a client of its own project.
 func (t *term) sync(ctx context.Context, ns allprojects.Key) error {
+	ctx = allprojects.Within(ctx, ns)
 	view := 0
 	if ns.Project != "" {
 		view = 1
