@@ -425,3 +425,13 @@ func TestGarbageCollectionInAProject(t *testing.T) {
 		return nil
 	})
 }
+
+// namespaceCondition is the status of one condition of a namespace.
+func namespaceCondition(ns *corev1.Namespace, t corev1.NamespaceConditionType) corev1.ConditionStatus {
+	for _, c := range ns.Status.Conditions {
+		if c.Type == t {
+			return c.Status
+		}
+	}
+	return ""
+}

@@ -329,6 +329,19 @@ func TestTwoControllerManagersAndTheInitializationGate(t *testing.T) {
 	})
 	m.createProject(t, "second")
 	m.waitProjectReady(t, "second")
+	// The new leader runs every controller: a namespace deleted in a project goes.
+	sc := m.projectKube(t, "second")
+	createNamespace(t, sc, "team")
+	createConfigMap(t, sc, "team", "content", nil, nil)
+	if err := sc.CoreV1().Namespaces().Delete(ctx, "team", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the namespace deleted by the new leader", func() error {
+		if _, err := sc.CoreV1().Namespaces().Get(ctx, "team", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
 	createConfigMap(t, m.projectKube(t, "first"), "default", "data", nil, nil)
 	m.mustKubectl(t, "", "delete", "project", "first", "--timeout=60s")
 	m.createProject(t, "first")

@@ -253,6 +253,49 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 		t.Fatalf("anonymous list: %v", err)
 	}
 
+	// A namespace deletion and a foreground cascading deletion, both waiting
+	// on finalizers when the server stops.
+	mid := first.newProject(t, "restart-mid")
+	mc := first.projectKube(t, mid)
+	createNamespace(t, mc, "going")
+	hold := []string{"example.com/hold"}
+	if _, err := mc.CoreV1().ConfigMaps("going").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: hold}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := mc.CoreV1().Namespaces().Delete(context.Background(), "going", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	owner, err := mc.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fg-owner"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	block := true
+	if _, err := mc.CoreV1().ConfigMaps("default").Create(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "fg-dependent", Finalizers: hold,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID, BlockOwnerDeletion: &block}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	foreground := metav1.DeletePropagationForeground
+	if err := mc.CoreV1().ConfigMaps("default").Delete(context.Background(), "fg-owner", metav1.DeleteOptions{PropagationPolicy: &foreground}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "both deletions waiting", func() error {
+		ns, err := mc.CoreV1().Namespaces().Get(context.Background(), "going", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if c := namespaceCondition(ns, corev1.NamespaceFinalizersRemaining); c != corev1.ConditionTrue {
+			return fmt.Errorf("namespace conditions %v", ns.Status.Conditions)
+		}
+		dep, err := mc.CoreV1().ConfigMaps("default").Get(context.Background(), "fg-dependent", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if dep.DeletionTimestamp == nil {
+			return fmt.Errorf("the dependent is not being deleted yet")
+		}
+		return nil
+	})
+
 	leaseBefore, err := first.kube(t).CoordinationV1().Leases("milo-system").Get(context.Background(), "milo-controller-manager", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -311,6 +354,22 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 	eventually(t, "the deletion finishes after the restart", func() error {
 		if _, _, exists := projectCondition(t, second, doomed, "Ready"); exists {
 			return fmt.Errorf("project %s still exists", doomed)
+		}
+		return nil
+	})
+	// Both waiting deletions finish after the restart once their finalizers go.
+	mc = second.projectKube(t, mid)
+	for _, held := range [][2]string{{"going", "held"}, {"default", "fg-dependent"}} {
+		if _, err := mc.CoreV1().ConfigMaps(held[0]).Patch(context.Background(), held[1], types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "the namespace and the foreground owner gone after the restart", func() error {
+		if _, err := mc.CoreV1().Namespaces().Get(context.Background(), "going", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("namespace going: %v", err)
+		}
+		if _, err := mc.CoreV1().ConfigMaps("default").Get(context.Background(), "fg-owner", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("fg-owner: %v", err)
 		}
 		return nil
 	})
