@@ -50,6 +50,11 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 	handler.ServeHTTP(rec, req)
 
 	body := rec.body.Bytes()
+	if rec.code == http.StatusOK && strings.HasPrefix(req.URL.Path, "/openapi/") && !json.Valid(body) {
+		// Never the platform's document unfiltered.
+		http.Error(w, "the OpenAPI document could not be filtered for this project", http.StatusInternalServerError)
+		return
+	}
 	// The OpenAPI v3 index is served as text/plain; every document here is JSON.
 	if rec.code == http.StatusOK && (strings.Contains(rec.header.Get("Content-Type"), "json") || strings.HasPrefix(req.URL.Path, "/openapi/")) {
 		if filtered, ok := filterDiscovery(body); ok {

@@ -39,6 +39,10 @@ func filterOpenAPIDocument(doc map[string]json.RawMessage) ([]byte, bool) {
 	refPrefix, schemas, put := "#/definitions/", doc["definitions"], func(b []byte) { doc["definitions"] = b }
 	var components map[string]json.RawMessage
 	if doc["openapi"] != nil {
+		if doc["components"] == nil {
+			out, err := json.Marshal(doc) // no schemas to prune
+			return out, err == nil
+		}
 		if err := json.Unmarshal(doc["components"], &components); err != nil {
 			return nil, false
 		}

@@ -90,6 +90,10 @@ const ReservationsAnnotation = "quota.miloapis.com/reservations"
 // ReservationTTL bounds how long a reservation counts when its object never appears.
 const ReservationTTL = 30 * time.Second
 
+// maxReservations bounds the reservations one quota holds: creates in flight
+// at once, each looked up on every charge. Beyond it a create is asked to retry.
+const maxReservations = 64
+
 // reservation is one admitted create not yet seen stored.
 type reservation struct {
 	Resource string    `json:"resource"`
@@ -97,10 +101,44 @@ type reservation struct {
 	Expires  time.Time `json:"expires"`
 }
 
-func (p *projectQuota) Handles(op admission.Operation) bool { return op == admission.Create }
+func (p *projectQuota) Handles(op admission.Operation) bool {
+	return op == admission.Create || op == admission.Update
+}
+
+var resourceQuotas = schema.GroupResource{Resource: "resourcequotas"}
+
+// Admit keeps ReservationsAnnotation the server's: clients can neither set
+// nor change it (admission's own charges write through the status storage
+// directly). A tenant who could fill it would make every create look each
+// entry up.
+func (p *projectQuota) Admit(_ context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetResource().GroupResource() != resourceQuotas {
+		return nil
+	}
+	q, ok := a.GetObject().(*api.ResourceQuota)
+	if !ok {
+		return nil
+	}
+	want := ""
+	if old, ok := a.GetOldObject().(*api.ResourceQuota); ok && old != nil {
+		want = old.Annotations[ReservationsAnnotation]
+	}
+	if q.Annotations[ReservationsAnnotation] == want {
+		return nil
+	}
+	if want == "" {
+		delete(q.Annotations, ReservationsAnnotation)
+	} else {
+		if q.Annotations == nil {
+			q.Annotations = map[string]string{}
+		}
+		q.Annotations[ReservationsAnnotation] = want
+	}
+	return nil
+}
 
 func (p *projectQuota) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	if a.GetNamespace() == "" || a.GetSubresource() != "" || p.quotas == nil {
+	if a.GetOperation() != admission.Create || a.GetNamespace() == "" || a.GetSubresource() != "" || p.quotas == nil {
 		return nil
 	}
 	gr := a.GetResource().GroupResource()
@@ -185,6 +223,12 @@ func (p *projectQuota) charge(ctx context.Context, a admission.Attributes, name 
 			}
 			updated.Status.Used[n] = *resource.NewQuantity(used+1, resource.DecimalSI)
 		}
+		if a.IsDryRun() {
+			return nil // checked, not charged: nothing will be stored
+		}
+		if len(pending) >= maxReservations {
+			return apierrors.NewTooManyRequests(fmt.Sprintf("too many creates are being admitted against resource quota %s at once", name), 1)
+		}
 		pending = append(pending, reservation{Resource: gr.String(), Name: a.GetName(), Expires: p.now().Add(ReservationTTL)})
 		raw, err := json.Marshal(pending)
 		if err != nil {
@@ -222,6 +266,9 @@ func (p *projectQuota) pending(ctx context.Context, q *api.ResourceQuota, gr sch
 	}
 	now := p.now()
 	var out []reservation
+	if len(all) > maxReservations {
+		all = all[len(all)-maxReservations:]
+	}
 	for _, r := range all {
 		if !r.Expires.After(now) || r.Expires.After(now.Add(ReservationTTL)) {
 			continue

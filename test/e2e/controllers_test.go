@@ -289,6 +289,15 @@ func TestResourceQuotaStatusAndTheLastUnit(t *testing.T) {
 		}
 	}
 	eventually(t, "the quota's status", status(1))
+	// The reservations are the server's: a client cannot plant any.
+	q, err := c.CoreV1().ResourceQuotas("race").Patch(ctx, "objects", types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"quota.miloapis.com/reservations":"[{\"resource\":\"configmaps\",\"name\":\"x\",\"expires\":\"2999-01-01T00:00:00Z\"}]"}}}`), metav1.PatchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := q.Annotations["quota.miloapis.com/reservations"]; ok {
+		t.Fatalf("a client planted reservations: %s", r)
+	}
 
 	// Twenty creates race for five units.
 	var wg sync.WaitGroup

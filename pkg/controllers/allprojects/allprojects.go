@@ -122,7 +122,10 @@ const separator = "/"
 // Qualify is the informers' transform: it makes an object's namespace
 // "<storage id>/<namespace>" ("<storage id>" for a cluster-scoped object), so
 // that the store keys of two projects' objects never collide. It keeps the
-// object's annotations, from which KeyOf reads the project.
+// object's annotations, from which KeyOf reads the project. Informers and
+// reflectors apply it once to each object they receive; it must not be
+// applied twice (a namespace may equal a storage id: a project stored
+// before storage ids, named like one of its namespaces).
 func Qualify(obj any) (any, error) {
 	m, ok := obj.(metav1.Object)
 	if !ok {
@@ -132,7 +135,7 @@ func Qualify(obj any) (any, error) {
 	if id == "" {
 		id = m.GetAnnotations()[tenancy.AnnotationKey]
 	}
-	if id != "" && !strings.HasPrefix(m.GetNamespace(), id+separator) && m.GetNamespace() != id {
+	if id != "" {
 		if m.GetNamespace() == "" {
 			m.SetNamespace(id)
 		} else {

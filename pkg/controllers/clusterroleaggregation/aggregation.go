@@ -12,6 +12,7 @@ package clusterroleaggregation
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"sort"
 
@@ -136,6 +137,10 @@ func Aggregate(role *rbacv1.ClusterRole, candidates []any) []rbacv1.PolicyRule {
 	}
 	sort.Slice(roles, func(i, j int) bool { return roles[i].Name < roles[j].Name })
 	rules := []rbacv1.PolicyRule{}
+	// A set of the rules kept: a project may aggregate many rules, and
+	// comparing each with all before it would cost every project's
+	// aggregation the square of one project's rule count.
+	seen := map[string]struct{}{}
 	for _, selector := range role.AggregationRule.ClusterRoleSelectors {
 		sel, err := metav1.LabelSelectorAsSelector(&selector)
 		if err != nil {
@@ -146,7 +151,9 @@ func Aggregate(role *rbacv1.ClusterRole, candidates []any) []rbacv1.PolicyRule {
 				continue
 			}
 			for _, rule := range r.Rules {
-				if !contains(rules, rule) {
+				k := ruleKey(rule)
+				if _, dup := seen[k]; !dup {
+					seen[k] = struct{}{}
 					rules = append(rules, rule)
 				}
 			}
@@ -155,11 +162,8 @@ func Aggregate(role *rbacv1.ClusterRole, candidates []any) []rbacv1.PolicyRule {
 	return rules
 }
 
-func contains(rules []rbacv1.PolicyRule, rule rbacv1.PolicyRule) bool {
-	for _, r := range rules {
-		if equality.Semantic.DeepEqual(r, rule) {
-			return true
-		}
-	}
-	return false
+// ruleKey is a rule's identity: two rules with the same key are equal.
+func ruleKey(r rbacv1.PolicyRule) string {
+	b, _ := json.Marshal(r) // fields in a fixed order (a nil and an empty list count as two rules: harmless)
+	return string(b)
 }

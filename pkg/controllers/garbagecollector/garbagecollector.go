@@ -49,6 +49,10 @@ import (
 // Name is the controller's name in the registry of controllers.
 const Name = "garbage-collector"
 
+// maxOwners bounds the owner references resolved for one dependent (each is
+// a read): a dependent with more is left alone and reported.
+const maxOwners = 256
+
 // Controller collects garbage.
 type Controller struct {
 	clients            *allprojects.Clients
@@ -394,6 +398,9 @@ func (t *term) verify(ctx context.Context, client metadata.Interface, it item) e
 	if err != nil || dep.DeletionTimestamp != nil || len(dep.OwnerReferences) == 0 {
 		return err
 	}
+	if len(dep.OwnerReferences) > maxOwners {
+		return fmt.Errorf("%s has %d owner references; the collector resolves at most %d", it.key, len(dep.OwnerReferences), maxOwners)
+	}
 	states := make([]ownerState, len(dep.OwnerReferences))
 	for i, ref := range dep.OwnerReferences {
 		if states[i], err = t.resolve(ctx, client, it.key, ref); err != nil {
@@ -475,7 +482,9 @@ func (t *term) finalize(ctx context.Context, client metadata.Interface, it item)
 		t.queue.Add(item{op: verify, resource: d.resource, key: d.key})
 	}
 	if blocking > 0 {
-		return manager.RetryAfter{After: 2 * time.Second, Reason: fmt.Sprintf("%d dependents block the deletion", blocking)}
+		// Each blocking dependent's deletion queues this owner again; until
+		// then, a growing backoff (its finalizers are its tenant's).
+		return manager.Waiting{Reason: fmt.Sprintf("%d dependents block the deletion", blocking)}
 	}
 	finalizer := metav1.FinalizerDeleteDependents
 	if orphan {

@@ -182,6 +182,13 @@ type RetryAfter struct {
 
 func (r RetryAfter) Error() string { return r.Reason }
 
+// Waiting is an error a sync returns while it waits for something a tenant
+// controls (a finalizer of theirs): it is looked at again with the queue's
+// growing backoff, so that no tenant can keep a worker busy by never letting go.
+type Waiting struct{ Reason string }
+
+func (w Waiting) Error() string { return w.Reason }
+
 // Work runs workers that take keys from queue and sync them, until ctx ends,
 // and returns once every worker has stopped. A key whose sync fails is retried
 // with the queue's rate limit, or after RetryAfter's delay.
@@ -194,9 +201,12 @@ func Work[K comparable](ctx context.Context, name string, queue workqueue.TypedR
 		defer queue.Done(key)
 		err := handle(ctx, key)
 		var retry RetryAfter
+		var waiting Waiting
 		switch {
 		case errors.As(err, &retry):
 			queue.AddAfter(key, retry.After)
+		case errors.As(err, &waiting):
+			queue.AddRateLimited(key)
 		case err != nil && ctx.Err() == nil:
 			klog.FromContext(ctx).Error(err, "Syncing", "controller", name, "key", key)
 			queue.AddRateLimited(key)

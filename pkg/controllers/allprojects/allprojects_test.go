@@ -1,0 +1,53 @@
+package allprojects
+
+import (
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+func object(namespace, name string, annotations map[string]string) *metav1.PartialObjectMetadata {
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Annotations: annotations}}
+}
+
+// Keys of two projects' objects of the same namespace and name differ, and
+// come back as they were, also for a project stored before storage ids
+// whose name (its id) equals one of its namespaces.
+func TestQualifiedKeys(t *testing.T) {
+	web := map[string]string{tenancy.AnnotationKey: "web", tenancy.IDAnnotationKey: tenancy.ProjectID("1")}
+	api := map[string]string{tenancy.AnnotationKey: "api", tenancy.IDAnnotationKey: tenancy.ProjectID("2")}
+	legacy := map[string]string{tenancy.AnnotationKey: "team"} // its id is its name
+	for _, c := range []struct {
+		obj           *metav1.PartialObjectMetadata
+		clusterScoped bool
+		want          Key
+	}{
+		{object("default", "cm", web), false, Key{Project: "web", ID: tenancy.ProjectID("1"), Namespace: "default", Name: "cm"}},
+		{object("default", "cm", api), false, Key{Project: "api", ID: tenancy.ProjectID("2"), Namespace: "default", Name: "cm"}},
+		{object("", "default", web), true, Key{Project: "web", ID: tenancy.ProjectID("1"), Name: "default"}},
+		{object("team", "cm", legacy), false, Key{Project: "team", ID: "team", Namespace: "team", Name: "cm"}},
+		{object("", "team", legacy), true, Key{Project: "team", ID: "team", Name: "team"}},
+		{object("default", "cm", nil), false, Key{Namespace: "default", Name: "cm"}},
+	} {
+		obj := any(c.obj)
+		if c.want.Project != "" {
+			obj, _ = Qualify(c.obj)
+		}
+		got, ok := KeyOf(obj, c.clusterScoped)
+		if !ok || got != c.want {
+			t.Errorf("KeyOf(%v) = %+v, want %+v", c.obj.ObjectMeta, got, c.want)
+		}
+		if m := obj.(metav1.Object); c.want.Project != "" && (m.GetNamespace()+"/"+m.GetName()) != c.want.StoreKey() && m.GetNamespace() != "" {
+			t.Errorf("store key of %+v is %s/%s, want %s", c.want, m.GetNamespace(), m.GetName(), c.want.StoreKey())
+		}
+	}
+	a, _ := Qualify(object("default", "cm", web))
+	b, _ := Qualify(object("default", "cm", api))
+	ka, _ := KeyOf(a, false)
+	kb, _ := KeyOf(b, false)
+	if ka.StoreKey() == kb.StoreKey() {
+		t.Fatal("two projects' objects share a store key")
+	}
+}
