@@ -235,17 +235,32 @@ func TestProjectsAreIsolated(t *testing.T) {
 	})
 
 	t.Run("owner references do not reach across projects", func(t *testing.T) {
-		owned := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owned", OwnerReferences: []metav1.OwnerReference{{
-			APIVersion: "v1", Kind: "ConfigMap", Name: "only-in-b", UID: bConfig.UID,
-		}}}}
+		// A's object is owned by one of A's and names B's object (by its
+		// name and real UID) as another owner: in A that owner does not
+		// exist, so the reference dangles and is dropped, whatever B does.
+		aOwner := createConfigMap(t, ca, "default", "a-owner", nil, nil)
+		owned := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owned", OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "v1", Kind: "ConfigMap", Name: aOwner.Name, UID: aOwner.UID},
+			{APIVersion: "v1", Kind: "ConfigMap", Name: "only-in-b", UID: bConfig.UID},
+		}}}
 		if _, err := ca.CoreV1().ConfigMaps("default").Create(ctx, owned, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := cb.CoreV1().ConfigMaps("default").Delete(ctx, "config", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ca.CoreV1().ConfigMaps("default").Get(ctx, "owned", metav1.GetOptions{}); err != nil {
-			t.Fatalf("deleting B's object affected A's: %v", err)
+		eventually(t, "the reference to B's object dropped from A's", func() error {
+			got, err := ca.CoreV1().ConfigMaps("default").Get(ctx, "owned", metav1.GetOptions{})
+			if err != nil {
+				return fmt.Errorf("deleting B's object affected A's: %w", err)
+			}
+			if len(got.OwnerReferences) != 1 || got.OwnerReferences[0].UID != aOwner.UID {
+				return fmt.Errorf("references %v", got.OwnerReferences)
+			}
+			return nil
+		})
+		if _, err := cb.CoreV1().ConfigMaps("shared").Get(ctx, "only-in-b", metav1.GetOptions{}); err != nil {
+			t.Fatalf("B's object named by A's reference: %v", err)
 		}
 	})
 }

@@ -218,6 +218,15 @@ func TestThousandProjectsCostNoGoroutinesOrWatches(t *testing.T) {
 		return nil
 	})
 	toReady := time.Since(start)
+	// The controllers give every new namespace its ServiceAccount and root
+	// CA; what they have in flight is work, not a cost per project: measure
+	// once every work queue is empty.
+	poll(t, 2*time.Minute, "the controllers' queues drained", func() error {
+		if depth := m.metricSum(t, "workqueue_depth"); depth > 0 {
+			return fmt.Errorf("%.0f items queued", depth)
+		}
+		return nil
+	})
 	httpClient.CloseIdleConnections()
 
 	goroutinesAfter, heapAfter := m.settledGoroutines(t)
