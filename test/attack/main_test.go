@@ -171,10 +171,15 @@ func object(gvr schema.GroupVersionResource, kind, name string, spec map[string]
 func organizationOf(t *testing.T, token, base string) string {
 	t.Helper()
 	org := unique(base)
-	if _, err := dyn(t, at(token, "")).Resource(organizationsGVR).Create(context.Background(),
-		object(organizationsGVR, "Organization", org, map[string]any{}), metav1.CreateOptions{}); err != nil {
-		t.Fatalf("creating organization %s: %v", org, err)
-	}
+	// The sign-up binding reaches the authorizer's cache a moment after it is made.
+	eventually(t, "creating organization "+org, func() error {
+		_, err := dyn(t, at(token, "")).Resource(organizationsGVR).Create(context.Background(),
+			object(organizationsGVR, "Organization", org, map[string]any{}), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
 	eventually(t, "organization "+org+" Ready", func() error { return ready(organizationsGVR, org) })
 	return org
 }
