@@ -128,6 +128,14 @@ func TestThousandProjectsCostNoGoroutinesOrWatches(t *testing.T) {
 	}
 	m := shared
 	const projects = 1000
+	queuesDrained := func() error {
+		if depth := m.metricSum(t, "workqueue_depth"); depth > 0 {
+			return fmt.Errorf("%.0f items queued", depth)
+		}
+		return nil
+	}
+	// Earlier tests' work (and their CRDs' watches) settles first.
+	poll(t, 2*time.Minute, "the controllers' queues drained", queuesDrained)
 	etcdWatchesBefore := m.metricSum(t, "grpc_client_started_total", `grpc_method="Watch"`)
 	goroutinesBefore, heapBefore := m.settledGoroutines(t)
 	profileBefore := m.goroutineProfile(t)
@@ -221,12 +229,7 @@ func TestThousandProjectsCostNoGoroutinesOrWatches(t *testing.T) {
 	// The controllers give every new namespace its ServiceAccount and root
 	// CA; what they have in flight is work, not a cost per project: measure
 	// once every work queue is empty.
-	poll(t, 2*time.Minute, "the controllers' queues drained", func() error {
-		if depth := m.metricSum(t, "workqueue_depth"); depth > 0 {
-			return fmt.Errorf("%.0f items queued", depth)
-		}
-		return nil
-	})
+	poll(t, 2*time.Minute, "the controllers' queues drained", queuesDrained)
 	httpClient.CloseIdleConnections()
 
 	goroutinesAfter, heapAfter := m.settledGoroutines(t)

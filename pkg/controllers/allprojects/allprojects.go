@@ -270,6 +270,13 @@ type ResourceLists struct {
 	at    time.Time
 }
 
+// Invalidate drops the kept answer: the next Get asks the server.
+func (r *ResourceLists) Invalidate() {
+	r.mu.Lock()
+	r.lists = nil
+	r.mu.Unlock()
+}
+
 // Get returns the preferred resources of the server client reaches, from
 // the kept answer when it is fresh. A partial answer (a group failing
 // discovery) is returned with its error and not kept.

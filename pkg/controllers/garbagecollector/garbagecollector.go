@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -153,13 +154,36 @@ func (t *term) watchResources(ctx context.Context) {
 		}
 	}
 	refresh()
+	// A CRD created, established or removed is followed within seconds (its
+	// discovery settles a moment after the event); the ticker catches
+	// anything else (an aggregated API).
+	changed := make(chan struct{}, 1)
+	signal := func(any) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	if crds, err := t.clients.MetadataInformer(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"), false, 0, nil); err == nil {
+		if _, err := crds.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: signal, UpdateFunc: func(_, o any) { signal(o) }, DeleteFunc: signal}); err == nil {
+			go crds.Run(ctx.Done())
+		}
+	}
 	ticker := time.NewTicker(30 * time.Second)
 	defer ticker.Stop()
+	settle := time.NewTimer(time.Hour)
+	settle.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
+			refresh()
+		case <-changed:
+			settle.Reset(2 * time.Second)
+		case <-settle.C:
+			t.platform.Invalidate()
+			t.projects.Invalidate()
 			refresh()
 		}
 	}
