@@ -87,14 +87,3 @@ func (l *Lifetimes) End(t Tenant) {
 		lt.cancel(ErrTenantGone)
 	}
 }
-
-// InFlight returns how many requests are registered, for tests and metrics.
-func (l *Lifetimes) InFlight() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, set := range l.requests {
-		n += len(set)
-	}
-	return n
-}

@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -134,7 +135,7 @@ func (t *term) watchResources(ctx context.Context) {
 					continue
 				}
 				for _, r := range l.APIResources {
-					if slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "watch") && slices.Contains(r.Verbs, "delete") && !containsSlash(r.Name) {
+					if slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "watch") && slices.Contains(r.Verbs, "delete") && !strings.Contains(r.Name, "/") {
 						found[gv.WithKind(r.Kind).GroupKind()] = resourceInfo{gv.WithResource(r.Name), r.Namespaced}
 					}
 				}
@@ -188,8 +189,6 @@ func (t *term) watchResources(ctx context.Context) {
 		}
 	}
 }
-
-func containsSlash(s string) bool { return slices.Contains([]byte(s), '/') }
 
 // watch reads one resource of one view into the graph.
 func (t *term) watch(ctx context.Context, info resourceInfo, allProjects bool) {

@@ -123,19 +123,6 @@ func (g *graph) dependentsOf(projectID string, uid types.UID) []*node {
 	return out
 }
 
-// all returns every node, for verification after a relist.
-func (g *graph) all() []*node {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	var out []*node
-	for _, byKey := range g.nodes {
-		for _, n := range byKey {
-			out = append(out, n)
-		}
-	}
-	return out
-}
-
 // size is the number of objects kept, for tests and metrics.
 func (g *graph) size() int {
 	g.mu.Lock()
