@@ -94,12 +94,16 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	namespaces := &tenantadmission.Namespaces{}
 	quotas := tenantadmission.NewQuotas(objectCounter(etcdClient, prefixes), objectExists(etcdClient, prefixes))
 	genericAdmission := opts.ControlPlane.Admission.GenericAdmission
-	genericAdmission.Decorators = append(genericAdmission.Decorators, tenantadmission.Decorator(namespaces, quotas))
+	selectors := tenantadmission.NewSelectors(namespaces)
+	genericAdmission.Decorators = append(genericAdmission.Decorators, tenantadmission.Decorator(namespaces, quotas, selectors))
 
 	services := webhook.NewDefaultServiceResolver()
 	cp, admissionInitializers, err := controlplaneapiserver.CreateConfig(opts.ControlPlane, generic, informers, storageFactory, services, nil)
 	if err != nil {
 		return nil, fmt.Errorf("building control plane config: %w", err)
+	}
+	if err := configureSelectors(selectors, opts, cp, admissionInitializers); err != nil {
+		return nil, fmt.Errorf("configuring admission for projects: %w", err)
 	}
 	authInfo := webhook.NewDefaultAuthenticationInfoResolverWrapper(cp.ProxyTransport, cp.Generic.EgressSelector, cp.Generic.LoopbackClientConfig, cp.Generic.TracerProvider)
 	// One API server instance per etcd: the all-in-one runs a single one.

@@ -23,6 +23,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/klog/v2"
 	api "k8s.io/kubernetes/pkg/apis/core"
+	corev1conversion "k8s.io/kubernetes/pkg/apis/core/v1"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -53,35 +54,49 @@ type Namespaces struct {
 // only for requests, which are served only after that.
 func (n *Namespaces) Set(g rest.Getter) { n.getter.Store(&g) }
 
-// phase reads the phase of a namespace of the context's tenant: from the watch
-// cache first and, when the cache does not have it (it may lag a create by
-// milliseconds), from etcd.
+// phase reads the phase of a namespace of the context's tenant.
 func (n *Namespaces) phase(ctx context.Context, name string) (corev1.NamespacePhase, error) {
+	ns, err := n.get(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	return ns.Status.Phase, nil
+}
+
+// get reads a namespace of the context's tenant: from the watch cache first and,
+// when the cache does not have it (it may lag a create by milliseconds), from etcd.
+func (n *Namespaces) get(ctx context.Context, name string) (*corev1.Namespace, error) {
 	g := n.getter.Load()
 	if g == nil {
-		return "", apierrors.NewServiceUnavailable("namespace storage is not ready")
+		return nil, apierrors.NewServiceUnavailable("namespace storage is not ready")
 	}
 	obj, err := (*g).Get(ctx, name, &metav1.GetOptions{ResourceVersion: "0"})
 	if apierrors.IsNotFound(err) {
 		obj, err = (*g).Get(ctx, name, &metav1.GetOptions{})
 	}
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	switch ns := obj.(type) {
 	case *api.Namespace: // what the storage serves
-		return corev1.NamespacePhase(ns.Status.Phase), nil
+		out := &corev1.Namespace{}
+		if err := corev1conversion.Convert_core_Namespace_To_v1_Namespace(ns, out, nil); err != nil {
+			return nil, err
+		}
+		return out, nil
 	case *corev1.Namespace:
-		return ns.Status.Phase, nil
+		return ns, nil
 	default:
-		return "", fmt.Errorf("namespace storage returned %T", obj)
+		return nil, fmt.Errorf("namespace storage returned %T", obj)
 	}
 }
 
 // Decorator returns the admission decorator that makes plugins tenant-aware.
-func Decorator(namespaces *Namespaces, quotas *Quotas) admission.Decorator {
+func Decorator(namespaces *Namespaces, quotas *Quotas, selectors *Selectors) admission.Decorator {
 	return admission.DecoratorFunc(func(handler admission.Interface, name string) admission.Interface {
 		switch {
+		case selectorPlugins[name] != nil:
+			return &tenantAware{name: name, platform: handler, project: newPool(name, handler, selectors)}
 		case name == namespaceLifecycle:
 			return &tenantAware{name: name, platform: handler, project: &projectNamespaceLifecycle{namespaces: namespaces}}
 		case name == resourceQuota:

@@ -241,9 +241,11 @@ func (c *Controllers) syncProject(ctx context.Context, p *unstructured.Unstructu
 	if wrote, err := addFinalizers(ctx, c.dynamic, projects, p, hierarchy.ProjectFinalizer, hierarchy.PurgeFinalizer); wrote || err != nil {
 		return err
 	}
-	if hierarchy.IsReady(p) {
+	if hierarchy.IsReady(p) && readyMessage(p) == bootstrappedMessage {
 		return nil
 	}
+	// Not Ready, or Ready from a bootstrap that made fewer namespaces (a project
+	// created by an earlier Milo): bootstrap, which leaves what exists alone.
 	client, err := kubernetes.NewForConfigAndClient(c.projectConfig(p.GetName()), c.http)
 	if err != nil {
 		return err
@@ -254,7 +256,24 @@ func (c *Controllers) syncProject(ctx context.Context, p *unstructured.Unstructu
 			return fmt.Errorf("bootstrapping project %s: %w", p.GetName(), err)
 		}
 	}
-	return c.setReady(ctx, projects, p, "ControlPlaneReady", "the project's control plane is initialized")
+	return c.setCondition(ctx, projects, p, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "ControlPlaneReady", Message: bootstrappedMessage})
+}
+
+// bootstrappedMessage is the Ready message of a bootstrapped project. It names
+// what the bootstrap made, so that a project bootstrapped with less is
+// bootstrapped again once, and a Ready project costs nothing on a restart.
+var bootstrappedMessage = "the project's control plane is initialized with namespaces " + strings.Join(BootstrapNamespaces, ", ")
+
+// readyMessage is the message of obj's Ready condition.
+func readyMessage(obj *unstructured.Unstructured) string {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
+			msg, _ := m["message"].(string)
+			return msg
+		}
+	}
+	return ""
 }
 
 // BootstrapNamespaces are the namespaces every project starts with: those

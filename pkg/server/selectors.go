@@ -1,0 +1,74 @@
+package server
+
+import (
+	"io"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/initializer"
+	apiserverapi "k8s.io/apiserver/pkg/apis/apiserver"
+	apiserverapiv1 "k8s.io/apiserver/pkg/apis/apiserver/v1"
+	apiserverapiv1alpha1 "k8s.io/apiserver/pkg/apis/apiserver/v1alpha1"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/restmapper"
+	basecompatibility "k8s.io/component-base/compatibility"
+	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
+
+	"go.miloapis.com/milo/pkg/tenantadmission"
+)
+
+// admissionConfigScheme reads the admission configuration file, as the
+// apiserver's admission options do.
+var admissionConfigScheme = runtime.NewScheme()
+
+func init() {
+	utilruntime.Must(apiserverapi.AddToScheme(admissionConfigScheme))
+	utilruntime.Must(apiserverapiv1alpha1.AddToScheme(admissionConfigScheme))
+	utilruntime.Must(apiserverapiv1.AddToScheme(admissionConfigScheme))
+}
+
+// configureSelectors gives tenant-aware admission what it needs to build the
+// project instances of the webhook and policy plugins the way the apiserver built
+// its own (see tenantadmission.Selectors): the loopback clients, the shared
+// informers, the same initializers and each plugin's configuration.
+func configureSelectors(s *tenantadmission.Selectors, opts CompletedOptions, cp *controlplaneapiserver.Config, initializers []admission.PluginInitializer) error {
+	loopback := cp.Generic.LoopbackClientConfig
+	kube, err := kubernetes.NewForConfig(loopback)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(loopback)
+	if err != nil {
+		return err
+	}
+	// The mapper refreshes itself when a kind is missing from what it cached.
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
+	generic := cp.Generic
+	effective := compatibility.DefaultComponentGlobalsRegistry.EffectiveVersionFor(basecompatibility.DefaultKubeComponent)
+	build := func(k kubernetes.Interface, f informers.SharedInformerFactory) admission.PluginInitializer {
+		chain := admission.PluginInitializers{
+			initializer.NewAPIServerIDInitializer(generic.APIServerID),
+			initializer.New(k, dyn, f, generic.Authorization.Authorizer, utilfeature.DefaultFeatureGate, effective, generic.DrainedNotify(), mapper),
+		}
+		return append(chain, initializers...)
+	}
+	provider, err := admission.ReadAdmissionConfiguration(tenantadmission.SelectorPlugins(), opts.ControlPlane.Admission.GenericAdmission.ConfigFile, admissionConfigScheme)
+	if err != nil {
+		return err
+	}
+	config := func(plugin string) ([]byte, error) {
+		r, err := provider.ConfigFor(plugin)
+		if err != nil || r == nil {
+			return nil, err
+		}
+		return io.ReadAll(r)
+	}
+	s.Set(kube, cp.VersionedInformers, build, config)
+	return nil
+}

@@ -1,0 +1,293 @@
+package tenantadmission
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apiserver/pkg/admission"
+	mutatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
+	validatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	mutatingwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook/mutating"
+	validatingwebhook "k8s.io/apiserver/pkg/admission/plugin/webhook/validating"
+	"k8s.io/client-go/informers"
+	coreinformers "k8s.io/client-go/informers/core"
+	corev1informers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+)
+
+// The upstream webhook and admission-policy plugins match a namespaceSelector
+// against the labels of the request's namespace, which they look up by name in a
+// namespace lister with no request context: left alone they would match a
+// project's request against the platform's namespace of that name (a platform
+// policy exempting kube-system would exempt every project's kube-system, and one
+// selecting labels the platform's namespace happens to carry would apply to every
+// project's namespace of that name).
+//
+// For project requests Milo runs further instances of the same upstream plugins,
+// built and initialized exactly as the server's own but given a namespace lister
+// and client that read the namespaces of the project the instance is serving. An
+// instance serves one request at a time; idle instances wait in a pool whose size
+// is bounded and independent of the number of projects.
+
+// selectorPlugins are the upstream plugins with namespace selectors, by name.
+var selectorPlugins = map[string]func(io.Reader) (admission.Interface, error){
+	validatingwebhook.PluginName: func(r io.Reader) (admission.Interface, error) {
+		return validatingwebhook.NewValidatingAdmissionWebhook(r)
+	},
+	mutatingwebhook.PluginName: func(r io.Reader) (admission.Interface, error) { return mutatingwebhook.NewMutatingWebhook(r) },
+	validatingpolicy.PluginName: func(r io.Reader) (admission.Interface, error) {
+		return validatingpolicy.NewPlugin(r)
+	},
+	mutatingpolicy.PluginName: func(r io.Reader) (admission.Interface, error) { return mutatingpolicy.NewPlugin(r) },
+}
+
+// SelectorPlugins names the upstream plugins whose project requests are admitted
+// by project instances.
+func SelectorPlugins() []string {
+	return []string{validatingwebhook.PluginName, mutatingwebhook.PluginName, validatingpolicy.PluginName, mutatingpolicy.PluginName}
+}
+
+// MaxInstancesPerPlugin bounds the project requests one selector plugin admits at
+// once; further requests wait for an instance (or their deadline). Webhook calls
+// can take seconds, so the bound is generous; instances are built only as the
+// concurrency of project requests needs them and kept for the server's lifetime.
+const MaxInstancesPerPlugin = 64
+
+// InitializerFunc returns the initializers of a plugin instance that reads
+// namespaces through kube and informers. The server builds it from the same parts
+// as its own admission chain.
+type InitializerFunc func(kube kubernetes.Interface, informers informers.SharedInformerFactory) admission.PluginInitializer
+
+// Selectors builds the project instances of the selector plugins. It is
+// configured by the server (Set) once its admission chain exists.
+type Selectors struct {
+	namespaces *Namespaces
+	setup      atomic.Pointer[selectorSetup]
+}
+
+type selectorSetup struct {
+	kube        kubernetes.Interface
+	informers   informers.SharedInformerFactory
+	initializer InitializerFunc
+	config      func(plugin string) ([]byte, error)
+}
+
+// NewSelectors returns Selectors reading projects' namespaces through namespaces.
+func NewSelectors(namespaces *Namespaces) *Selectors { return &Selectors{namespaces: namespaces} }
+
+// Set gives the parts of the server's admission chain: its client and informers
+// (wrapped per instance), its initializers, and each plugin's configuration from
+// the admission configuration file.
+func (s *Selectors) Set(kube kubernetes.Interface, f informers.SharedInformerFactory, initializer InitializerFunc, config func(plugin string) ([]byte, error)) {
+	s.setup.Store(&selectorSetup{kube: kube, informers: f, initializer: initializer, config: config})
+}
+
+// pool holds the project instances of one selector plugin.
+type pool struct {
+	name      string
+	base      admission.Interface
+	newPlugin func(io.Reader) (admission.Interface, error)
+	selectors *Selectors
+	idle      chan *instance
+	// slots holds a token per instance built.
+	slots chan struct{}
+}
+
+func newPool(name string, base admission.Interface, s *Selectors) *pool {
+	return &pool{name: name, base: base, newPlugin: selectorPlugins[name], selectors: s,
+		idle: make(chan *instance, MaxInstancesPerPlugin), slots: make(chan struct{}, MaxInstancesPerPlugin)}
+}
+
+// instance is one upstream plugin bound to the request it is serving.
+type instance struct {
+	plugin admission.Interface
+	bound  *binding
+}
+
+var (
+	_ admission.MutationInterface   = &pool{}
+	_ admission.ValidationInterface = &pool{}
+)
+
+func (p *pool) Handles(op admission.Operation) bool { return p.base.Handles(op) }
+
+func (p *pool) Admit(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	return p.serve(ctx, func(plugin admission.Interface) error {
+		if m, ok := plugin.(admission.MutationInterface); ok && m.Handles(a.GetOperation()) {
+			return m.Admit(ctx, a, o)
+		}
+		return nil
+	})
+}
+
+func (p *pool) Validate(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	return p.serve(ctx, func(plugin admission.Interface) error {
+		if v, ok := plugin.(admission.ValidationInterface); ok && v.Handles(a.GetOperation()) {
+			return v.Validate(ctx, a, o)
+		}
+		return nil
+	})
+}
+
+// serve runs f on an instance bound to ctx's tenant. The instance reads namespaces
+// only while f runs: the upstream plugins match selectors before they return.
+func (p *pool) serve(ctx context.Context, f func(admission.Interface) error) error {
+	in, err := p.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	in.bound.ctx.Store(&ctx)
+	defer func() {
+		in.bound.ctx.Store(nil)
+		p.idle <- in
+	}()
+	return f(in.plugin)
+}
+
+func (p *pool) acquire(ctx context.Context) (*instance, error) {
+	select {
+	case in := <-p.idle:
+		return in, nil
+	default:
+	}
+	select {
+	case in := <-p.idle:
+		return in, nil
+	case p.slots <- struct{}{}:
+		in, err := p.build()
+		if err != nil {
+			<-p.slots
+			return nil, apierrors.NewInternalError(fmt.Errorf("admission plugin %s for projects: %w", p.name, err))
+		}
+		return in, nil
+	case <-ctx.Done():
+		return nil, apierrors.NewTimeoutError(fmt.Sprintf("waiting for admission plugin %s", p.name), 0)
+	}
+}
+
+// build makes an instance the way the server made its own, with the namespace
+// lister and client swapped for the bound ones.
+func (p *pool) build() (*instance, error) {
+	setup := p.selectors.setup.Load()
+	if setup == nil {
+		return nil, errors.New("not configured yet")
+	}
+	cfg, err := setup.config(p.name)
+	if err != nil {
+		return nil, err
+	}
+	var r io.Reader
+	if cfg != nil {
+		r = bytes.NewReader(cfg)
+	}
+	plugin, err := p.newPlugin(r)
+	if err != nil {
+		return nil, err
+	}
+	b := &binding{namespaces: p.selectors.namespaces}
+	setup.initializer(boundClient{Interface: setup.kube, b: b}, boundInformers{SharedInformerFactory: setup.informers, b: b}).Initialize(plugin)
+	if err := admission.ValidateInitialization(plugin); err != nil {
+		return nil, err
+	}
+	return &instance{plugin: plugin, bound: b}, nil
+}
+
+// binding is the request an instance serves; its namespace reads are the
+// request's tenant's.
+type binding struct {
+	namespaces *Namespaces
+	ctx        atomic.Pointer[context.Context]
+}
+
+func (b *binding) get(name string) (*corev1.Namespace, error) {
+	ctx := b.ctx.Load()
+	if ctx == nil {
+		return nil, errors.New("namespace read outside of a request")
+	}
+	return b.namespaces.get(*ctx, name)
+}
+
+// boundInformers is the server's informer factory with a namespace lister that
+// reads the bound request's project. Every other informer is the platform's.
+type boundInformers struct {
+	informers.SharedInformerFactory
+	b *binding
+}
+
+func (f boundInformers) Core() coreinformers.Interface {
+	return boundCore{Interface: f.SharedInformerFactory.Core(), b: f.b}
+}
+
+type boundCore struct {
+	coreinformers.Interface
+	b *binding
+}
+
+func (c boundCore) V1() corev1informers.Interface {
+	return boundCoreV1{Interface: c.Interface.V1(), b: c.b}
+}
+
+type boundCoreV1 struct {
+	corev1informers.Interface
+	b *binding
+}
+
+func (c boundCoreV1) Namespaces() corev1informers.NamespaceInformer {
+	return boundNamespaceInformer{NamespaceInformer: c.Interface.Namespaces(), b: c.b}
+}
+
+// boundNamespaceInformer keeps the platform's informer (the plugins wait for it
+// to sync) and replaces its lister.
+type boundNamespaceInformer struct {
+	corev1informers.NamespaceInformer
+	b *binding
+}
+
+func (i boundNamespaceInformer) Lister() corelisters.NamespaceLister { return boundLister{b: i.b} }
+
+type boundLister struct{ b *binding }
+
+func (l boundLister) Get(name string) (*corev1.Namespace, error) { return l.b.get(name) }
+
+func (l boundLister) List(labels.Selector) ([]*corev1.Namespace, error) {
+	return nil, errors.New("admission does not list a project's namespaces")
+}
+
+// boundClient is the server's client whose namespace reads are the bound
+// request's project's (the plugins fall back to it when the lister misses).
+type boundClient struct {
+	kubernetes.Interface
+	b *binding
+}
+
+func (c boundClient) CoreV1() typedcorev1.CoreV1Interface {
+	return boundCoreClient{CoreV1Interface: c.Interface.CoreV1(), b: c.b}
+}
+
+type boundCoreClient struct {
+	typedcorev1.CoreV1Interface
+	b *binding
+}
+
+func (c boundCoreClient) Namespaces() typedcorev1.NamespaceInterface {
+	return boundNamespaceClient{NamespaceInterface: c.CoreV1Interface.Namespaces(), b: c.b}
+}
+
+type boundNamespaceClient struct {
+	typedcorev1.NamespaceInterface
+	b *binding
+}
+
+func (c boundNamespaceClient) Get(_ context.Context, name string, _ metav1.GetOptions) (*corev1.Namespace, error) {
+	return c.b.get(name)
+}

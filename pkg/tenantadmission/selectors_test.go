@@ -1,0 +1,170 @@
+package tenantadmission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/initializer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// projectNamespaces serves each project's namespaces: namespace "team" of
+// project p is labelled owner=p; no project has any other namespace.
+type projectNamespaces struct{}
+
+func (projectNamespaces) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	t := tenancy.From(ctx)
+	if !t.IsProject() || name != "team" {
+		return nil, apierrors.NewNotFound(corev1.Resource("namespaces"), name)
+	}
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"owner": t.Name}}}, nil
+}
+
+// labelReader stands for an upstream selector plugin: it reads the request
+// namespace's labels through the lister it was initialized with, and the client
+// when the lister misses, as the upstream matcher does.
+type labelReader struct {
+	*admission.Handler
+	lister corelisters.NamespaceLister
+	client kubernetes.Interface
+	// inside counts requests being validated, to observe the pool's bound.
+	inside, most *int
+	mu           *sync.Mutex
+	hold         chan struct{}
+}
+
+func (l *labelReader) SetExternalKubeInformerFactory(f informers.SharedInformerFactory) {
+	l.lister = f.Core().V1().Namespaces().Lister()
+}
+func (l *labelReader) SetExternalKubeClientSet(c kubernetes.Interface) { l.client = c }
+func (l *labelReader) ValidateInitialization() error {
+	if l.lister == nil || l.client == nil {
+		return errors.New("not initialized")
+	}
+	return nil
+}
+
+func (l *labelReader) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	l.mu.Lock()
+	*l.inside++
+	*l.most = max(*l.most, *l.inside)
+	l.mu.Unlock()
+	defer func() { l.mu.Lock(); *l.inside--; l.mu.Unlock() }()
+	if l.hold != nil {
+		<-l.hold
+	}
+	ns, err := l.lister.Get(a.GetNamespace())
+	if apierrors.IsNotFound(err) {
+		ns, err = l.client.CoreV1().Namespaces().Get(context.TODO(), a.GetNamespace(), metav1.GetOptions{})
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("owner=%s", ns.Labels["owner"])
+}
+
+func testPool(t *testing.T, hold chan struct{}) (*pool, *int) {
+	t.Helper()
+	namespaces := &Namespaces{}
+	namespaces.Set(projectNamespaces{})
+	s := NewSelectors(namespaces)
+	// The platform's own namespace "team" is labelled owner=platform.
+	platform := fake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team", Labels: map[string]string{"owner": "platform"}}})
+	f := informers.NewSharedInformerFactory(platform, 0)
+	s.Set(platform, f, func(k kubernetes.Interface, f informers.SharedInformerFactory) admission.PluginInitializer {
+		return initializer.New(k, nil, f, nil, nil, nil, nil, nil)
+	}, func(string) ([]byte, error) { return nil, nil })
+	inside, most := 0, 0
+	mu := &sync.Mutex{}
+	p := newPool("test", admission.NewHandler(admission.Create), s)
+	p.newPlugin = func(io.Reader) (admission.Interface, error) {
+		return &labelReader{Handler: admission.NewHandler(admission.Create), inside: &inside, most: &most, mu: mu, hold: hold}, nil
+	}
+	return p, &most
+}
+
+func attrs(ns string) admission.Attributes {
+	return admission.NewAttributesRecord(nil, nil, corev1.SchemeGroupVersion.WithKind("ConfigMap"), ns, "x",
+		corev1.SchemeGroupVersion.WithResource("configmaps"), "", admission.Create, nil, false, nil)
+}
+
+func TestProjectInstancesReadTheirRequestsProjectNamespaces(t *testing.T) {
+	p, _ := testPool(t, nil)
+	for _, tc := range []struct {
+		project, namespace, want string
+	}{
+		{"a", "team", "owner=a"},
+		{"b", "team", "owner=b"},
+		// A namespace the project lacks is missing, even though the platform has one of that name.
+		{"a", "other", `namespaces "other" not found`},
+	} {
+		ctx := tenancy.WithTenant(context.Background(), tenancy.ProjectTenant(tc.project))
+		err := p.Validate(ctx, attrs(tc.namespace), nil)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("project %s, namespace %s: %v, want %s", tc.project, tc.namespace, err, tc.want)
+		}
+	}
+	// Outside a request an instance reads nothing.
+	in := <-p.idle
+	if _, err := in.bound.get("team"); err == nil {
+		t.Error("an idle instance read a namespace")
+	}
+}
+
+func TestProjectInstancesAreBoundedAndEachServesOneRequest(t *testing.T) {
+	hold := make(chan struct{})
+	p, most := testPool(t, hold)
+	const requests = MaxInstancesPerPlugin + 16
+	errs := make(chan error, requests)
+	for i := 0; i < requests; i++ {
+		project := fmt.Sprintf("p%d", i)
+		go func() {
+			ctx, cancel := context.WithTimeout(tenancy.WithTenant(context.Background(), tenancy.ProjectTenant(project)), time.Minute)
+			defer cancel()
+			if err := p.Validate(ctx, attrs("team"), nil); err == nil || err.Error() != "owner="+project {
+				errs <- fmt.Errorf("%s: %v", project, err)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	// Every instance is built and busy; the rest of the requests wait.
+	for len(p.slots) < MaxInstancesPerPlugin {
+		time.Sleep(time.Millisecond)
+	}
+	close(hold)
+	for i := 0; i < requests; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if *most > MaxInstancesPerPlugin || len(p.slots) != MaxInstancesPerPlugin {
+		t.Errorf("%d requests at once on %d instances, bound %d", *most, len(p.slots), MaxInstancesPerPlugin)
+	}
+
+	// A request that cannot get an instance before its deadline is refused.
+	ctx, cancel := context.WithCancel(tenancy.WithTenant(context.Background(), tenancy.ProjectTenant("late")))
+	var taken []*instance
+	for len(taken) < MaxInstancesPerPlugin {
+		taken = append(taken, <-p.idle)
+	}
+	cancel()
+	if err := p.Validate(ctx, attrs("team"), nil); !apierrors.IsTimeout(err) {
+		t.Errorf("waiting past the deadline: %v", err)
+	}
+}

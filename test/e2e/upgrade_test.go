@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"archive/tar"
+	"compress/gzip"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// TestDataDirectoryOfLayout1 starts today's server on a data directory written by
+// the Milo that stored projects under their names (testdata/README.md says what it
+// holds). Old projects keep their data where it is, the controllers work on them,
+// new projects get storage ids, and deleting an old project and creating one of the
+// same name starts empty — the recycled-name guarantee holds for data written
+// before it existed.
+func TestDataDirectoryOfLayout1(t *testing.T) {
+	dataDir := t.TempDir()
+	untar(t, filepath.Join("testdata", "layout-1-etcd.tar.gz"), dataDir)
+	m, err := startMilo(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.stopOnCleanup(t)
+	ctx := context.Background()
+
+	// Everything written before is there, in the platform and in both projects.
+	if cm, err := m.kube(t).CoreV1().ConfigMaps("platform-keep").Get(ctx, "platform-settings", metav1.GetOptions{}); err != nil || cm.Data["k"] != "v" {
+		t.Fatalf("platform configmap after the upgrade: %v %v", cm, err)
+	}
+	for _, p := range []string{"legacy", "legacy-doomed"} {
+		c := m.projectKube(t, p)
+		if cm, err := c.CoreV1().ConfigMaps("team").Get(ctx, "settings", metav1.GetOptions{}); err != nil || cm.Data["project"] != p {
+			t.Fatalf("%s: configmap after the upgrade: %v %v", p, cm, err)
+		}
+		if s, err := c.CoreV1().Secrets("team").Get(ctx, "creds", metav1.GetOptions{}); err != nil || string(s.Data["password"]) != "s3cret-"+p {
+			t.Fatalf("%s: secret after the upgrade: %v", p, err)
+		}
+		if _, err := c.RbacV1().ClusterRoleBindings().Get(ctx, "legacy-admin", metav1.GetOptions{}); err != nil {
+			t.Fatalf("%s: cluster role binding after the upgrade: %v", p, err)
+		}
+		// The project keeps its name as its storage id, recorded on the Project.
+		obj, err := m.dynamic(t).Resource(projectsGVR).Get(ctx, p, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if id := obj.GetAnnotations()[tenancy.StorageIDAnnotation]; id != p {
+			t.Fatalf("%s: storage id %q, want its name", p, id)
+		}
+	}
+
+	// The controllers serve old projects: the namespace written before gets its
+	// service account and root CA, and deleting it empties and removes it.
+	legacy := m.projectKube(t, "legacy")
+	eventually(t, "default service account and root CA in an old namespace", func() error {
+		if _, err := legacy.CoreV1().ServiceAccounts("team").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		_, err := legacy.CoreV1().ConfigMaps("team").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		return err
+	})
+	if _, err := legacy.CoreV1().Namespaces().Get(ctx, "kube-system", metav1.GetOptions{}); err != nil {
+		t.Fatalf("an old project has no kube-system: %v", err)
+	}
+
+	// A new project is stored under its storage id.
+	if err := m.ensureOrganization("acme"); err != nil {
+		t.Fatal(err)
+	}
+	m.createProject(t, "fresh")
+	m.waitProjectReady(t, "fresh")
+	obj, err := m.dynamic(t).Resource(projectsGVR).Get(ctx, "fresh", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := tenancy.ProjectID(string(obj.GetUID())); obj.GetAnnotations()[tenancy.StorageIDAnnotation] != "" && obj.GetAnnotations()[tenancy.StorageIDAnnotation] != id {
+		t.Fatalf("new project's storage id %q, want %q", obj.GetAnnotations()[tenancy.StorageIDAnnotation], id)
+	}
+
+	// Deleting an old project removes its data; the next project of that name,
+	// in another organization, starts empty.
+	if err := m.dynamic(t).Resource(projectsGVR).Delete(ctx, "legacy-doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "old project deleted", func() error {
+		_, err := m.dynamic(t).Resource(projectsGVR).Get(ctx, "legacy-doomed", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+	if err := m.ensureOrganization("newcomer"); err != nil {
+		t.Fatal(err)
+	}
+	recycled := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project",
+		"metadata": map[string]any{"name": "legacy-doomed"},
+		"spec":     map[string]any{"ownerRef": map[string]any{"kind": "Organization", "name": "newcomer"}},
+	}}
+	if _, err := m.dynamic(t).Resource(projectsGVR).Create(ctx, recycled, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.waitProjectReady(t, "legacy-doomed")
+	c := m.projectKube(t, "legacy-doomed")
+	if _, err := c.CoreV1().Secrets("team").Get(ctx, "creds", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the recycled name sees the old secret: %v", err)
+	}
+	if _, err := c.RbacV1().ClusterRoleBindings().Get(ctx, "legacy-admin", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("the recycled name inherits the old cluster role binding: %v", err)
+	}
+	nss, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, ns := range nss.Items {
+		got = append(got, ns.Name)
+	}
+	if strings.Join(got, ",") != "default,kube-system" {
+		t.Fatalf("the recycled project starts with namespaces %v", got)
+	}
+
+	// Deleting a namespace of the old project works as in a new one.
+	if err := legacy.CoreV1().Namespaces().Delete(ctx, "team", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "old namespace deleted", func() error {
+		_, err := legacy.CoreV1().Namespaces().Get(ctx, "team", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+
+	// A second start finds the layout upgraded and changes nothing.
+	if code, err := m.stop(); err != nil || code != 0 {
+		t.Fatalf("stop: exit %d, %v", code, err)
+	}
+	m, err = startMilo(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.stopOnCleanup(t)
+	if _, err := m.projectKube(t, "legacy").RbacV1().ClusterRoleBindings().Get(ctx, "legacy-admin", metav1.GetOptions{}); err != nil {
+		t.Fatalf("old project after a second start: %v", err)
+	}
+	if _, err := m.projectKube(t, "legacy-doomed").CoreV1().Secrets("team").Get(ctx, "creds", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("recycled project after a second start: %v", err)
+	}
+}
+
+// untar extracts a gzipped tar archive of regular files and directories into dir.
+func untar(t *testing.T, archive, dir string) {
+	t.Helper()
+	f, err := os.Open(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(dir, filepath.Clean("/" + h.Name))
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.MkdirAll(path, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		case tar.TypeReg:
+			if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			out, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(out, tr); err != nil {
+				t.Fatal(err)
+			}
+			if err := out.Close(); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatalf("unexpected entry %s in %s", h.Name, archive)
+		}
+	}
+}
