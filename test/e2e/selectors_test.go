@@ -69,7 +69,9 @@ spec:
   policyName: nssel-guard
   validationActions: [Deny]
 `, "apply", "-f", "-")
-	t.Cleanup(func() { m.kubectl(t, "", "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", "nssel-guard") })
+	t.Cleanup(func() {
+		m.kubectl(t, "", "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", "nssel-guard")
+	})
 
 	forbidden := func(c kubernetes.Interface, ns string) error {
 		_, err := c.CoreV1().ConfigMaps(ns).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "v-"},

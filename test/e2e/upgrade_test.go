@@ -180,7 +180,7 @@ func untar(t *testing.T, archive, dir string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		path := filepath.Join(dir, filepath.Clean("/" + h.Name))
+		path := filepath.Join(dir, filepath.Clean("/"+h.Name))
 		switch h.Typeflag {
 		case tar.TypeDir:
 			if err := os.MkdirAll(path, 0o700); err != nil {
