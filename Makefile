@@ -7,8 +7,13 @@ GO_TEST_FLAGS ?= -count=1
 
 all: build
 
+# VERSION is Milo's version, stamped into the binary: the nearest v* tag, or
+# v0.0.0-<commit> without one. `go run` builds say v0.0.0-dev.
+VERSION ?= $(shell git describe --tags --match 'v*' --dirty 2>/dev/null || echo v0.0.0-$$(git rev-parse --short HEAD 2>/dev/null || echo dev))
+LDFLAGS := -X go.miloapis.com/milo/pkg/version.Version=$(VERSION)
+
 build:
-	go build -o bin/milo ./cmd/milo
+	go build -ldflags "$(LDFLAGS)" -o bin/milo ./cmd/milo
 
 run:
 	go run ./cmd/milo start

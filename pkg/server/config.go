@@ -7,7 +7,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
+	apimachineryversion "k8s.io/apimachinery/pkg/version"
 	"k8s.io/apiserver/pkg/util/webhook"
+	basecompatibility "k8s.io/component-base/compatibility"
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
@@ -22,6 +24,7 @@ import (
 	"go.miloapis.com/milo/pkg/iam/users"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenantadmission"
+	"go.miloapis.com/milo/pkg/version"
 )
 
 // Config is the configuration of the three delegated servers that make up Milo's
@@ -78,6 +81,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building generic server config: %w", err)
 	}
+	generic.EffectiveVersion = serverVersion{generic.EffectiveVersion}
 	generic.OpenAPIConfig.Info.Title = "Milo"
 	generic.OpenAPIV3Config.Info.Title = "Milo"
 
@@ -153,4 +157,19 @@ func (c *Config) Complete() CompletedConfig {
 		ControlPlane:  c.ControlPlane.Complete(),
 		APIExtensions: c.APIExtensions.Complete(),
 	}
+}
+
+// serverVersion answers /version with the Kubernetes version Milo serves and
+// Milo's own as build metadata (version.ServerInfo).
+type serverVersion struct {
+	basecompatibility.EffectiveVersion
+}
+
+func (v serverVersion) Info() *apimachineryversion.Info {
+	base := v.EffectiveVersion.Info()
+	if base == nil {
+		return nil
+	}
+	info := version.ServerInfo(*base)
+	return &info
 }

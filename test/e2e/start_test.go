@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/kubernetes"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -450,5 +452,27 @@ func TestVersion(t *testing.T) {
 	code, out := runMilo(t, "version")
 	if code != 0 || !strings.HasPrefix(out, "milo ") || !strings.Contains(out, "kubernetes v1.36") {
 		t.Fatalf("milo version: exit %d, %q", code, out)
+	}
+
+	// The server answers the Kubernetes version it serves, as a semantic version
+	// kubectl parses, with Milo's version as build metadata; in a project too.
+	m := shared
+	project := m.newProject(t, "version")
+	for _, c := range []kubernetes.Interface{m.kube(t), m.projectKube(t, project)} {
+		info, err := c.Discovery().ServerVersion()
+		if err != nil {
+			t.Fatal(err)
+		}
+		v, err := utilversion.ParseSemantic(info.GitVersion)
+		if err != nil || v.Major() != 1 || v.Minor() != 36 || !strings.HasPrefix(v.BuildMetadata(), "milo-") {
+			t.Fatalf("/version gitVersion %q: %v", info.GitVersion, err)
+		}
+		if info.Major != "1" || info.Minor != "36" || strings.Contains(info.GitCommit, "$Format") {
+			t.Fatalf("/version: %+v", info)
+		}
+	}
+	r := m.kubectl(t, "", "version", "-o", "json")
+	if r.err != nil || strings.Contains(r.stderr, "could not parse") || !strings.Contains(r.stdout, `"serverVersion"`) {
+		t.Fatalf("kubectl version: %v\n%s\n%s", r.err, r.stdout, r.stderr)
 	}
 }

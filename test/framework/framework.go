@@ -26,8 +26,17 @@ type Binaries struct {
 // Build compiles milo and kubectl from this repository into dir.
 func Build(dir string) (Binaries, error) {
 	b := Binaries{Milo: filepath.Join(dir, "milo"), Kubectl: filepath.Join(dir, "kubectl")}
-	for _, target := range []struct{ out, pkg string }{{b.Milo, "./cmd/milo"}, {b.Kubectl, "./test/kubectl"}} {
-		cmd := exec.Command("go", "build", "-o", target.out, target.pkg)
+	// kubectl reports its own version as a release's would, or `kubectl version`
+	// fails to parse the library's placeholder.
+	list := exec.Command("go", "list", "-m", "-f", "{{.Version}}", "k8s.io/kubernetes")
+	list.Dir = RepoRoot()
+	kube, err := list.Output()
+	if err != nil {
+		return b, fmt.Errorf("reading the Kubernetes version: %w", err)
+	}
+	kubectlFlags := "-X k8s.io/component-base/version.gitVersion=" + strings.TrimSpace(string(kube))
+	for _, target := range []struct{ out, pkg, ldflags string }{{b.Milo, "./cmd/milo", ""}, {b.Kubectl, "./test/kubectl", kubectlFlags}} {
+		cmd := exec.Command("go", "build", "-ldflags", target.ldflags, "-o", target.out, target.pkg)
 		cmd.Dir = RepoRoot()
 		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 		if err := cmd.Run(); err != nil {
