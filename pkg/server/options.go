@@ -38,6 +38,9 @@ type Options struct {
 	// Controllers selects the controllers run in the server (under leader
 	// election, so a separate `milo controller-manager` may run as well).
 	Controllers manager.Selection
+	// ProjectFlows makes API Priority and Fairness give each project a flow of
+	// its own (package fairness).
+	ProjectFlows bool
 
 	// ControlPlane are the generic control plane's options (serving, etcd,
 	// authentication, authorization, admission, audit, logging, ...).
@@ -66,7 +69,7 @@ func NewOptions() *Options {
 		cp.Admission.GenericAdmission.RecommendedPluginOrder...)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
 	cp.Authentication.ServiceAccounts.OptionalTokenGetter = satokens.PlatformGetter
-	return &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ControlPlane: cp, hierarchy: tree, iam: iam}
+	return &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, ControlPlane: cp, hierarchy: tree, iam: iam}
 }
 
 // Flag groups shown by `milo start --help`; the rest are listed by --help-all.
@@ -84,6 +87,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"election of every `milo controller-manager`, so only one instance acts at a time; with --controllers=false "+
 		"a separate `milo controller-manager` must run. Deleted projects' storage is always purged by the server.")
 	fs.Lookup("controllers").NoOptDefVal = "*"
+	fs.BoolVar(&o.ProjectFlows, "project-flows", o.ProjectFlows, ""+
+		"Classify every project's requests into API Priority and Fairness's priority level milo-projects, "+
+		"one flow per project, so that one project's load cannot starve another's (see docs/fairness.md). "+
+		"false leaves project requests to the apiserver's own FlowSchemas.")
 	o.ControlPlane.AddFlags(fss)
 }
 
@@ -109,6 +116,8 @@ type CompletedOptions struct {
 	IAM *evaluator.Evaluator
 	// Controllers are the controllers run in the server.
 	Controllers []string
+	// ProjectFlows gives each project its own APF flow.
+	ProjectFlows bool
 }
 
 // Complete prepares the data directory (PKI, admin.kubeconfig), binds the serving
@@ -178,7 +187,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {

@@ -35,6 +35,7 @@ import (
 	"go.miloapis.com/milo/pkg/controllers/crdcleanup"
 	hierarchycontrollers "go.miloapis.com/milo/pkg/controllers/hierarchy"
 	"go.miloapis.com/milo/pkg/controllers/manager"
+	"go.miloapis.com/milo/pkg/fairness"
 	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
@@ -95,6 +96,25 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		controlplaneapiserver.DefaultGenericAPIServicePriorities())
 	if err != nil {
 		return nil, fmt.Errorf("creating aggregator: %w", err)
+	}
+
+	if c.Options.ProjectFlows && c.ControlPlane.Generic.FlowControl != nil {
+		loopback := aggregator.GenericAPIServer.LoopbackClientConfig
+		if err := aggregator.GenericAPIServer.AddPostStartHook("milo-project-flows", func(ctx genericapiserver.PostStartHookContext) error {
+			client, err := kubernetes.NewForConfig(loopback)
+			if err != nil {
+				return err
+			}
+			return wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+				if err := fairness.Ensure(ctx, client); err != nil {
+					klog.FromContext(ctx).Info("Waiting to configure the projects' priority level", "err", err)
+					return false, nil
+				}
+				return true, nil
+			})
+		}); err != nil {
+			return nil, err
+		}
 	}
 
 	// A post-start hook also gates /readyz until it returns, so the server is not
