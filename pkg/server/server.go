@@ -98,8 +98,8 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		return nil, fmt.Errorf("creating aggregator: %w", err)
 	}
 
+	loopback := aggregator.GenericAPIServer.LoopbackClientConfig
 	if c.Options.ProjectFlows && c.ControlPlane.Generic.FlowControl != nil {
-		loopback := aggregator.GenericAPIServer.LoopbackClientConfig
 		if err := aggregator.GenericAPIServer.AddPostStartHook("milo-project-flows", func(ctx genericapiserver.PostStartHookContext) error {
 			client, err := kubernetes.NewForConfig(loopback)
 			if err != nil {
@@ -117,66 +117,108 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		}
 	}
 
-	// A post-start hook also gates /readyz until it returns, so the server is not
-	// ready before Milo's own kinds are served.
-	loopback := aggregator.GenericAPIServer.LoopbackClientConfig
+	// Milo's start-up jobs are post-start hooks, one per job, so that /readyz
+	// names the one that has not finished. The apiserver runs hooks at once;
+	// stages order those that depend on another's work.
 	tree := c.Hierarchy
-	if err := aggregator.GenericAPIServer.AddPostStartHook("milo-install-crds", func(ctx genericapiserver.PostStartHookContext) error {
-		if err := InstallCRDs(ctx, loopback); err != nil {
-			return err
-		}
+	crdsInstalled, informersSynced, rolesBootstrapped := newStage(), newStage(), newStage()
+	hooks := []struct {
+		name string
+		run  func(ctx genericapiserver.PostStartHookContext) error
+	}{
+		{"milo-install-crds", func(ctx genericapiserver.PostStartHookContext) error {
+			if err := InstallCRDs(ctx, loopback); err != nil {
+				return err
+			}
+			crdsInstalled.done()
+			return nil
+		}},
 		// Hierarchy admission, the tenant router, Milo IAM and the controllers
 		// read the hierarchy's informers, which need the CRDs.
-		iamSynced, err := authz.Sync(c.IAM, tree.Factory())
-		if err != nil {
-			return err
-		}
-		iamSynced = append(iamSynced, c.Users.Informer(tree.Factory()))
-		if !tree.Run(ctx) || !cache.WaitForCacheSync(ctx.Done(), iamSynced...) {
-			return errors.New("hierarchy and IAM informers did not sync")
-		}
-		if err := authz.Bootstrap(ctx, loopback); err != nil {
-			return fmt.Errorf("bootstrapping IAM roles: %w", err)
-		}
-		etcd, prefixes := c.EtcdClient, c.Prefixes
-		purger, err := hierarchycontrollers.NewPurger(loopback, tree.Factory(), func(ctx context.Context, projectID string) error {
-			_, err := tenantstorage.Purge(ctx, etcd, prefixes, projectID)
-			return err
-		})
-		if err != nil {
-			return err
-		}
-		go purger.Run(ctx, 4)
-		client, err := dynamic.NewForConfig(loopback)
-		if err != nil {
-			return err
-		}
-		go c.Users.Run(ctx, client)
-		if len(c.Options.Controllers) == 0 {
-			return nil
-		}
-		rootCA, err := servingCA(c.Options.AdminKubeconfig)
-		if err != nil {
-			return err
-		}
-		mgr, err := manager.New(controllers.Registry(), c.Options.Controllers, manager.Shared{Config: loopback, Hierarchy: tree.Factory(), Workers: 16, RootCA: rootCA})
-		if err != nil {
-			return err
-		}
-		// Starts the informers the controllers added; those already running stay as they are.
-		tree.Factory().Start(ctx.Done())
-		identity, err := controllerIdentity(c.Options.DataDir)
-		if err != nil {
-			return err
-		}
-		go func() {
-			if err := hierarchycontrollers.RunElected(ctx, loopback, hierarchycontrollers.DefaultLeaderElection(), identity, mgr.Run); err != nil {
-				klog.FromContext(ctx).Error(err, "Hierarchy controllers stopped")
+		{"milo-hierarchy-and-iam-informers", func(ctx genericapiserver.PostStartHookContext) error {
+			if err := crdsInstalled.wait(ctx); err != nil {
+				return err
 			}
-		}()
-		return nil
-	}); err != nil {
-		return nil, err
+			iamSynced, err := authz.Sync(c.IAM, tree.Factory())
+			if err != nil {
+				return err
+			}
+			iamSynced = append(iamSynced, c.Users.Informer(tree.Factory()))
+			if !tree.Run(ctx) || !cache.WaitForCacheSync(ctx.Done(), iamSynced...) {
+				return errors.New("hierarchy and IAM informers did not sync")
+			}
+			informersSynced.done()
+			return nil
+		}},
+		{"milo-iam-roles", func(ctx genericapiserver.PostStartHookContext) error {
+			if err := informersSynced.wait(ctx); err != nil {
+				return err
+			}
+			if err := authz.Bootstrap(ctx, loopback); err != nil {
+				return fmt.Errorf("bootstrapping IAM roles: %w", err)
+			}
+			rolesBootstrapped.done()
+			return nil
+		}},
+		{"milo-project-purger", func(ctx genericapiserver.PostStartHookContext) error {
+			if err := informersSynced.wait(ctx); err != nil {
+				return err
+			}
+			etcd, prefixes := c.EtcdClient, c.Prefixes
+			purger, err := hierarchycontrollers.NewPurger(loopback, tree.Factory(), func(ctx context.Context, projectID string) error {
+				_, err := tenantstorage.Purge(ctx, etcd, prefixes, projectID)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+			go purger.Run(ctx, 4)
+			return nil
+		}},
+		{"milo-user-recorder", func(ctx genericapiserver.PostStartHookContext) error {
+			if err := informersSynced.wait(ctx); err != nil {
+				return err
+			}
+			client, err := dynamic.NewForConfig(loopback)
+			if err != nil {
+				return err
+			}
+			go c.Users.Run(ctx, client)
+			return nil
+		}},
+		{"milo-controllers", func(ctx genericapiserver.PostStartHookContext) error {
+			if len(c.Options.Controllers) == 0 {
+				return nil
+			}
+			if err := rolesBootstrapped.wait(ctx); err != nil {
+				return err
+			}
+			rootCA, err := servingCA(c.Options.AdminKubeconfig)
+			if err != nil {
+				return err
+			}
+			mgr, err := manager.New(controllers.Registry(), c.Options.Controllers, manager.Shared{Config: loopback, Hierarchy: tree.Factory(), Workers: 16, RootCA: rootCA})
+			if err != nil {
+				return err
+			}
+			// Starts the informers the controllers added; those already running stay as they are.
+			tree.Factory().Start(ctx.Done())
+			identity, err := controllerIdentity(c.Options.DataDir)
+			if err != nil {
+				return err
+			}
+			go func() {
+				if err := hierarchycontrollers.RunElected(ctx, loopback, hierarchycontrollers.DefaultLeaderElection(), identity, mgr.Run); err != nil {
+					klog.FromContext(ctx).Error(err, "Hierarchy controllers stopped")
+				}
+			}()
+			return nil
+		}},
+	}
+	for _, h := range hooks {
+		if err := aggregator.GenericAPIServer.AddPostStartHook(h.name, h.run); err != nil {
+			return nil, err
+		}
 	}
 	return &Server{Aggregator: aggregator, options: c.Options}, nil
 }
@@ -271,4 +313,20 @@ func servingCA(adminKubeconfig string) ([]byte, error) {
 		return nil, err
 	}
 	return cfg.CAData, nil
+}
+
+// stage is a step of start-up other steps wait for.
+type stage chan struct{}
+
+func newStage() stage { return make(stage) }
+
+func (s stage) done() { close(s) }
+
+func (s stage) wait(ctx context.Context) error {
+	select {
+	case <-s:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
