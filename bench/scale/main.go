@@ -7,12 +7,17 @@
 // For each system it starts the server as its own process on loopback, then
 // for each step N (100, 1,000, 10,000, 100,000 up to --max) creates projects
 // up to N — each with namespace default, 3 ConfigMaps of 1 KiB and a Secret —
-// and measures the server's memory after a forced GC, goroutines and etcd
-// watch streams; GET, LIST, CREATE and UPDATE latency of ConfigMaps in random
-// projects; watch delivery with a watch open in every tenth project; and the
-// time from a restart to /readyz. At the end it deletes --delete projects. It
-// writes report.md, results.json, PNG plots and each step's heap profile
-// ({system}/heap-{N}.pprof, for go tool pprof) to --out.
+// waits for the controllers' work queues to drain, and measures the server's
+// memory after a forced GC, goroutines and etcd watch streams, and the same of
+// the controller process (Milo's `milo controller-manager`, the baseline's
+// kube-controller-manager with the same controllers); GET, LIST, CREATE and
+// UPDATE latency of ConfigMaps in random projects; watch delivery with a watch
+// open in every tenth project; the time the controllers take to remove a
+// deleted namespace and an owner's dependent; and the time from a restart to
+// /readyz. At the end it deletes --delete projects. It writes report.md,
+// results.json, PNG plots and each step's heap profiles
+// ({system}/heap-{N}.pprof and controllers-heap-{N}.pprof, for go tool pprof)
+// to --out.
 package main
 
 import (
@@ -48,6 +53,17 @@ type options struct {
 	Settle time.Duration
 	// Delete is how many projects are deleted at the end.
 	Delete int
+	// BaselineControllers runs kube-controller-manager beside the baseline.
+	BaselineControllers bool
+	// MiloControllers is "separate" (the server runs only the hierarchy
+	// controller, `milo controller-manager` the others) or "in-process".
+	MiloControllers string
+	// DeletionSamples are the namespace and owner deletions timed per step.
+	DeletionSamples int
+	// DeletionTimeout bounds one deletion sample.
+	DeletionTimeout time.Duration
+	// DrainTimeout bounds the wait for the work queues to drain.
+	DrainTimeout time.Duration
 }
 
 func main() {
@@ -65,7 +81,12 @@ func main() {
 	flag.StringVar(&o.Repo, "repo", ".", "Milo's source tree, to build the binaries")
 	flag.DurationVar(&o.Settle, "settle", 80*time.Second, "wait after creating projects before measuring memory (the watch caches' event window is 75 s)")
 	flag.IntVar(&o.Delete, "delete", 10000, "projects deleted at the end, timed (the rest stay in the data directory)")
-	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling")
+	flag.BoolVar(&o.BaselineControllers, "baseline-controllers", true, "run kube-controller-manager (namespace, garbage-collector, serviceaccount, serviceaccount-token, resourcequota, root-ca-certificate-publisher, clusterrole-aggregation) beside the baseline, as its own process")
+	flag.StringVar(&o.MiloControllers, "milo-controllers", "separate", "where Milo's controllers run: separate (`milo controller-manager` runs all but hierarchy, which stays in the server) or in-process (all in `milo start`; no controller figures)")
+	flag.IntVar(&o.DeletionSamples, "deletion-samples", 50, "namespace deletions and owner deletions timed per step")
+	flag.DurationVar(&o.DeletionTimeout, "deletion-timeout", 2*time.Minute, "longest wait for one deleted namespace or dependent to go (counted as this long, and reported)")
+	flag.DurationVar(&o.DrainTimeout, "drain-timeout", 15*time.Minute, "longest wait for the controllers' work queues to drain before measuring")
+	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling, 300 projects deleted")
 	klog.InitFlags(nil)
 	flag.Parse()
 	for _, s := range strings.Split(steps, ",") {
@@ -78,7 +99,12 @@ func main() {
 	}
 	o.Systems = strings.Split(systems, ",")
 	if *smoke {
-		o.Max, o.LatencySamples, o.WatchSamples, o.Settle = min(o.Max, 1000), 100, 50, 0
+		o.Max, o.LatencySamples, o.WatchSamples, o.Settle, o.DeletionSamples = min(o.Max, 1000), 100, 50, 0, min(o.DeletionSamples, 10)
+		o.Delete = min(o.Delete, 300)
+	}
+	if o.MiloControllers != "separate" && o.MiloControllers != "in-process" {
+		fmt.Fprintf(os.Stderr, "scale: --milo-controllers is separate or in-process, not %q\n", o.MiloControllers)
+		os.Exit(2)
 	}
 	if _, err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "scale:", err)
@@ -161,16 +187,34 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
-	s, err := newSystem(name, bin, dir)
+	s, err := newSystem(name, bin, dir, o)
 	if err != nil {
 		return err
 	}
-	progress("[%s] starting", name)
+	out.Controllers = s.controllersDescription()
+	progress("[%s] starting (%s)", name, out.Controllers)
+	// The controllers stop first: their watches would hold up the server's shutdown.
+	defer s.stop()            //nolint:errcheck
+	defer s.stopControllers() //nolint:errcheck
 	if _, err := s.start(ctx); err != nil {
 		return err
 	}
-	defer s.stop() //nolint:errcheck
 	if err := prepare(ctx, s); err != nil {
+		return err
+	}
+	if o.DrainTimeout <= 0 {
+		o.DrainTimeout = 15 * time.Minute
+	}
+	if o.DeletionTimeout <= 0 {
+		o.DeletionTimeout = 2 * time.Minute
+	}
+	drain := func() (time.Duration, bool, error) {
+		if !s.hasControllers() {
+			return 0, true, nil
+		}
+		return s.waitDrained(ctx, o.DrainTimeout)
+	}
+	if _, _, err := drain(); err != nil {
 		return err
 	}
 	empty, err := s.measure(ctx, "")
@@ -195,6 +239,22 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		}
 		step.CreatePerSecond = float64(n-have) / time.Since(began).Seconds()
 		have = n
+		// The controllers' work (bootstrap objects, in the baseline too) is
+		// done before anything is measured.
+		took, drained, err := drain()
+		if err != nil {
+			return err
+		}
+		step.DrainSeconds, step.Drained = took.Seconds(), drained
+		progress("[%s] %d projects: work queues drained %.1f s after creation", name, n, step.DrainSeconds)
+		if out.Bootstrap == nil {
+			b, err := measureBootstrap(ctx, s)
+			if err != nil {
+				return fmt.Errorf("counting bootstrap objects: %w", err)
+			}
+			out.Bootstrap = &b
+			progress("[%s] bootstrap objects per project: %d, %d bytes %v", name, b.Count, b.Bytes, b.Objects)
+		}
 		if o.Settle > 0 {
 			// The watch caches keep recent events (75 s): memory is measured
 			// once the creation's events have left them, as in a steady state.
@@ -206,6 +266,9 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		}
 		progress("[%s] %d projects: heap %.0f MiB, RSS %.0f MiB, %v goroutines, %v etcd watches; %.0f projects/s",
 			name, n, step.Resources.HeapBytes/(1<<20), step.Resources.RSSBytes/(1<<20), step.Resources.Goroutines, step.Resources.EtcdWatches, step.CreatePerSecond)
+		if c := step.Resources.Controllers; c != nil {
+			progress("[%s] %d projects: controllers' heap %.1f MiB, RSS %.0f MiB, %v goroutines", name, n, c.HeapBytes/(1<<20), c.RSSBytes/(1<<20), c.Goroutines)
+		}
 		lat, err := measureLatency(ctx, s, n, o.LatencySamples, rng)
 		if err != nil {
 			return err
@@ -222,6 +285,22 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		step.WatchesOpen = open
 		progress("[%s] %d projects: p99 get %.1f ms, list %.1f ms, create %.1f ms, update %.1f ms, watch %.1f ms (%d watches)", name, n,
 			step.Latency["get"].P99, step.Latency["list"].P99, step.Latency["create"].P99, step.Latency["update"].P99, step.Latency["watch"].P99, open)
+		if s.hasControllers() && o.DeletionSamples > 0 {
+			if _, _, err := drain(); err != nil {
+				return err
+			}
+			del, timedOut, err := measureDeletion(ctx, s, n, o.DeletionSamples, rng, o.DeletionTimeout)
+			if err != nil {
+				return err
+			}
+			step.Deletion = map[string]quantiles{}
+			for op, l := range del {
+				step.Deletion[op] = quantiles{P50: ms(l.quantile(0.5)), P99: ms(l.quantile(0.99))}
+			}
+			step.DeletionSamples, step.DeletionTimeouts = len(del["owner"]), timedOut
+			progress("[%s] %d projects: namespace deletion p50 %.0f / p99 %.0f ms, owner deletion p50 %.0f / p99 %.0f ms (%d samples, %d timed out)", name, n,
+				step.Deletion["namespace"].P50, step.Deletion["namespace"].P99, step.Deletion["owner"].P50, step.Deletion["owner"].P99, step.DeletionSamples, timedOut)
+		}
 		restart, err := s.restart(ctx)
 		if err != nil {
 			return err
@@ -232,6 +311,10 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		if err := save(); err != nil {
 			return err
 		}
+	}
+	// A restarted server's controllers go through every object again first.
+	if _, _, err := drain(); err != nil {
+		return err
 	}
 	out.Deleted = min(o.Delete, have)
 	progress("[%s] deleting %d projects", name, out.Deleted)

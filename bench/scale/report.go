@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"image/color"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -28,9 +30,13 @@ type results struct {
 
 type systemResult struct {
 	Name string
+	// Controllers says where the controllers ran.
+	Controllers string
 	// Empty is the server before the first project.
 	Empty resources
-	Steps []stepResult
+	// Bootstrap is what the first project holds that the harness did not create.
+	Bootstrap *bootstrap `json:",omitempty"`
+	Steps     []stepResult
 	// Deleted projects at the end, in DeleteSeconds.
 	Deleted         int
 	DeleteSeconds   float64
@@ -45,6 +51,15 @@ type stepResult struct {
 	Latency        map[string]quantiles
 	WatchesOpen    int
 	RestartSeconds float64
+	// DrainSeconds is the wait, after creating the projects, until the work
+	// queues were empty (Drained false: they were not within --drain-timeout).
+	DrainSeconds float64
+	Drained      bool
+	// Deletion latency (milliseconds): "namespace" from a namespace's DELETE
+	// to its removal, "owner" from an owner's DELETE to its dependent's removal.
+	Deletion         map[string]quantiles `json:",omitempty"`
+	DeletionSamples  int                  `json:",omitempty"`
+	DeletionTimeouts int                  `json:",omitempty"`
 }
 
 type quantiles struct{ P50, P99 float64 }
@@ -55,6 +70,36 @@ var operations = []string{"get", "list", "create", "update", "watch"}
 func (s systemResult) perProject(i int) float64 {
 	st := s.Steps[i]
 	return (st.Resources.HeapBytes - s.Empty.HeapBytes) / float64(st.Projects)
+}
+
+// controllerPerProject is the controller process's heap a project adds, or NaN.
+func (s systemResult) controllerPerProject(i int) float64 {
+	st := s.Steps[i]
+	if st.Resources.Controllers == nil || s.Empty.Controllers == nil {
+		return math.NaN()
+	}
+	return (st.Resources.Controllers.HeapBytes - s.Empty.Controllers.HeapBytes) / float64(st.Projects)
+}
+
+// controller reads a figure of the controller process at step i, or NaN.
+func (s systemResult) controller(i int, f func(r *resources) float64) float64 {
+	if c := s.Steps[i].Resources.Controllers; c != nil {
+		return f(c)
+	}
+	return math.NaN()
+}
+
+// deletion reads a deletion quantile at step i, or NaN.
+func (s systemResult) deletion(i int, op string, p99 bool) float64 {
+	q, ok := s.Steps[i].Deletion[op]
+	switch {
+	case !ok:
+		return math.NaN()
+	case p99:
+		return q.P99
+	default:
+		return q.P50
+	}
 }
 
 func machine() string {
@@ -129,7 +174,34 @@ func (r *results) rows() []row {
 		{"etcd database", func(s *systemResult, i int) float64 { return mib(s.Steps[i].Resources.EtcdDBBytes) }, "MiB", "%.1f"},
 		{"Goroutines", func(s *systemResult, i int) float64 { return s.Steps[i].Resources.Goroutines }, "", "%.0f"},
 		{"etcd watch streams", func(s *systemResult, i int) float64 { return s.Steps[i].Resources.EtcdWatches }, "", "%.0f"},
+		{"etcd database per project", func(s *systemResult, i int) float64 {
+			return (s.Steps[i].Resources.EtcdDBBytes - s.Empty.EtcdDBBytes) / float64(s.Steps[i].Projects) / 1024
+		}, "KiB", "%.1f"},
 		{"Create to usable", func(s *systemResult, i int) float64 { return s.Steps[i].CreatePerSecond }, "projects/s", "%.0f"},
+		{"Work queues drained after creation", func(s *systemResult, i int) float64 { return s.Steps[i].DrainSeconds }, "s", "%.1f"},
+		{"Controller process heap after GC", func(s *systemResult, i int) float64 {
+			return s.controller(i, func(r *resources) float64 { return mib(r.HeapBytes) })
+		}, "MiB", "%.1f"},
+		{"Controller heap per project", func(s *systemResult, i int) float64 { return s.controllerPerProject(i) / 1024 }, "KiB", "%.2f"},
+		{"Controller heap per project since the previous step", func(s *systemResult, i int) float64 {
+			if s.Steps[i].Resources.Controllers == nil {
+				return math.NaN()
+			}
+			prev, prevN := s.Empty.Controllers, 0
+			if i > 0 {
+				prev, prevN = s.Steps[i-1].Resources.Controllers, s.Steps[i-1].Projects
+			}
+			if prev == nil {
+				return math.NaN()
+			}
+			return (s.Steps[i].Resources.Controllers.HeapBytes - prev.HeapBytes) / float64(s.Steps[i].Projects-prevN) / 1024
+		}, "KiB", "%.2f"},
+		{"Controller process RSS", func(s *systemResult, i int) float64 {
+			return s.controller(i, func(r *resources) float64 { return mib(r.RSSBytes) })
+		}, "MiB", "%.0f"},
+		{"Controller goroutines", func(s *systemResult, i int) float64 {
+			return s.controller(i, func(r *resources) float64 { return r.Goroutines })
+		}, "", "%.0f"},
 	}
 	for _, op := range operations {
 		for _, q := range []string{"p50", "p99"} {
@@ -139,6 +211,15 @@ func (r *results) rows() []row {
 				}
 				return s.Steps[i].Latency[op].P99
 			}, "ms", "%.1f"})
+		}
+	}
+	for _, d := range []struct{ op, name string }{{"namespace", "Namespace deletion to gone"}, {"owner", "Owner deletion to dependent gone"}} {
+		for _, p99 := range []bool{false, true} {
+			q := "p50"
+			if p99 {
+				q = "p99"
+			}
+			rows = append(rows, row{d.name + " " + q, func(s *systemResult, i int) float64 { return s.deletion(i, d.op, p99) }, "ms", "%.0f"})
 		}
 	}
 	return append(rows, row{"Restart to /readyz", func(s *systemResult, i int) float64 { return s.Steps[i].RestartSeconds }, "s", "%.1f"})
@@ -153,6 +234,19 @@ func (r *results) markdown() string {
 		"`bench`, objects in its control plane. Baseline: Kubernetes' sample generic control plane, a namespace per project. " +
 		"Both: one process with an embedded etcd, measured after a forced GC; latencies from a client on the same machine; " +
 		"watch delivery with a watch open in every tenth project. Ratio = Milo / baseline.\n\n")
+	b.WriteString("Controllers: ")
+	for i, s := range r.Systems {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "%s: %s", s.Name, s.Controllers)
+	}
+	b.WriteString(". \"Controller\" rows are that separate process (heap in use after a forced GC, its own " +
+		"informers and queues included). Every step is measured once the work queues (`workqueue_depth`, server and " +
+		"controller process) are empty. Deletion: in random projects, a new namespace with 3 ConfigMaps " +
+		"(baseline: a new namespace), from the DELETE's answer to the namespace's removal; a ConfigMap owning another, " +
+		"from the owner's DELETE (background) to the dependent's removal; removal seen as the watch's DELETED event.\n\n")
+	b.WriteString(r.bootstrapSection())
 	for i, n := range r.Steps {
 		fmt.Fprintf(&b, "## %d projects\n\n| | Milo | baseline | ratio |\n|---|---|---|---|\n", n)
 		for _, rw := range r.rows() {
@@ -161,6 +255,9 @@ func (r *results) markdown() string {
 					return "–", 0, false
 				}
 				v := rw.value(s, i)
+				if math.IsNaN(v) {
+					return "–", 0, false
+				}
 				return fmt.Sprintf(rw.format, v) + unitSuffix(rw.unit), v, true
 			}
 			m, mv, mok := cell(milo)
@@ -205,6 +302,27 @@ func (r *results) markdown() string {
 	return b.String()
 }
 
+// bootstrapSection lists what a project holds that its creator did not create.
+func (r *results) bootstrapSection() string {
+	var b strings.Builder
+	b.WriteString("## Bootstrap objects per project\n\nWhat the first project holds that the harness did not create " +
+		"(Milo: its namespaces and what the bootstrap and controllers put in them; baseline, where the project is a " +
+		"namespace the harness creates: what kube-controller-manager puts in it). Bytes: the objects encoded in " +
+		"protobuf, as stored (etcd adds the key and a few bytes of envelope).\n\n| | objects | bytes | kinds |\n|---|---|---|---|\n")
+	for _, s := range r.Systems {
+		if s.Bootstrap == nil {
+			continue
+		}
+		kinds := make([]string, 0, len(s.Bootstrap.Objects))
+		for k, n := range s.Bootstrap.Objects {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, n))
+		}
+		slices.Sort(kinds)
+		fmt.Fprintf(&b, "| %s | %d | %d | %s |\n", s.Name, s.Bootstrap.Count, s.Bootstrap.Bytes, strings.Join(kinds, ", "))
+	}
+	return b.String() + "\n"
+}
+
 func unitSuffix(unit string) string {
 	if unit == "" {
 		return ""
@@ -232,6 +350,17 @@ func (r *results) targets(milo, base *systemResult) string {
 	}
 	growth := milo.Steps[last].Resources.Goroutines - milo.Steps[first].Resources.Goroutines
 	fmt.Fprintf(&b, "| goroutine growth %d → %d projects ≤ 20 | %+.0f | %s |\n", milo.Steps[first].Projects, n, growth, check(growth <= 20))
+	if c0, c := milo.Steps[first].Resources.Controllers, milo.Steps[last].Resources.Controllers; c0 != nil && c != nil {
+		growth := c.Goroutines - c0.Goroutines
+		fmt.Fprintf(&b, "| controller goroutines within ±20 from %d to %d projects | %+.0f | %s |\n", milo.Steps[first].Projects, n, growth, check(math.Abs(growth) <= 20))
+		per := milo.controllerPerProject(last) / 1024
+		fmt.Fprintf(&b, "| controller heap per project ≤ 4 KiB (here including the controllers' caches of the objects they create) | %.2f KiB | %s |\n", per, check(per <= 4))
+	}
+	for _, d := range []struct{ op, name string }{{"namespace", "namespace deletion"}, {"owner", "owner deletion to dependent gone"}} {
+		if q, ok := milo.Steps[last].Deletion[d.op]; ok {
+			fmt.Fprintf(&b, "| %s p99 ≤ 2 s at %d | %.0f ms | %s |\n", d.name, n, q.P99, check(q.P99 <= 2000 && milo.Steps[last].DeletionTimeouts == 0))
+		}
+	}
 	watches := milo.Steps[last].Resources.EtcdWatches - milo.Steps[first].Resources.EtcdWatches
 	fmt.Fprintf(&b, "| etcd watch streams do not grow | %+.0f | %s |\n", watches, check(watches <= 0))
 	for _, op := range operations {

@@ -19,7 +19,8 @@ func TestSmoke(t *testing.T) {
 	}
 	out := t.TempDir()
 	res, err := run(context.Background(), options{Max: 1000, Steps: []int{100, 1000, 10000}, Out: out, Systems: []string{"milo", "baseline"},
-		Workers: 32, LatencySamples: 50, WatchSamples: 20, Delete: 10000, Repo: filepath.Join("..", "..")})
+		Workers: 32, LatencySamples: 50, WatchSamples: 20, Delete: 300, Repo: filepath.Join("..", ".."),
+		BaselineControllers: true, MiloControllers: "separate", DeletionSamples: 8})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,11 +40,25 @@ func TestSmoke(t *testing.T) {
 					t.Errorf("%s at %d: %s latency %+v", s.Name, st.Projects, op, q)
 				}
 			}
+			if c := st.Resources.Controllers; c == nil || c.HeapBytes <= 0 || c.Goroutines <= 0 || c.RSSBytes <= 0 {
+				t.Errorf("%s at %d: controller process not measured: %+v", s.Name, st.Projects, c)
+			}
+			for _, op := range []string{"namespace", "owner"} {
+				if q := st.Deletion[op]; q.P50 <= 0 || q.P99 < q.P50 {
+					t.Errorf("%s at %d: %s deletion latency %+v", s.Name, st.Projects, op, q)
+				}
+			}
+			if st.DeletionTimeouts != 0 || !st.Drained {
+				t.Errorf("%s at %d: %d deletions timed out, queues drained: %v", s.Name, st.Projects, st.DeletionTimeouts, st.Drained)
+			}
 			if st.WatchesOpen != st.Projects/10 {
 				t.Errorf("%s at %d: %d watches open, want one in every tenth project", s.Name, st.Projects, st.WatchesOpen)
 			}
 		}
-		if s.Deleted != 1000 || s.DeletePerSecond <= 0 {
+		if s.Bootstrap == nil || s.Bootstrap.Count == 0 || s.Bootstrap.Bytes == 0 {
+			t.Errorf("%s: bootstrap objects not counted: %+v", s.Name, s.Bootstrap)
+		}
+		if s.Deleted != 300 || s.DeletePerSecond <= 0 {
 			t.Errorf("%s: no deletion measured", s.Name)
 		}
 	}
@@ -52,7 +67,8 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"## 100 projects", "## 1000 projects", "| Heap per project |", "| Watch p99 |", "## Deleting 1000 projects", "## Targets"} {
+	for _, want := range []string{"## 100 projects", "## 1000 projects", "| Heap per project |", "| Watch p99 |", "| Controller heap per project |", "| Namespace deletion to gone p99 |",
+		"| Owner deletion to dependent gone p99 |", "## Bootstrap objects per project", "## Deleting 300 projects", "## Targets"} {
 		if !strings.Contains(string(report), want) {
 			t.Errorf("report.md lacks %q", want)
 		}

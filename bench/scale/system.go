@@ -3,8 +3,10 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -40,6 +42,30 @@ type system struct {
 	user     *rest.Config
 	http     *http.Client
 	userHTTP *http.Client
+
+	// controllers is the controller process when the controllers run apart
+	// from the server (Milo's `milo controller-manager`, the baseline's
+	// kube-controller-manager), else nil. inProcess is true when the server
+	// runs the controllers itself (Milo with --milo-controllers=in-process).
+	controllers *controllerProcess
+	separate    bool
+	inProcess   bool
+}
+
+// hasControllers reports whether the system runs the controllers that delete
+// namespaces and dependents.
+func (s *system) hasControllers() bool { return s.separate || s.inProcess }
+
+// controllerProcess is a controller manager run as its own process, whose
+// /healthz, /metrics and /debug/pprof the harness reads over loopback.
+type controllerProcess struct {
+	cmd    *exec.Cmd
+	exited chan error
+	log    *os.File
+	// url is the base of its endpoints: http://127.0.0.1:port for Milo,
+	// https://127.0.0.1:port (a self-signed certificate) for kube-controller-manager.
+	url  string
+	http *http.Client
 }
 
 // benchUser is the ordinary identity of the harness in Milo (a static token,
@@ -58,7 +84,7 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-func newSystem(name, bin, dir string) (*system, error) {
+func newSystem(name, bin, dir string, o options) (*system, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -66,7 +92,14 @@ func newSystem(name, bin, dir string) (*system, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &system{name: name, bin: bin, dataDir: filepath.Join(dir, "data"), port: port}, nil
+	s := &system{name: name, bin: bin, dataDir: filepath.Join(dir, "data"), port: port}
+	if s.isMilo() {
+		s.separate = o.MiloControllers != "in-process"
+		s.inProcess = !s.separate
+	} else {
+		s.separate = o.BaselineControllers
+	}
+	return s, nil
 }
 
 func (s *system) isMilo() bool { return s.name == "milo" }
@@ -80,6 +113,11 @@ func (s *system) start(ctx context.Context) (time.Duration, error) {
 			return 0, err
 		}
 		args = append([]string{"start", "--token-auth-file", tokens}, args...)
+		if s.separate {
+			// The hierarchy controller stays in the server (kube-controller-manager
+			// has no counterpart); the others run in the controller process.
+			args = append(args, "--controllers=hierarchy")
+		}
 	}
 	log, err := os.OpenFile(filepath.Join(filepath.Dir(s.dataDir), s.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
@@ -97,7 +135,141 @@ func (s *system) start(ctx context.Context) (time.Duration, error) {
 	if err := s.waitReady(ctx); err != nil {
 		return 0, err
 	}
-	return time.Since(began), nil
+	took := time.Since(began)
+	if s.separate && s.controllers == nil {
+		if err := s.startControllers(ctx); err != nil {
+			return 0, err
+		}
+	}
+	return took, nil
+}
+
+// startControllers runs the controller process against the server and
+// returns once its /healthz answers ok. It keeps running across restarts of
+// the server.
+func (s *system) startControllers(ctx context.Context) error {
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	c := &controllerProcess{exited: make(chan error, 1)}
+	var args []string
+	if s.isMilo() {
+		args = []string{"controller-manager", "--kubeconfig", filepath.Join(s.dataDir, "admin.kubeconfig"),
+			"--controllers=*,-hierarchy", "--leader-elect=false", "--health-address", fmt.Sprintf("127.0.0.1:%d", port), "--profiling"}
+		c.url, c.http = fmt.Sprintf("http://127.0.0.1:%d", port), &http.Client{Timeout: 2 * time.Minute}
+	} else {
+		args = []string{"controller-manager", "--data-dir", s.dataDir, "--secure-port", strconv.Itoa(port)}
+		// kube-controller-manager serves a self-signed certificate, on loopback.
+		c.url = fmt.Sprintf("https://127.0.0.1:%d", port)
+		c.http = &http.Client{Timeout: 2 * time.Minute, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec
+	}
+	if c.log, err = os.OpenFile(filepath.Join(filepath.Dir(s.dataDir), s.name+"-controllers.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+		return err
+	}
+	c.cmd = exec.Command(s.bin, args...)
+	c.cmd.Stdout, c.cmd.Stderr = c.log, c.log
+	if err := c.cmd.Start(); err != nil {
+		return err
+	}
+	go func() { c.exited <- c.cmd.Wait() }()
+	s.controllers = c
+	deadline := time.Now().Add(5 * time.Minute)
+	for time.Now().Before(deadline) {
+		select {
+		case err := <-c.exited:
+			c.exited <- err
+			return fmt.Errorf("%s controllers exited while starting: %v (see %s)", s.name, err, c.log.Name())
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if body, err := c.get(ctx, "/healthz"); err == nil && strings.TrimSpace(string(body)) == "ok" {
+			return nil
+		}
+	}
+	return fmt.Errorf("%s controllers not healthy after 5 minutes", s.name)
+}
+
+// get reads a path of the controller process.
+func (c *controllerProcess) get(ctx context.Context, path string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return body, err
+}
+
+// stopControllers ends the controller process, if any.
+func (s *system) stopControllers() error {
+	c := s.controllers
+	if c == nil {
+		return nil
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-c.exited:
+	case <-time.After(time.Minute):
+		_ = c.cmd.Process.Kill()
+		<-c.exited
+	}
+	s.controllers = nil
+	return c.log.Close()
+}
+
+// queued is the number of items waiting in the work queues of the server and
+// the controller process (Kubernetes' workqueue_depth).
+func (s *system) queued(ctx context.Context) (float64, error) {
+	body, err := s.get(ctx, "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	depth := parseMetrics(string(body)).sum("workqueue_depth")
+	if s.controllers != nil {
+		body, err := s.controllers.get(ctx, "/metrics")
+		if err != nil {
+			return 0, err
+		}
+		depth += parseMetrics(string(body)).sum("workqueue_depth")
+	}
+	return depth, nil
+}
+
+// waitDrained waits until every work queue is empty twice in a row, a second
+// apart, or timeout passes; it returns how long that took and whether the
+// queues drained.
+func (s *system) waitDrained(ctx context.Context, timeout time.Duration) (time.Duration, bool, error) {
+	began := time.Now()
+	empty, last := 0, 0.0
+	for time.Since(began) < timeout {
+		depth, err := s.queued(ctx)
+		if err != nil {
+			return 0, false, err
+		}
+		if last = depth; depth == 0 {
+			if empty++; empty == 2 {
+				return time.Since(began), true, nil
+			}
+		} else {
+			empty = 0
+		}
+		select {
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	progress("[%s] work queues not drained after %s (%.0f items queued); measuring anyway", s.name, timeout, last)
+	return time.Since(began), false, nil
 }
 
 // waitReady polls /readyz until it answers ok or the process exits.
@@ -171,14 +343,21 @@ func (s *system) stop() error {
 		<-s.exited
 	}
 	s.cmd = nil
-	s.http.CloseIdleConnections()
-	s.userHTTP.CloseIdleConnections()
+	if s.http != nil {
+		s.http.CloseIdleConnections()
+		s.userHTTP.CloseIdleConnections()
+	}
 	return s.log.Close()
 }
 
 // restart stops the server and starts it again on the same data, returning
-// the time from the new process's start to /readyz.
+// the time from the new process's start to /readyz. The controller process is
+// stopped first (its watches would hold up the server's shutdown for a minute)
+// and started again once the server is ready.
 func (s *system) restart(ctx context.Context) (time.Duration, error) {
+	if err := s.stopControllers(); err != nil {
+		return 0, err
+	}
 	if err := s.stop(); err != nil {
 		return 0, err
 	}
@@ -234,9 +413,11 @@ func (s *system) writerClient(project string) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfigAndClient(cfg, s.userHTTP)
 }
 
-// resources is one measurement of the server's footprint.
+// resources is one measurement of the server's footprint, and of the
+// controller process's when there is one (Controllers; its etcd fields are 0).
 type resources struct {
 	RSSBytes, HeapBytes, Goroutines, EtcdWatches, EtcdDBBytes float64
+	Controllers                                               *resources `json:",omitempty"`
 }
 
 // measure forces a garbage collection (the profiling endpoint's gc=1, whose
@@ -269,6 +450,28 @@ func (s *system) measure(ctx context.Context, profile string) (resources, error)
 		return r, err
 	}
 	r.RSSBytes = rss
+	if c := s.controllers; c != nil {
+		var cr resources
+		heap, err := c.get(ctx, "/debug/pprof/heap?gc=1")
+		if err != nil {
+			return r, fmt.Errorf("forcing a GC of the controllers: %w", err)
+		}
+		if profile != "" {
+			if err := os.WriteFile(strings.Replace(profile, "heap-", "controllers-heap-", 1), heap, 0o644); err != nil {
+				return r, err
+			}
+		}
+		body, err := c.get(ctx, "/metrics")
+		if err != nil {
+			return r, err
+		}
+		m := parseMetrics(string(body))
+		cr.HeapBytes, cr.Goroutines = m.sum("go_memstats_heap_inuse_bytes"), m.sum("go_goroutines")
+		if cr.RSSBytes, err = rssOf(c.cmd.Process.Pid); err != nil {
+			return r, err
+		}
+		r.Controllers = &cr
+	}
 	return r, nil
 }
 
@@ -332,3 +535,20 @@ func (m metrics) max(name string, labels ...string) float64 {
 	m.each(name, labels, func(v float64) { most = max(most, v) })
 	return most
 }
+
+// controllersDescription says where the system's controllers run, for the report.
+func (s *system) controllersDescription() string {
+	switch {
+	case s.isMilo() && s.separate:
+		return "hierarchy in the server; the others in `milo controller-manager`"
+	case s.isMilo():
+		return "all in the server"
+	case s.separate:
+		return "kube-controller-manager --controllers=" + baselineControllers
+	default:
+		return "none"
+	}
+}
+
+// baselineControllers are the controllers bench/baseline runs in kube-controller-manager.
+const baselineControllers = "namespace-controller,garbage-collector-controller,serviceaccount-controller,serviceaccount-token-controller,resourcequota-controller,root-ca-certificate-publisher-controller,clusterrole-aggregation-controller"

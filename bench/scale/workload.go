@@ -373,8 +373,10 @@ func awaitValue(ctx context.Context, from <-chan string, value string) error {
 
 // deleteProjects deletes the first n projects and returns once they are gone:
 // in Milo, Projects are gone once their contents are deleted and their keys
-// purged; in the baseline, with no namespace controller, the harness empties
-// each namespace and finalizes it, as the namespace controller would. What is
+// purged; in the baseline, once kube-controller-manager's namespace
+// controller has emptied and removed each namespace, or, when it runs no
+// controllers, the harness empties each namespace and finalizes it, as the
+// namespace controller would. What is
 // left is checked by name, a few at a time, not by listing every project:
 // that would cost the server more than what is measured.
 func deleteProjects(ctx context.Context, s *system, n, workers int) error {
@@ -390,6 +392,13 @@ func deleteProjects(ctx context.Context, s *system, n, workers int) error {
 		name := projectName(i)
 		if s.isMilo() {
 			err := dyn.Resource(projectsGVR).Delete(ctx, name, metav1.DeleteOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return err
+		}
+		if s.hasControllers() {
+			err := platform.CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{})
 			if apierrors.IsNotFound(err) {
 				return nil
 			}
@@ -450,4 +459,269 @@ func deleteNamespace(ctx context.Context, c kubernetes.Interface, ns string) err
 		return nil
 	}
 	return err
+}
+
+// measureDeletion times, in random projects among the first n, how long the
+// controllers take to remove what is deleted, with a few samples in flight:
+//
+//   - "namespace": a new namespace (in the baseline, where a project is a
+//     namespace, a new namespace of the platform) holding 3 ConfigMaps, from
+//     the DELETE's answer to the namespace's removal;
+//   - "owner": a ConfigMap owning another (ownerReferences with its UID),
+//     from the owner's DELETE (background propagation) answering to the
+//     dependent's removal.
+//
+// A removal is seen as the DELETED event of a watch opened before the DELETE
+// (field selector on the name), which arrives within milliseconds of the key's
+// deletion. A sample not done within timeout counts as timeout, and in the
+// returned count.
+func measureDeletion(ctx context.Context, s *system, n, samples int, rng *rand.Rand, timeout time.Duration) (map[string]latencies, int, error) {
+	projects := make([]int, samples)
+	for k := range projects {
+		projects[k] = rng.IntN(n)
+	}
+	out := map[string]latencies{}
+	var mu sync.Mutex
+	timedOut := 0
+	record := func(op string, d time.Duration, ok bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		out[op] = append(out[op], d)
+		if !ok {
+			timedOut++
+		}
+	}
+	err := parallel(ctx, s.name+" deletion samples", 0, samples, 4, func(k int) error {
+		project := projectName(projects[k])
+		client, err := s.projectClient(project)
+		if err != nil {
+			return err
+		}
+		// A namespace with 3 ConfigMaps.
+		nsName := fmt.Sprintf("deletion-%d-%d", n, k)
+		ns, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("creating namespace %s in %s: %w", nsName, project, err)
+		}
+		for c := range 3 {
+			if _, err := client.CoreV1().ConfigMaps(nsName).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("cm-%d", c)},
+				Data: map[string]string{"payload": kib}}, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+		}
+		namespaces := client.CoreV1().Namespaces()
+		d, ok, err := timeRemoval(ctx, ns.ResourceVersion, nsName, timeout,
+			func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				return namespaces.Watch(ctx, opts)
+			},
+			func(ctx context.Context) (string, error) {
+				obj, err := namespaces.Get(ctx, nsName, metav1.GetOptions{})
+				if err != nil {
+					return "", err
+				}
+				return obj.ResourceVersion, nil
+			},
+			func(ctx context.Context) error { return namespaces.Delete(ctx, nsName, metav1.DeleteOptions{}) })
+		if err != nil {
+			return fmt.Errorf("namespace %s in %s: %w", nsName, project, err)
+		}
+		record("namespace", d, ok)
+
+		// An owner and its dependent.
+		cms := client.CoreV1().ConfigMaps(s.namespaceOf(project))
+		ownerName, depName := fmt.Sprintf("owner-%d-%d", n, k), fmt.Sprintf("dependent-%d-%d", n, k)
+		owner, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: ownerName}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		dep, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: depName, OwnerReferences: []metav1.OwnerReference{
+			{APIVersion: "v1", Kind: "ConfigMap", Name: ownerName, UID: owner.UID}}}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		background := metav1.DeletePropagationBackground
+		d, ok, err = timeRemoval(ctx, dep.ResourceVersion, depName, timeout,
+			func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				return cms.Watch(ctx, opts)
+			},
+			func(ctx context.Context) (string, error) {
+				obj, err := cms.Get(ctx, depName, metav1.GetOptions{})
+				if err != nil {
+					return "", err
+				}
+				return obj.ResourceVersion, nil
+			},
+			func(ctx context.Context) error {
+				return cms.Delete(ctx, ownerName, metav1.DeleteOptions{PropagationPolicy: &background})
+			})
+		if err != nil {
+			return fmt.Errorf("dependent %s in %s: %w", depName, project, err)
+		}
+		record("owner", d, ok)
+		return nil
+	})
+	for _, l := range out {
+		slices.Sort(l)
+	}
+	return out, timedOut, err
+}
+
+// timeRemoval opens a watch of the object name from resource version rv,
+// calls del, and returns the time from del's return to the object's DELETED
+// event. Should the watch end early, the object is read again (gone: the time
+// is taken then) and watched anew. After timeout it returns timeout, false.
+func timeRemoval(ctx context.Context, rv, name string, timeout time.Duration,
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
+	get func(context.Context) (string, error), del func(context.Context) error) (time.Duration, bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
+	defer cancel()
+	open := func(rv string) (watch.Interface, error) {
+		return watchFn(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv, AllowWatchBookmarks: false})
+	}
+	w, err := open(rv)
+	if err != nil {
+		return 0, false, err
+	}
+	defer func() { w.Stop() }()
+	if err := del(ctx); err != nil {
+		return 0, false, err
+	}
+	deleted := time.Now()
+	deadline := time.After(timeout)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if ok && ev.Type == watch.Deleted {
+				return time.Since(deleted), true, nil
+			}
+			if ok && ev.Type != watch.Error {
+				continue
+			}
+			// The watch ended or failed: read the object, and watch again from there.
+			w.Stop()
+			rv, err := get(ctx)
+			if apierrors.IsNotFound(err) {
+				return time.Since(deleted), true, nil
+			}
+			if err != nil {
+				return 0, false, err
+			}
+			if w, err = open(rv); err != nil {
+				return 0, false, err
+			}
+		case <-deadline:
+			return timeout, false, nil
+		case <-ctx.Done():
+			return 0, false, ctx.Err()
+		}
+	}
+}
+
+// bootstrap is what a project holds that its creator did not create.
+type bootstrap struct {
+	// Objects by kind, and their size encoded in protobuf as the server
+	// stores them (what etcd holds, but for its key and a few bytes of envelope).
+	Objects map[string]int
+	Count   int
+	Bytes   int
+}
+
+// measureBootstrap counts the objects of the first project the harness did not
+// create: in Milo its namespaces default and kube-system, their ServiceAccounts
+// and kube-root-ca.crt ConfigMaps, and whatever else the project's bootstrap
+// stores (RBAC objects, Secrets); in the baseline, where the project is a
+// namespace the harness creates, what the controllers add in it.
+func measureBootstrap(ctx context.Context, s *system) (bootstrap, error) {
+	b := bootstrap{Objects: map[string]int{}}
+	project := projectName(0)
+	c, err := s.projectClient(project)
+	if err != nil {
+		return b, err
+	}
+	ns := s.namespaceOf(project)
+	if s.isMilo() {
+		ns = "" // every namespace of the project
+	}
+	mine := func(kind, namespace, name string) bool {
+		if namespace != s.namespaceOf(project) {
+			return false
+		}
+		return (kind == "ConfigMap" && strings.HasPrefix(name, "cm-")) || (kind == "Secret" && name == "secret")
+	}
+	add := func(kind, namespace, name string, size int) {
+		if !mine(kind, namespace, name) {
+			b.Objects[kind]++
+			b.Count++
+			b.Bytes += size
+		}
+	}
+	if s.isMilo() {
+		list, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return b, err
+		}
+		for _, o := range list.Items {
+			add("Namespace", "", o.Name, o.Size())
+		}
+		crs, err := c.RbacV1().ClusterRoles().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return b, err
+		}
+		for _, o := range crs.Items {
+			add("ClusterRole", "", o.Name, o.Size())
+		}
+		crbs, err := c.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return b, err
+		}
+		for _, o := range crbs.Items {
+			add("ClusterRoleBinding", "", o.Name, o.Size())
+		}
+	}
+	sas, err := c.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			return b, err
+		}
+	}
+	for _, o := range sas.Items {
+		add("ServiceAccount", o.Namespace, o.Name, o.Size())
+	}
+	cms, err := c.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			return b, err
+		}
+	}
+	for _, o := range cms.Items {
+		add("ConfigMap", o.Namespace, o.Name, o.Size())
+	}
+	secrets, err := c.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			return b, err
+		}
+	}
+	for _, o := range secrets.Items {
+		add("Secret", o.Namespace, o.Name, o.Size())
+	}
+	roles, err := c.RbacV1().Roles(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			return b, err
+		}
+	}
+	for _, o := range roles.Items {
+		add("Role", o.Namespace, o.Name, o.Size())
+	}
+	rbs, err := c.RbacV1().RoleBindings(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			return b, err
+		}
+	}
+	for _, o := range rbs.Items {
+		add("RoleBinding", o.Namespace, o.Name, o.Size())
+	}
+	return b, nil
 }

@@ -27,6 +27,7 @@ func newControllerManagerCommand() *cobra.Command {
 		kubeconfigPath, context string
 		workers                 int
 		healthAddress           string
+		profiling               bool
 	)
 	selection := manager.Selection{"*"}
 	leaderElection := hierarchycontrollers.DefaultLeaderElection()
@@ -69,7 +70,7 @@ func newControllerManagerCommand() *cobra.Command {
 			}
 			factory.Start(ctx.Done())
 			if healthAddress != "" {
-				if err := serveHealth(ctx, healthAddress); err != nil {
+				if err := serveHealth(ctx, healthAddress, profiling); err != nil {
 					return err
 				}
 			}
@@ -84,6 +85,7 @@ func newControllerManagerCommand() *cobra.Command {
 	fs.Var(&selection, "controllers", "Controllers to run: '*' for all, a name to add one, '-name' to leave one out (known: "+
 		strings.Join(controllers.Registry().Names(), ", ")+").")
 	fs.StringVar(&healthAddress, "health-address", "127.0.0.1:10257", "Address of the plain-HTTP /healthz, /readyz and /metrics endpoints; empty disables them.")
+	fs.BoolVar(&profiling, "profiling", false, "Also serve /debug/pprof on --health-address (unauthenticated, like the rest of it).")
 	componentbaseoptions.BindLeaderElectionFlags(&leaderElection, fss.FlagSet("leader election"))
 	globalflag.AddGlobalFlags(fss.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
 	for _, name := range fss.Order {

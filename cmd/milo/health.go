@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -14,9 +15,9 @@ import (
 )
 
 // serveHealth serves /healthz, /readyz and /metrics of the controller manager
-// on address until ctx ends. The process is healthy and ready while it runs:
-// a standby instance is ready to lead.
-func serveHealth(ctx context.Context, address string) error {
+// on address until ctx ends, and /debug/pprof if profiling. The process is
+// healthy and ready while it runs: a standby instance is ready to lead.
+func serveHealth(ctx context.Context, address string, profiling bool) error {
 	listener, err := net.Listen("tcp", address)
 	if err != nil {
 		return err
@@ -26,6 +27,13 @@ func serveHealth(ctx context.Context, address string) error {
 	mux.HandleFunc("/healthz", ok)
 	mux.HandleFunc("/readyz", ok)
 	mux.Handle("/metrics", legacyregistry.Handler())
+	if profiling {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := srv.Serve(listener); err != nil && !errors.Is(err, http.ErrServerClosed) {
