@@ -10,8 +10,9 @@
 // ProjectRequestsGroup in a namespace named for the project (its storage id), for
 // classification only: the request itself, its user and its namespace are left as
 // they are. Milo's FlowSchema selects that group and distinguishes by namespace,
-// so each project is a flow of Milo's priority level for projects; platform
-// requests are classified by the apiserver's own configuration.
+// so each project is a flow of Milo's priority level for projects. Requests of
+// outsiders to a project (see Classify) and platform requests are classified by
+// the apiserver's own configuration.
 package fairness
 
 import (
@@ -22,6 +23,7 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
 	fq "k8s.io/apiserver/pkg/util/flowcontrol/fairqueuing"
@@ -48,39 +50,51 @@ const (
 	flowPrefix = "milo-project:"
 )
 
+// Members tells whether a user holds a grant of Milo IAM in the request's
+// project (pkg/iam/authz).
+type Members interface {
+	HasGrants(ctx context.Context, u user.Info) bool
+}
+
 // Wrap returns APF that classifies project requests by project (see the package
 // documentation). fc nil (APF disabled) stays nil.
-func Wrap(fc utilflowcontrol.Interface) utilflowcontrol.Interface {
+func Wrap(fc utilflowcontrol.Interface, members Members) utilflowcontrol.Interface {
 	if fc == nil {
 		return nil
 	}
-	return projectFlows{Interface: fc}
+	return projectFlows{Interface: fc, members: members}
 }
 
 type projectFlows struct {
 	utilflowcontrol.Interface
+	members Members
 }
 
 func (p projectFlows) Handle(ctx context.Context, digest utilflowcontrol.RequestDigest,
 	noteFn func(fs *flowcontrolv1.FlowSchema, pl *flowcontrolv1.PriorityLevelConfiguration, flowDistinguisher string),
 	workEstimator func() fcrequest.WorkEstimate, queueNoteFn fq.QueueNoteFn, execFn func()) {
-	p.Interface.Handle(ctx, Classify(ctx, digest), noteFn, workEstimator, queueNoteFn, execFn)
+	p.Interface.Handle(ctx, Classify(ctx, digest, p.members), noteFn, workEstimator, queueNoteFn, execFn)
 }
 
-// Classify returns the digest APF classifies a request by: for a project's
-// request, one made by a member of ProjectRequestsGroup in the project's flow
-// namespace; any other request's digest unchanged.
-func Classify(ctx context.Context, digest utilflowcontrol.RequestDigest) utilflowcontrol.RequestDigest {
+// Classify returns the digest APF classifies a request by. APF runs before
+// authorization, so a request naming a project is not yet known to be allowed
+// there: it joins the project's flow only when its user belongs to the project
+// — the project's own service accounts (no other service account authenticates
+// in a project) and whoever Milo IAM grants something there — and the project
+// is resolved. Anyone else's request is classified as upstream would, by its
+// user, so an outsider can neither crowd a project's queues nor spread over
+// many flows by naming projects. A member's request is classified as made by a
+// member of ProjectRequestsGroup in the project's flow namespace.
+func Classify(ctx context.Context, digest utilflowcontrol.RequestDigest, members Members) utilflowcontrol.RequestDigest {
 	t := tenancy.From(ctx)
-	if !t.IsProject() || digest.RequestInfo == nil || digest.User == nil {
+	if !t.IsProject() || t.ID == "" || digest.RequestInfo == nil || digest.User == nil {
+		return digest
+	}
+	if _, _, err := serviceaccount.SplitUsername(digest.User.GetName()); err != nil && (members == nil || !members.HasGrants(ctx, digest.User)) {
 		return digest
 	}
 	info := *digest.RequestInfo
-	id := t.ID
-	if id == "" {
-		id = "name:" + t.Name
-	}
-	info.Namespace = flowPrefix + id
+	info.Namespace = flowPrefix + t.ID
 	u := &user.DefaultInfo{
 		Name:   digest.User.GetName(),
 		UID:    digest.User.GetUID(),

@@ -11,28 +11,40 @@ import (
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
+// grants is Milo IAM granting something to the users named, anywhere.
+type grants map[string]bool
+
+func (g grants) HasGrants(_ context.Context, u user.Info) bool { return g[u.GetName()] }
+
 func TestClassify(t *testing.T) {
-	u := &user.DefaultInfo{Name: "system:serviceaccount:kube-system:ci", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system"}}
-	digest := func(ns string) utilflowcontrol.RequestDigest {
-		return utilflowcontrol.RequestDigest{RequestInfo: &request.RequestInfo{IsResourceRequest: true, Verb: "list", Resource: "configmaps", Namespace: ns}, User: u}
-	}
+	sa := &user.DefaultInfo{Name: "system:serviceaccount:kube-system:ci", Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system"}}
+	alice := &user.DefaultInfo{Name: "alice", Groups: []string{"system:authenticated"}}
+	mallory := &user.DefaultInfo{Name: "mallory", Groups: []string{"system:authenticated"}}
+	members := grants{"alice": true}
+	web := tenancy.Tenant{Kind: tenancy.Project, Name: "web", ID: "p.1234"}
 	for _, tc := range []struct {
-		name           string
-		tenant         tenancy.Tenant
-		namespace      string
-		wantNamespace  string
-		wantProjectGrp bool
+		name          string
+		tenant        tenancy.Tenant
+		user          *user.DefaultInfo
+		namespace     string
+		wantNamespace string
+		wantProject   bool
 	}{
-		{"platform", tenancy.PlatformTenant, "kube-system", "kube-system", false},
-		{"organization", tenancy.OrganizationTenant("acme"), "organization-acme", "organization-acme", false},
-		{"all projects", tenancy.AllProjectsTenant, "", "", false},
-		{"project by id", tenancy.Tenant{Kind: tenancy.Project, Name: "web", ID: "p.1234"}, "kube-system", "milo-project:p.1234", true},
-		{"cluster-scoped in a project", tenancy.Tenant{Kind: tenancy.Project, Name: "web", ID: "p.1234"}, "", "milo-project:p.1234", true},
-		{"project not resolved yet", tenancy.ProjectTenant("web"), "default", "milo-project:name:web", true},
+		{"platform", tenancy.PlatformTenant, sa, "kube-system", "kube-system", false},
+		{"organization", tenancy.OrganizationTenant("acme"), alice, "organization-acme", "organization-acme", false},
+		{"all projects", tenancy.AllProjectsTenant, alice, "", "", false},
+		{"the project's service account", web, sa, "kube-system", "milo-project:p.1234", true},
+		{"a user IAM grants in the project", web, alice, "default", "milo-project:p.1234", true},
+		{"cluster-scoped, by a member", web, alice, "", "milo-project:p.1234", true},
+		// APF runs before authorization: an outsider naming the project stays in its own flow.
+		{"an outsider", web, mallory, "default", "default", false},
+		// A name the router has not resolved is the requester's choice: never a flow.
+		{"project not resolved", tenancy.ProjectTenant("web"), alice, "default", "default", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := digest(tc.namespace)
-			got := Classify(tenancy.WithTenant(context.Background(), tc.tenant), d)
+			d := utilflowcontrol.RequestDigest{RequestInfo: &request.RequestInfo{IsResourceRequest: true, Verb: "list", Resource: "configmaps", Namespace: tc.namespace}, User: tc.user}
+			groups := len(tc.user.Groups)
+			got := Classify(tenancy.WithTenant(context.Background(), tc.tenant), d, members)
 			if got.RequestInfo.Namespace != tc.wantNamespace {
 				t.Errorf("namespace %q, want %q", got.RequestInfo.Namespace, tc.wantNamespace)
 			}
@@ -40,12 +52,12 @@ func TestClassify(t *testing.T) {
 			for _, g := range got.User.GetGroups() {
 				hasGroup = hasGroup || g == ProjectRequestsGroup
 			}
-			if hasGroup != tc.wantProjectGrp || got.User.GetName() != u.Name {
+			if hasGroup != tc.wantProject || got.User.GetName() != tc.user.Name {
 				t.Errorf("user %+v", got.User)
 			}
 			// The request's own digest is never changed.
-			if d.RequestInfo.Namespace != tc.namespace || len(u.Groups) != 2 {
-				t.Errorf("the request's digest changed: %+v %+v", d.RequestInfo, u)
+			if d.RequestInfo.Namespace != tc.namespace || len(tc.user.Groups) != groups {
+				t.Errorf("the request's digest changed: %+v %+v", d.RequestInfo, tc.user)
 			}
 		})
 	}

@@ -17,7 +17,6 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
-	"go.miloapis.com/milo/pkg/fairness"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
@@ -83,9 +82,6 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		return nil, fmt.Errorf("building generic server config: %w", err)
 	}
 	generic.EffectiveVersion = serverVersion{generic.EffectiveVersion}
-	if opts.ProjectFlows {
-		generic.FlowControl = fairness.Wrap(generic.FlowControl)
-	}
 	generic.OpenAPIConfig.Info.Title = "Milo"
 	generic.OpenAPIV3Config.Info.Title = "Milo"
 

@@ -2,9 +2,11 @@ package server
 
 import (
 	"io"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/initializer"
 	apiserverapi "k8s.io/apiserver/pkg/apis/apiserver"
@@ -47,14 +49,20 @@ func configureSelectors(s *tenantadmission.Selectors, opts CompletedOptions, cp 
 	if err != nil {
 		return err
 	}
-	// The mapper refreshes itself when a kind is missing from what it cached.
+	// Reset every 30 s, as the apiserver resets its own admission mapper, so
+	// that kinds added later (a CRD as a policy's paramKind) are found.
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(kube.Discovery()))
 	generic := cp.Generic
+	stop := generic.DrainedNotify()
+	go wait.Until(mapper.Reset, 30*time.Second, stop)
+	// What the server's own plugins were given: the authorizer before Milo
+	// wraps it, the effective version.
+	authorizer := generic.Authorization.Authorizer
 	effective := compatibility.DefaultComponentGlobalsRegistry.EffectiveVersionFor(basecompatibility.DefaultKubeComponent)
 	build := func(k kubernetes.Interface, f informers.SharedInformerFactory) admission.PluginInitializer {
 		chain := admission.PluginInitializers{
 			initializer.NewAPIServerIDInitializer(generic.APIServerID),
-			initializer.New(k, dyn, f, generic.Authorization.Authorizer, utilfeature.DefaultFeatureGate, effective, generic.DrainedNotify(), mapper),
+			initializer.New(k, dyn, f, authorizer, utilfeature.DefaultFeatureGate, effective, stop, mapper),
 		}
 		return append(chain, initializers...)
 	}
@@ -62,13 +70,20 @@ func configureSelectors(s *tenantadmission.Selectors, opts CompletedOptions, cp 
 	if err != nil {
 		return err
 	}
-	config := func(plugin string) ([]byte, error) {
+	// Read once, at start, as the server's own plugins read it.
+	configs := map[string][]byte{}
+	for _, plugin := range tenantadmission.SelectorPlugins() {
 		r, err := provider.ConfigFor(plugin)
-		if err != nil || r == nil {
-			return nil, err
+		if err != nil {
+			return err
 		}
-		return io.ReadAll(r)
+		if r != nil {
+			if configs[plugin], err = io.ReadAll(r); err != nil {
+				return err
+			}
+		}
 	}
+	config := func(plugin string) ([]byte, error) { return configs[plugin], nil }
 	s.Set(kube, cp.VersionedInformers, build, config)
 	return nil
 }

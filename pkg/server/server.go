@@ -105,13 +105,17 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if err != nil {
 				return err
 			}
-			return wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
+			err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
 				if err := fairness.Ensure(ctx, client); err != nil {
 					klog.FromContext(ctx).Info("Waiting to configure the projects' priority level", "err", err)
 					return false, nil
 				}
 				return true, nil
 			})
+			if ctx.Err() != nil {
+				return nil // stopping
+			}
+			return err
 		}); err != nil {
 			return nil, err
 		}
@@ -136,8 +140,8 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		// Hierarchy admission, the tenant router, Milo IAM and the controllers
 		// read the hierarchy's informers, which need the CRDs.
 		{"milo-hierarchy-and-iam-informers", func(ctx genericapiserver.PostStartHookContext) error {
-			if err := crdsInstalled.wait(ctx); err != nil {
-				return err
+			if !crdsInstalled.wait(ctx) {
+				return nil
 			}
 			iamSynced, err := authz.Sync(c.IAM, tree.Factory())
 			if err != nil {
@@ -151,8 +155,8 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			return nil
 		}},
 		{"milo-iam-roles", func(ctx genericapiserver.PostStartHookContext) error {
-			if err := informersSynced.wait(ctx); err != nil {
-				return err
+			if !informersSynced.wait(ctx) {
+				return nil
 			}
 			if err := authz.Bootstrap(ctx, loopback); err != nil {
 				return fmt.Errorf("bootstrapping IAM roles: %w", err)
@@ -161,8 +165,8 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			return nil
 		}},
 		{"milo-project-purger", func(ctx genericapiserver.PostStartHookContext) error {
-			if err := informersSynced.wait(ctx); err != nil {
-				return err
+			if !informersSynced.wait(ctx) {
+				return nil
 			}
 			etcd, prefixes := c.EtcdClient, c.Prefixes
 			purger, err := hierarchycontrollers.NewPurger(loopback, tree.Factory(), func(ctx context.Context, projectID string) error {
@@ -176,8 +180,8 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			return nil
 		}},
 		{"milo-user-recorder", func(ctx genericapiserver.PostStartHookContext) error {
-			if err := informersSynced.wait(ctx); err != nil {
-				return err
+			if !informersSynced.wait(ctx) {
+				return nil
 			}
 			client, err := dynamic.NewForConfig(loopback)
 			if err != nil {
@@ -190,8 +194,8 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if len(c.Options.Controllers) == 0 {
 				return nil
 			}
-			if err := rolesBootstrapped.wait(ctx); err != nil {
-				return err
+			if !rolesBootstrapped.wait(ctx) {
+				return nil
 			}
 			rootCA, err := servingCA(c.Options.AdminKubeconfig)
 			if err != nil {
@@ -322,11 +326,13 @@ func newStage() stage { return make(stage) }
 
 func (s stage) done() { close(s) }
 
-func (s stage) wait(ctx context.Context) error {
+// wait reports whether the stage is done; false when the server stops first
+// (the hook then returns without error: a failed hook is fatal).
+func (s stage) wait(ctx context.Context) bool {
 	select {
 	case <-s:
-		return nil
+		return true
 	case <-ctx.Done():
-		return ctx.Err()
+		return false
 	}
 }

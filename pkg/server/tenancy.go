@@ -11,6 +11,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/util/keyutil"
 
+	"go.miloapis.com/milo/pkg/fairness"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
@@ -68,6 +69,10 @@ func authorizeProjects(c *Config) {
 		// The issuer documents' authorizer last: it relies on projects
 		// refusing whoever has no foothold in the project.
 		gc.Authorization.Authorizer = tenancy.WithParentExtras(union.New(iam, projects, satokens.DiscoveryAuthorizer{}))
+		// API Priority and Fairness classifies a project's members' requests by project.
+		if c.Options.ProjectFlows {
+			gc.FlowControl = fairness.Wrap(gc.FlowControl, iam)
+		}
 		// What kubectl auth can-i --list answers: IAM's grants and the project's RBAC.
 		gc.RuleResolver = union.NewRuleResolvers(iam, projects)
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,6 +24,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 // The upstream webhook and admission-policy plugins match a namespaceSelector
@@ -63,6 +66,14 @@ func SelectorPlugins() []string {
 // concurrency of project requests needs them and kept for the server's lifetime.
 const MaxInstancesPerPlugin = 64
 
+// MaxInstancesPerProject bounds the instances of one plugin one project holds at
+// once, so that one project's requests held up by a slow webhook leave the other
+// instances to other projects.
+const MaxInstancesPerProject = MaxInstancesPerPlugin / 4
+
+// mutating names the selector plugins that mutate; the others validate.
+var mutating = map[string]bool{mutatingwebhook.PluginName: true, mutatingpolicy.PluginName: true}
+
 // InitializerFunc returns the initializers of a plugin instance that reads
 // namespaces through kube and informers. The server builds it from the same parts
 // as its own admission chain.
@@ -95,17 +106,23 @@ func (s *Selectors) Set(kube kubernetes.Interface, f informers.SharedInformerFac
 // pool holds the project instances of one selector plugin.
 type pool struct {
 	name      string
+	mutates   bool
 	base      admission.Interface
 	newPlugin func(io.Reader) (admission.Interface, error)
 	selectors *Selectors
 	idle      chan *instance
 	// slots holds a token per instance built.
 	slots chan struct{}
+	// perProject counts each project's requests; an entry exists only while
+	// the project has a request here, so it is bounded by requests in flight.
+	mu         sync.Mutex
+	perProject map[string]*projectSlot
 }
 
 func newPool(name string, base admission.Interface, s *Selectors) *pool {
-	return &pool{name: name, base: base, newPlugin: selectorPlugins[name], selectors: s,
-		idle: make(chan *instance, MaxInstancesPerPlugin), slots: make(chan struct{}, MaxInstancesPerPlugin)}
+	return &pool{name: name, mutates: mutating[name], base: base, newPlugin: selectorPlugins[name], selectors: s,
+		idle: make(chan *instance, MaxInstancesPerPlugin), slots: make(chan struct{}, MaxInstancesPerPlugin),
+		perProject: map[string]*projectSlot{}}
 }
 
 // instance is one upstream plugin bound to the request it is serving.
@@ -122,6 +139,9 @@ var (
 func (p *pool) Handles(op admission.Operation) bool { return p.base.Handles(op) }
 
 func (p *pool) Admit(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	if !p.mutates {
+		return nil
+	}
 	return p.serve(ctx, func(plugin admission.Interface) error {
 		if m, ok := plugin.(admission.MutationInterface); ok && m.Handles(a.GetOperation()) {
 			return m.Admit(ctx, a, o)
@@ -131,6 +151,9 @@ func (p *pool) Admit(ctx context.Context, a admission.Attributes, o admission.Ob
 }
 
 func (p *pool) Validate(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	if p.mutates {
+		return nil
+	}
 	return p.serve(ctx, func(plugin admission.Interface) error {
 		if v, ok := plugin.(admission.ValidationInterface); ok && v.Handles(a.GetOperation()) {
 			return v.Validate(ctx, a, o)
@@ -142,6 +165,16 @@ func (p *pool) Validate(ctx context.Context, a admission.Attributes, o admission
 // serve runs f on an instance bound to ctx's tenant. The instance reads namespaces
 // only while f runs: the upstream plugins match selectors before they return.
 func (p *pool) serve(ctx context.Context, f func(admission.Interface) error) error {
+	t := tenancy.From(ctx)
+	project := t.ID
+	if project == "" {
+		project = t.Name
+	}
+	release, err := p.enter(ctx, project)
+	if err != nil {
+		return err
+	}
+	defer release()
 	in, err := p.acquire(ctx)
 	if err != nil {
 		return err
@@ -152,6 +185,42 @@ func (p *pool) serve(ctx context.Context, f func(admission.Interface) error) err
 		p.idle <- in
 	}()
 	return f(in.plugin)
+}
+
+// enter waits until project holds fewer than MaxInstancesPerProject instances.
+func (p *pool) enter(ctx context.Context, project string) (func(), error) {
+	p.mu.Lock()
+	slot, ok := p.perProject[project]
+	if !ok {
+		slot = &projectSlot{tokens: make(chan struct{}, MaxInstancesPerProject)}
+		p.perProject[project] = slot
+	}
+	slot.users++
+	p.mu.Unlock()
+	leave := func() {
+		p.mu.Lock()
+		if slot.users--; slot.users == 0 {
+			delete(p.perProject, project)
+		}
+		p.mu.Unlock()
+	}
+	select {
+	case slot.tokens <- struct{}{}:
+	case <-ctx.Done():
+		leave()
+		return nil, apierrors.NewTimeoutError(fmt.Sprintf("waiting for admission plugin %s", p.name), 0)
+	}
+	return func() {
+		<-slot.tokens
+		leave()
+	}, nil
+}
+
+// projectSlot counts one project's requests in a pool: users, waiting or
+// served, keep it; tokens are the instances it holds.
+type projectSlot struct {
+	users  int
+	tokens chan struct{}
 }
 
 func (p *pool) acquire(ctx context.Context) (*instance, error) {

@@ -46,6 +46,8 @@ type labelReader struct {
 	inside, most *int
 	mu           *sync.Mutex
 	hold         chan struct{}
+	// holdOnly limits hold to one project's requests.
+	holdOnly string
 }
 
 func (l *labelReader) SetExternalKubeInformerFactory(f informers.SharedInformerFactory) {
@@ -65,7 +67,7 @@ func (l *labelReader) Validate(ctx context.Context, a admission.Attributes, _ ad
 	*l.most = max(*l.most, *l.inside)
 	l.mu.Unlock()
 	defer func() { l.mu.Lock(); *l.inside--; l.mu.Unlock() }()
-	if l.hold != nil {
+	if l.hold != nil && (l.holdOnly == "" || tenancy.From(ctx).Name == l.holdOnly) {
 		<-l.hold
 	}
 	ns, err := l.lister.Get(a.GetNamespace())
@@ -78,7 +80,7 @@ func (l *labelReader) Validate(ctx context.Context, a admission.Attributes, _ ad
 	return fmt.Errorf("owner=%s", ns.Labels["owner"])
 }
 
-func testPool(t *testing.T, hold chan struct{}) (*pool, *int) {
+func testPool(t *testing.T, hold chan struct{}, holdOnly ...string) (*pool, *int) {
 	t.Helper()
 	namespaces := &Namespaces{}
 	namespaces.Set(projectNamespaces{})
@@ -91,9 +93,13 @@ func testPool(t *testing.T, hold chan struct{}) (*pool, *int) {
 	}, func(string) ([]byte, error) { return nil, nil })
 	inside, most := 0, 0
 	mu := &sync.Mutex{}
-	p := newPool("test", admission.NewHandler(admission.Create), s)
+	p := newPool("ValidatingAdmissionWebhook", admission.NewHandler(admission.Create), s)
 	p.newPlugin = func(io.Reader) (admission.Interface, error) {
-		return &labelReader{Handler: admission.NewHandler(admission.Create), inside: &inside, most: &most, mu: mu, hold: hold}, nil
+		r := &labelReader{Handler: admission.NewHandler(admission.Create), inside: &inside, most: &most, mu: mu, hold: hold}
+		if len(holdOnly) > 0 {
+			r.holdOnly = holdOnly[0]
+		}
+		return r, nil
 	}
 	return p, &most
 }
@@ -166,5 +172,56 @@ func TestProjectInstancesAreBoundedAndEachServesOneRequest(t *testing.T) {
 	cancel()
 	if err := p.Validate(ctx, attrs("team"), nil); !apierrors.IsTimeout(err) {
 		t.Errorf("waiting past the deadline: %v", err)
+	}
+}
+
+// TestOneProjectHoldsAQuarterOfTheInstances: a project whose requests are held
+// up (a slow webhook) holds at most MaxInstancesPerProject instances; another
+// project's requests go through meanwhile.
+func TestOneProjectHoldsAQuarterOfTheInstances(t *testing.T) {
+	hold := make(chan struct{})
+	p, most := testPool(t, hold, "noisy")
+	const noisy = MaxInstancesPerProject + 8
+	errs := make(chan error, noisy)
+	for i := 0; i < noisy; i++ {
+		go func() {
+			ctx := tenancy.WithTenant(context.Background(), tenancy.ProjectTenant("noisy"))
+			errs <- p.Validate(ctx, attrs("team"), nil)
+		}()
+	}
+	for len(p.slots) < MaxInstancesPerProject {
+		time.Sleep(time.Millisecond)
+	}
+	quiet := tenancy.WithTenant(context.Background(), tenancy.ProjectTenant("quiet"))
+	if err := p.Validate(quiet, attrs("team"), nil); err == nil || err.Error() != "owner=quiet" {
+		t.Fatalf("the quiet project waited behind the noisy one: %v", err)
+	}
+	close(hold)
+	for i := 0; i < noisy; i++ {
+		if err := <-errs; err == nil || err.Error() != "owner=noisy" {
+			t.Error(err)
+		}
+	}
+	if *most > MaxInstancesPerProject+1 {
+		t.Errorf("%d requests at once, the noisy project's bound is %d", *most, MaxInstancesPerProject)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.perProject) != 0 {
+		t.Errorf("projects with no request left entries: %v", p.perProject)
+	}
+}
+
+// TestEachPluginServesItsOwnPhase: a validating plugin's pool takes no instance
+// in the mutating phase, and the other way round.
+func TestEachPluginServesItsOwnPhase(t *testing.T) {
+	p, _ := testPool(t, nil)
+	ctx := tenancy.WithTenant(context.Background(), tenancy.ProjectTenant("a"))
+	if err := p.Admit(ctx, attrs("team"), nil); err != nil || len(p.slots) != 0 {
+		t.Fatalf("a validating plugin's mutating phase: %v, %d instances", err, len(p.slots))
+	}
+	m := newPool("MutatingAdmissionWebhook", admission.NewHandler(admission.Create), p.selectors)
+	if err := m.Validate(ctx, attrs("team"), nil); err != nil || len(m.slots) != 0 {
+		t.Fatalf("a mutating plugin's validating phase: %v, %d instances", err, len(m.slots))
 	}
 }

@@ -68,6 +68,9 @@ func ServerInfo(base apimachineryversion.Info) apimachineryversion.Info {
 		for _, dep := range bi.Deps {
 			if dep.Path == "k8s.io/kubernetes" {
 				kube = dep.Version
+				if dep.Replace != nil && dep.Replace.Version != "" {
+					kube = dep.Replace.Version
+				}
 			}
 		}
 		info.GitCommit, info.GitTreeState, info.BuildDate = "", "", ""

@@ -15,10 +15,10 @@ import (
 )
 
 // TestEveryProjectIsAFlowOfTheProjectsPriorityLevel: API Priority and Fairness
-// classifies a project's requests into Milo's priority level for projects — a
-// service account in the project's own kube-system included, which upstream's
-// configuration would put in the platform's workload-high — and platform requests
-// by upstream's configuration.
+// classifies a project's members' requests into Milo's priority level for
+// projects — a service account in the project's own kube-system included, which
+// upstream's configuration would put in the platform's workload-high — and
+// platform requests and outsiders' by upstream's configuration.
 func TestEveryProjectIsAFlowOfTheProjectsPriorityLevel(t *testing.T) {
 	m := shared
 	ctx := context.Background()
@@ -74,5 +74,16 @@ func TestEveryProjectIsAFlowOfTheProjectsPriorityLevel(t *testing.T) {
 	}
 	if gotFS, _ := classified(onPlatform.Status.Token, "/api/v1/namespaces/flows-platform/configmaps"); gotFS == "" || gotFS == string(fs.UID) {
 		t.Errorf("a platform request classified as a project's: FlowSchema %q", gotFS)
+	}
+	// APF runs before authorization: an outsider's request naming the project
+	// (refused afterwards) never joins the project's flow, nor does a request
+	// naming a project that does not exist.
+	for _, path := range []string{
+		tenancy.ProjectPath(p) + "/api/v1/namespaces/default/configmaps",
+		tenancy.ProjectPath("flows-no-such-project") + "/api/v1/namespaces/default/configmaps",
+	} {
+		if gotFS, _ := classified("carol-token", path); gotFS == "" || gotFS == string(fs.UID) {
+			t.Errorf("%s by an outsider: FlowSchema %q", path, gotFS)
+		}
 	}
 }
