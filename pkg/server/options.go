@@ -27,6 +27,7 @@ import (
 	"go.miloapis.com/milo/pkg/kubeconfig"
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
+	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenantadmission"
 )
 
@@ -41,6 +42,9 @@ type Options struct {
 	// ProjectFlows makes API Priority and Fairness give each project a flow of
 	// its own (package fairness).
 	ProjectFlows bool
+	// MaxListItems bounds one LIST of a project or an organization context
+	// (package tenantstorage); 0 leaves lists unbounded.
+	MaxListItems int64
 
 	// ControlPlane are the generic control plane's options (serving, etcd,
 	// authentication, authorization, admission, audit, logging, ...).
@@ -69,7 +73,7 @@ func NewOptions() *Options {
 		cp.Admission.GenericAdmission.RecommendedPluginOrder...)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
 	cp.Authentication.ServiceAccounts.OptionalTokenGetter = satokens.PlatformGetter
-	return &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, ControlPlane: cp, hierarchy: tree, iam: iam}
+	return &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, ControlPlane: cp, hierarchy: tree, iam: iam}
 }
 
 // Flag groups shown by `milo start --help`; the rest are listed by --help-all.
@@ -91,6 +95,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Classify every project's requests into API Priority and Fairness's priority level milo-projects, "+
 		"one flow per project, so that one project's load cannot starve another's (see docs/fairness.md). "+
 		"false leaves project requests to the apiserver's own FlowSchemas.")
+	fs.Int64Var(&o.MaxListItems, "max-project-list-items", o.MaxListItems, ""+
+		"The most items one LIST of a project or an organization context returns: a larger page is cut to this many "+
+		"(with a continue token), a list asked without a limit that would hold more is refused with 400. "+
+		"The platform's superusers are not bounded. 0 leaves lists unbounded (see docs/fairness.md).")
 	o.ControlPlane.AddFlags(fss)
 }
 
@@ -118,6 +126,8 @@ type CompletedOptions struct {
 	Controllers []string
 	// ProjectFlows gives each project its own APF flow.
 	ProjectFlows bool
+	// MaxListItems bounds one tenant LIST.
+	MaxListItems int64
 }
 
 // Complete prepares the data directory (PKI, admin.kubeconfig), binds the serving
@@ -187,13 +197,16 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, MaxListItems: o.MaxListItems}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {
 	var errs []error
 	if o.DataDir == "" {
 		errs = append(errs, errors.New("--data-dir must not be empty"))
+	}
+	if o.MaxListItems < 0 {
+		errs = append(errs, errors.New("--max-project-list-items must not be negative"))
 	}
 	ss := o.ControlPlane.SecureServing
 	if ss.BindPort < 0 || ss.BindPort > 65535 {

@@ -24,6 +24,7 @@ import (
 type tenantRESTOptions struct {
 	inner    generic.RESTOptionsGetter
 	prefixes *tenantstorage.Prefixes
+	maxList  int64
 }
 
 func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
@@ -31,7 +32,7 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 	if err != nil {
 		return opts, err
 	}
-	opts.Decorator = tenantstorage.Decorate(opts.Decorator, g.prefixes)
+	opts.Decorator = tenantstorage.Decorate(opts.Decorator, g.prefixes, g.maxList)
 	return opts, nil
 }
 
@@ -42,7 +43,7 @@ func makeStorageTenantKeyed(c *Config, prefixes *tenantstorage.Prefixes) {
 		if g == nil {
 			return nil
 		}
-		return tenantRESTOptions{inner: g, prefixes: prefixes}
+		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems}
 	}
 	c.ControlPlane.Generic.RESTOptionsGetter = wrap(c.ControlPlane.Generic.RESTOptionsGetter)
 	c.APIExtensions.GenericConfig.RESTOptionsGetter = wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter)

@@ -134,12 +134,6 @@ func TestThousandProjectsCostNoGoroutinesOrWatches(t *testing.T) {
 		}
 		return nil
 	}
-	// Earlier tests' work (and their CRDs' watches) settles first.
-	poll(t, 2*time.Minute, "the controllers' queues drained", queuesDrained)
-	etcdWatchesBefore := m.metricSum(t, "grpc_client_started_total", `grpc_method="Watch"`)
-	goroutinesBefore, heapBefore := m.settledGoroutines(t)
-	profileBefore := m.goroutineProfile(t)
-
 	// All the test's clients share one HTTP client, whose connections are closed
 	// before the server is measured again: the server's goroutines for open client
 	// connections are the test's, not the projects'.
@@ -156,52 +150,72 @@ func TestThousandProjectsCostNoGoroutinesOrWatches(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// create makes n projects named prefix-NNNN, from 16 clients at once.
+	create := func(prefix string, n int) {
+		t.Helper()
+		work := make(chan int)
+		errs := make(chan error, n)
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for i := range work {
+					name := fmt.Sprintf("%s-%04d", prefix, i)
+					ctx := context.Background()
+					if _, err := platform.Resource(projectsGVR).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+						"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": map[string]any{"name": name},
+						"spec": map[string]any{"ownerRef": map[string]any{"kind": "Organization", "name": "acme"}},
+					}}, metav1.CreateOptions{}); err != nil {
+						errs <- err
+						continue
+					}
+					cfg := rest.CopyConfig(base)
+					cfg.Host = strings.TrimSuffix(cfg.Host, "/") + tenancy.ProjectPath(name)
+					c, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
+					if err != nil {
+						errs <- err
+						continue
+					}
+					// The project controller bootstraps "default" too; whoever is first wins.
+					if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+						errs <- err
+						continue
+					}
+					if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+						ObjectMeta: metav1.ObjectMeta{Name: "config"}, Data: map[string]string{"project": name}}, metav1.CreateOptions{}); err != nil {
+						errs <- err
+					}
+				}
+			})
+		}
+		for i := range n {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	// A warm-up at the same concurrency first: what the server sizes by the
+	// requests in flight (the admission pools of platform webhooks and
+	// policies, each instance with its informer handlers) is in place before
+	// the measurement, which is of what projects cost.
+	create("warmup", 50)
+	defer func() {
+		for i := range 50 {
+			_ = platform.Resource(projectsGVR).Delete(context.Background(), fmt.Sprintf("warmup-%04d", i), metav1.DeleteOptions{})
+		}
+	}()
+	httpClient.CloseIdleConnections()
+	// Earlier tests' work (and their CRDs' watches) settles first.
+	poll(t, 2*time.Minute, "the controllers' queues drained", queuesDrained)
+	etcdWatchesBefore := m.metricSum(t, "grpc_client_started_total", `grpc_method="Watch"`)
+	goroutinesBefore, heapBefore := m.settledGoroutines(t)
+	profileBefore := m.goroutineProfile(t)
+
 	start := time.Now()
-	work := make(chan int)
-	errs := make(chan error, projects)
-	var wg sync.WaitGroup
-	for range 16 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range work {
-				name := fmt.Sprintf("scale-%04d", i)
-				ctx := context.Background()
-				if _, err := platform.Resource(projectsGVR).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
-					"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": map[string]any{"name": name},
-					"spec": map[string]any{"ownerRef": map[string]any{"kind": "Organization", "name": "acme"}},
-				}}, metav1.CreateOptions{}); err != nil {
-					errs <- err
-					continue
-				}
-				cfg := rest.CopyConfig(base)
-				cfg.Host = strings.TrimSuffix(cfg.Host, "/") + tenancy.ProjectPath(name)
-				c, err := kubernetes.NewForConfigAndClient(cfg, httpClient)
-				if err != nil {
-					errs <- err
-					continue
-				}
-				// The project controller bootstraps "default" too; whoever is first wins.
-				if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-					errs <- err
-					continue
-				}
-				if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
-					ObjectMeta: metav1.ObjectMeta{Name: "config"}, Data: map[string]string{"project": name}}, metav1.CreateOptions{}); err != nil {
-					errs <- err
-				}
-			}
-		}()
-	}
-	for i := range projects {
-		work <- i
-	}
-	close(work)
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Fatal(err)
-	}
+	create("scale", projects)
 	elapsed := time.Since(start)
 	// Every project's control plane bootstrapped by the project controller.
 	// Polled every 250 ms: listing 1,000 Projects every 20 ms would cost the

@@ -16,13 +16,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
-	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -35,6 +29,9 @@ import (
 type Clients struct {
 	base *rest.Config
 	http *http.Client
+
+	sharedMu sync.Mutex
+	shared   map[sharedKey]cache.SharedIndexInformer // see MetadataInformer
 }
 
 // NewClients prepares clients from the configuration of the platform. No
@@ -115,32 +112,32 @@ func (k Key) String() string {
 	return p + ":" + k.Namespace + "/" + k.Name
 }
 
-// separator joins a project's storage id and a namespace in a qualified
-// namespace. Neither a storage id nor a namespace contains it.
+// separator joins a project's storage id, its name and a namespace in a
+// qualified namespace. None of them contains it.
 const separator = "/"
 
-// Qualify is the informers' transform: it makes an object's namespace
-// "<storage id>/<namespace>" ("<storage id>" for a cluster-scoped object), so
-// that the store keys of two projects' objects never collide. It keeps the
-// object's annotations, from which KeyOf reads the project. Informers and
-// reflectors apply it once to each object they receive; it must not be
-// applied twice (a namespace may equal a storage id: a project stored
-// before storage ids, named like one of its namespaces).
+// Qualify is the informers' transform for the all-projects view: it makes an
+// object's namespace "<storage id>/<project>/<namespace>" ("<storage
+// id>/<project>" for a cluster-scoped object), so that the store keys of two
+// projects' objects never collide and the key alone names the project
+// (KeyOf), whatever the informer keeps of the object's annotations. Informers
+// and reflectors apply it once to each object they receive; it must not be
+// applied twice.
 func Qualify(obj any) (any, error) {
 	m, ok := obj.(metav1.Object)
 	if !ok {
 		return obj, nil
 	}
-	id := m.GetAnnotations()[tenancy.IDAnnotationKey]
-	if id == "" {
-		id = m.GetAnnotations()[tenancy.AnnotationKey]
-	}
-	if id != "" {
-		if m.GetNamespace() == "" {
-			m.SetNamespace(id)
-		} else {
-			m.SetNamespace(id + separator + m.GetNamespace())
+	if project := m.GetAnnotations()[tenancy.AnnotationKey]; project != "" {
+		id := m.GetAnnotations()[tenancy.IDAnnotationKey]
+		if id == "" {
+			id = project // a project stored before storage ids
 		}
+		q := id + separator + project
+		if ns := m.GetNamespace(); ns != "" {
+			q += separator + ns
+		}
+		m.SetNamespace(q)
 	}
 	m.SetManagedFields(nil)
 	return obj, nil
@@ -156,13 +153,14 @@ func KeyOf(obj any, clusterScoped bool) (Key, bool) {
 	if !ok {
 		return Key{}, false
 	}
-	k := Key{Project: m.GetAnnotations()[tenancy.AnnotationKey], Name: m.GetName()}
-	ns := m.GetNamespace()
-	if k.Project == "" {
-		k.Namespace = ns
+	k := Key{Name: m.GetName()}
+	id, rest, qualified := strings.Cut(m.GetNamespace(), separator)
+	if !qualified { // a platform object: no namespace of the platform holds the separator
+		k.Namespace = id
 		return k, true
 	}
-	k.ID, k.Namespace, _ = strings.Cut(ns, separator)
+	k.ID = id
+	k.Project, k.Namespace, _ = strings.Cut(rest, separator)
 	if clusterScoped {
 		k.Namespace = ""
 	}
@@ -171,92 +169,17 @@ func KeyOf(obj any, clusterScoped bool) (Key, bool) {
 
 // StoreKey is where a Qualify'd informer keeps the object of k.
 func (k Key) StoreKey() string {
-	if k.Project == "" {
-		if k.Namespace == "" {
-			return k.Name
+	ns := k.Namespace
+	if k.Project != "" {
+		ns = k.ID + separator + k.Project
+		if k.Namespace != "" {
+			ns += separator + k.Namespace
 		}
-		return k.Namespace + "/" + k.Name
 	}
-	if k.Namespace == "" {
-		return k.ID + "/" + k.Name
+	if ns == "" {
+		return k.Name
 	}
-	return k.ID + separator + k.Namespace + "/" + k.Name
-}
-
-// MetadataInformer returns an informer of gvr's object metadata: over the
-// all-projects view when allProjects, else over the platform; selector, if
-// not nil, narrows it by field (metadata.name=...). One serves every project;
-// its objects are qualified (see Qualify).
-func (c *Clients) MetadataInformer(gvr schema.GroupVersionResource, allProjects bool, resync time.Duration, selector fields.Selector) (cache.SharedIndexInformer, error) {
-	cfg := c.Config("")
-	if allProjects {
-		cfg = c.AllProjectsConfig()
-	}
-	client, err := metadata.NewForConfigAndClient(cfg, c.http)
-	if err != nil {
-		return nil, err
-	}
-	var tweak metadatainformer.TweakListOptionsFunc
-	if selector != nil {
-		tweak = func(o *metav1.ListOptions) { o.FieldSelector = selector.String() }
-	}
-	inf := metadatainformer.NewFilteredMetadataInformer(client, gvr, metav1.NamespaceAll, resync, cache.Indexers{}, tweak).Informer()
-	return inf, setTransform(inf, allProjects)
-}
-
-// CoreInformer returns an informer of whole objects of a core-group resource
-// (obj is an empty one of its type), like MetadataInformer. Keep it narrow
-// with selector: it caches every object it lists.
-func (c *Clients) CoreInformer(resource string, obj runtime.Object, allProjects bool, selector fields.Selector) (cache.SharedIndexInformer, error) {
-	return c.Informer(func(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
-		core, err := corev1client.NewForConfigAndClient(cfg, hc)
-		if err != nil {
-			return nil, err
-		}
-		return core.RESTClient(), nil
-	}, resource, obj, allProjects, selector)
-}
-
-// Informer returns an informer of whole objects of resource through the REST
-// client of its group that newREST makes, like CoreInformer.
-func (c *Clients) Informer(newREST func(*rest.Config, *http.Client) (rest.Interface, error), resource string, obj runtime.Object, allProjects bool, selector fields.Selector) (cache.SharedIndexInformer, error) {
-	cfg := c.Config("")
-	if allProjects {
-		cfg = c.AllProjectsConfig()
-	}
-	client, err := newREST(cfg, c.http)
-	if err != nil {
-		return nil, err
-	}
-	if selector == nil {
-		selector = fields.Everything()
-	}
-	lw := cache.NewListWatchFromClient(client, resource, metav1.NamespaceAll, selector)
-	inf := cache.NewSharedIndexInformer(lw, obj, 0, cache.Indexers{ByProject: byProject})
-	return inf, setTransform(inf, allProjects)
-}
-
-// ByProject indexes a Qualify'd informer's objects by their project's storage id.
-const ByProject = "project"
-
-func byProject(obj any) ([]string, error) {
-	k, ok := KeyOf(obj, false)
-	if !ok || k.Project == "" {
-		return nil, nil
-	}
-	return []string{k.ID}, nil
-}
-
-func setTransform(inf cache.SharedIndexInformer, allProjects bool) error {
-	if allProjects {
-		return inf.SetTransform(Qualify)
-	}
-	return inf.SetTransform(func(obj any) (any, error) {
-		if m, ok := obj.(metav1.Object); ok {
-			m.SetManagedFields(nil)
-		}
-		return obj, nil
-	})
+	return ns + "/" + k.Name
 }
 
 // ResourceLists keeps one discovery answer for a few seconds: every project

@@ -58,7 +58,10 @@ func newREST(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
 
 // Run works until ctx ends.
 func (ctl *Controller) Run(ctx context.Context, workers int) {
-	roles, err := ctl.clients.Informer(newREST, "clusterroles", &rbacv1.ClusterRole{}, true, nil)
+	roles, err := ctl.clients.Informer(newREST, "clusterroles", &rbacv1.ClusterRole{}, true, nil, nil)
+	if err == nil {
+		err = allprojects.IndexByProject(roles)
+	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Preparing informer", "controller", Name)
 		return

@@ -165,7 +165,7 @@ func (t *term) watchResources(ctx context.Context) {
 		default:
 		}
 	}
-	if crds, err := t.clients.MetadataInformer(apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"), false, 0, nil); err == nil {
+	if crds, err := t.clients.MetadataInformer(ctx, apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"), false, nil); err == nil {
 		if _, err := crds.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: signal, UpdateFunc: func(_, o any) { signal(o) }, DeleteFunc: signal}); err == nil {
 			go crds.Run(ctx.Done())
 		}

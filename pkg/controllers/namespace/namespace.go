@@ -56,7 +56,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	gvr := corev1.SchemeGroupVersion.WithResource("namespaces")
 	var informers []cache.SharedIndexInformer
 	for _, allProjects := range []bool{false, true} {
-		inf, err := c.clients.MetadataInformer(gvr, allProjects, 0, nil)
+		inf, err := c.clients.MetadataInformer(ctx, gvr, allProjects, nil)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Preparing informer", "controller", Name)
 			return

@@ -92,7 +92,7 @@ func (ctl *Controller) Run(ctx context.Context, workers int) {
 		},
 	}
 	for view, allProjects := range []bool{false, true} {
-		inf, err := ctl.clients.Informer(newREST, "resourcequotas", &corev1.ResourceQuota{}, allProjects, nil)
+		inf, err := ctl.clients.Informer(newREST, "resourcequotas", &corev1.ResourceQuota{}, allProjects, nil, nil)
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Preparing informer", "controller", Name)
 			return

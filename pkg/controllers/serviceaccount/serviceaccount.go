@@ -40,11 +40,30 @@ const (
 type Controller struct {
 	clients *allprojects.Clients
 	rootCA  string
+	// published is the data of every kube-root-ca.crt as published: the
+	// informer's copies that hold it share this one map (see keep).
+	published map[string]string
 }
 
 // New prepares the controller; rootCA is the PEM bundle published in every namespace.
 func New(clients *allprojects.Clients, rootCA []byte) *Controller {
-	return &Controller{clients: clients, rootCA: string(rootCA)}
+	return &Controller{clients: clients, rootCA: string(rootCA), published: map[string]string{rootCAKey: string(rootCA)}}
+}
+
+// keep reduces a kube-root-ca.crt the informer caches to what sync compares:
+// its identity (allprojects.Slim) and its data, which is the one shared map
+// published whenever it says what is published — in every namespace but one
+// just edited. So a namespace costs the informer a few hundred bytes, not a
+// copy of the CA bundle.
+func (ctl *Controller) keep(obj any) (any, error) {
+	if cm, ok := obj.(*corev1.ConfigMap); ok {
+		cm.TypeMeta = metav1.TypeMeta{}
+		allprojects.Slim(&cm.ObjectMeta)
+		if len(cm.BinaryData) == 0 && len(cm.Data) == 1 && cm.Data[rootCAKey] == ctl.rootCA {
+			cm.Data = ctl.published
+		}
+	}
+	return obj, nil
 }
 
 // term is one term of the controller: informers live as long as it leads.
@@ -72,13 +91,13 @@ func (ctl *Controller) Run(ctx context.Context, workers int) {
 	}
 	for view, allProjects := range []bool{false, true} {
 		var err error
-		if t.namespaces[view], err = ctl.clients.MetadataInformer(corev1.SchemeGroupVersion.WithResource("namespaces"), allProjects, 0, nil); err == nil {
-			t.accounts[view], err = ctl.clients.MetadataInformer(corev1.SchemeGroupVersion.WithResource("serviceaccounts"), allProjects, 0,
+		if t.namespaces[view], err = ctl.clients.MetadataInformer(ctx, corev1.SchemeGroupVersion.WithResource("namespaces"), allProjects, nil); err == nil {
+			t.accounts[view], err = ctl.clients.MetadataInformer(ctx, corev1.SchemeGroupVersion.WithResource("serviceaccounts"), allProjects,
 				fields.OneTermEqualSelector("metadata.name", DefaultServiceAccount))
 		}
 		if err == nil {
 			t.configMaps[view], err = ctl.clients.CoreInformer("configmaps", &corev1.ConfigMap{}, allProjects,
-				fields.OneTermEqualSelector("metadata.name", RootCAConfigMap))
+				fields.OneTermEqualSelector("metadata.name", RootCAConfigMap), ctl.keep)
 		}
 		if err != nil {
 			klog.FromContext(ctx).Error(err, "Preparing informer", "controller", Name)

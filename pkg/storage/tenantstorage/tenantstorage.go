@@ -45,8 +45,9 @@ import (
 const TenantField = "milo.tenant"
 
 // Decorate returns a storage decorator that makes inner's storage tenant-keyed.
-// Every resource prefix it decorates is recorded in prefixes, for Purge.
-func Decorate(inner generic.StorageDecorator, prefixes *Prefixes) generic.StorageDecorator {
+// Every resource prefix it decorates is recorded in prefixes, for Purge. A
+// tenant's LIST returns at most maxListItems items (see boundedList; 0: no bound).
+func Decorate(inner generic.StorageDecorator, prefixes *Prefixes, maxListItems int64) generic.StorageDecorator {
 	return func(
 		config *storagebackend.ConfigForResource,
 		resourcePrefix string,
@@ -60,7 +61,7 @@ func Decorate(inner generic.StorageDecorator, prefixes *Prefixes) generic.Storag
 		if prefixes != nil {
 			prefixes.add(config.Config.Prefix, resourcePrefix, config.GroupResource)
 		}
-		s := &store{prefix: resourcePrefix, resource: config.GroupResource}
+		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: maxListItems}
 		tenantKeyFunc := func(obj runtime.Object) (string, error) {
 			key, err := keyFunc(obj)
 			if err != nil {
@@ -83,8 +84,9 @@ func Decorate(inner generic.StorageDecorator, prefixes *Prefixes) generic.Storag
 // store is the tenant-keyed view of one resource's storage.
 type store struct {
 	storage.Interface
-	prefix   string
-	resource schema.GroupResource
+	prefix       string
+	resource     schema.GroupResource
+	maxListItems int64
 }
 
 // segmentOf returns the tenant segment an object is stored under, read from the
@@ -223,6 +225,9 @@ func (s *store) GetList(ctx context.Context, key string, opts storage.ListOption
 	k, opts, err := s.readKey(ctx, key, opts)
 	if err != nil {
 		return err
+	}
+	if s.maxListItems > 0 && listBounded(ctx) {
+		return s.boundedList(ctx, k, opts, listObj)
 	}
 	return s.Interface.GetList(ctx, k, opts, listObj)
 }

@@ -94,7 +94,7 @@ func newConfigMapStorage(t testing.TB, resource string) (storage.Interface, *Pre
 	prefixes := NewPrefixes()
 	prefix := "/" + resource
 	cfg := &storagebackend.ConfigForResource{Config: etcdConfig, GroupResource: corev1.Resource(resource)}
-	s, destroy, err := Decorate(registry.StorageWithCacher(), prefixes)(cfg, prefix,
+	s, destroy, err := Decorate(registry.StorageWithCacher(), prefixes, 0)(cfg, prefix,
 		func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(prefix+"/", obj) },
 		func() runtime.Object { return &corev1.ConfigMap{} },
 		func() runtime.Object { return &corev1.ConfigMapList{} },

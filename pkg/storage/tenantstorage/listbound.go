@@ -1,0 +1,82 @@
+package tenantstorage
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/storage"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// DefaultMaxListItems is the default bound on one tenant LIST (see boundedList).
+const DefaultMaxListItems = 5000
+
+// listBounded tells whether a LIST is a tenant's, and so bounded: a request of
+// a project or an organization context by anyone but the platform's
+// superusers (system:masters, whose controllers list namespaces whole to
+// empty them). The server's own reads carry no user and are not bounded.
+func listBounded(ctx context.Context) bool {
+	if t := tenancy.From(ctx); t.Kind == tenancy.Platform || t.Kind == tenancy.AllProjects {
+		return false
+	}
+	u, ok := request.UserFrom(ctx)
+	return ok && !slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup)
+}
+
+// boundedList serves a tenant's LIST with at most max items, so that one
+// request of one tenant costs the server a bounded amount of memory and time:
+//
+//   - a page larger than max (limit > max) is cut to max items with a
+//     continue token, as the API allows any server to;
+//   - a page asked at resourceVersion 0, which the watch cache serves whole
+//     whatever its limit, is served at the current resourceVersion instead
+//     (any resourceVersion satisfies "0") when it holds more than max items,
+//     so that its limit is honoured and the client pages on;
+//   - a LIST without a limit that would hold more than max items is refused
+//     (400) rather than cut short, since a client that did not ask for pages
+//     would not follow a continue token and would take the first page for
+//     the whole. kubectl and client-go's informers always ask for pages.
+func (s *store) boundedList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
+	max := s.maxListItems
+	asked := opts.Predicate.Limit
+	switch {
+	case asked <= 0:
+		opts.Predicate.Limit = max + 1
+	case asked > max:
+		opts.Predicate.Limit = max
+	}
+	if err := s.Interface.GetList(ctx, key, opts, listObj); err != nil {
+		return err
+	}
+	n := int64(meta.LenList(listObj))
+	list, err := meta.ListAccessor(listObj)
+	if err != nil {
+		return err
+	}
+	if asked <= 0 {
+		if n > max || list.GetContinue() != "" {
+			return apierrors.NewBadRequest(fmt.Sprintf("the list of %s holds more than %d items, the most one list of a project may return: "+
+				"ask for it in pages (limit and continue), as kubectl and client-go's informers do", s.resource.String(), max))
+		}
+		return nil
+	}
+	if n <= opts.Predicate.Limit {
+		return nil
+	}
+	// The watch cache ignored the limit (resourceVersion 0): serve the first
+	// page at the current resourceVersion.
+	opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
+	if err := meta.SetList(listObj, nil); err != nil {
+		return err
+	}
+	list.SetContinue("")
+	list.SetRemainingItemCount(nil)
+	return s.Interface.GetList(ctx, key, opts, listObj)
+}
