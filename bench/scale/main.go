@@ -64,6 +64,9 @@ type options struct {
 	DeletionTimeout time.Duration
 	// DrainTimeout bounds the wait for the work queues to drain.
 	DrainTimeout time.Duration
+	// Noisy runs the noisy-neighbour measurement after the last step (Milo only).
+	Noisy        bool
+	NoisyOptions noisyOptions
 }
 
 func main() {
@@ -86,6 +89,7 @@ func main() {
 	flag.IntVar(&o.DeletionSamples, "deletion-samples", 50, "namespace deletions and owner deletions timed per step")
 	flag.DurationVar(&o.DeletionTimeout, "deletion-timeout", 2*time.Minute, "longest wait for one deleted namespace or dependent to go (counted as this long, and reported)")
 	flag.DurationVar(&o.DrainTimeout, "drain-timeout", 15*time.Minute, "longest wait for the controllers' work queues to drain before measuring")
+	flag.BoolVar(&o.Noisy, "noisy", true, "after the last step, measure a quiet project's GETs while another project floods the server, with and without per-project flows (Milo only)")
 	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling, 300 projects deleted")
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -98,6 +102,7 @@ func main() {
 		o.Steps = append(o.Steps, n)
 	}
 	o.Systems = strings.Split(systems, ",")
+	o.NoisyOptions = defaultNoisyOptions(*smoke)
 	if *smoke {
 		o.Max, o.LatencySamples, o.WatchSamples, o.Settle, o.DeletionSamples = min(o.Max, 1000), 100, 50, 0, min(o.DeletionSamples, 10)
 		o.Delete = min(o.Delete, 300)
@@ -308,6 +313,19 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		step.RestartSeconds = restart.Seconds()
 		progress("[%s] %d projects: restart to ready in %.1f s", name, n, step.RestartSeconds)
 		out.Steps = append(out.Steps, step)
+		if err := save(); err != nil {
+			return err
+		}
+	}
+	if s.isMilo() && o.Noisy {
+		dyn, err := dynamic.NewForConfigAndClient(s.config, s.http)
+		if err != nil {
+			return err
+		}
+		if out.Noisy, err = measureNoisy(ctx, s, dyn, o.NoisyOptions); err != nil {
+			return fmt.Errorf("noisy neighbour: %w", err)
+		}
+		out.NoisyOptions = &o.NoisyOptions
 		if err := save(); err != nil {
 			return err
 		}

@@ -41,6 +41,11 @@ type systemResult struct {
 	Deleted         int
 	DeleteSeconds   float64
 	DeletePerSecond float64
+	// Noisy is the noisy-neighbour measurement at the last step (Milo only),
+	// with and without per-project flows.
+	Noisy []noisyResult `json:",omitempty"`
+	// NoisyOptions sized its floods.
+	NoisyOptions *noisyOptions `json:",omitempty"`
 }
 
 type stepResult struct {
@@ -295,6 +300,9 @@ func (r *results) markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", d.name, m, bs, ratio)
 	}
 	b.WriteString("\n")
+	if milo != nil {
+		b.WriteString(milo.noisySection(r.Steps[len(r.Steps)-1]))
+	}
 	if milo != nil && len(milo.Steps) > 0 {
 		b.WriteString(r.targets(milo, base))
 	}
@@ -375,7 +383,43 @@ func (r *results) targets(milo, base *systemResult) string {
 	}
 	restart := milo.Steps[last].RestartSeconds
 	fmt.Fprintf(&b, "| restart to ready ≤ 60 s | %.1f s with %d projects | %s |\n", restart, n, check(restart <= 60))
+	for _, nr := range milo.Noisy {
+		if !nr.ProjectFlows {
+			continue
+		}
+		idle := nr.Phases["idle"].Quiet.P99
+		for _, phase := range noisyPhases[1:] {
+			q := nr.Phases[phase].Quiet.P99
+			fmt.Fprintf(&b, "| quiet project's GET p99 under a %s flood ≤ 2× idle (project flows) | %.1f ms vs %.1f ms (%.2f×) | %s |\n", phase, q, idle, q/idle, check(q <= 2*idle))
+		}
+	}
 	return b.String()
+}
+
+// noisySection reports the noisy-neighbour measurement.
+func (s *systemResult) noisySection(projects int) string {
+	if len(s.Noisy) == 0 || s.NoisyOptions == nil {
+		return ""
+	}
+	o := s.NoisyOptions
+	var b strings.Builder
+	fmt.Fprintf(&b, "## Noisy neighbour (%d projects)\n\n", projects)
+	fmt.Fprintf(&b, "One client GETs a ConfigMap of project `%s`, one request after the other, for %s while project `%s` floods the server: "+
+		"**writes** (%d ConfigMap creates/s of 1 KiB from %d clients), **lists** (%d clients listing %d ConfigMaps of %d KiB without a limit, over and over), "+
+		"**watches** (%d watches on one ConfigMap, updated %d times/s). Both projects are used by the same ordinary user (one identity in many "+
+		"projects, which upstream's per-user flows cannot tell apart). \"Project flows\" is Milo's default (`--project-flows`: one APF flow per "+
+		"project); without, the apiserver's own FlowSchemas classify. RSS: the server's, before the phase and at its peak.\n\n",
+		quietProject, o.Phase, noisyProject, o.WriteRate, o.WriteWorkers, o.ListWorkers, o.ListObjects, o.ListObjectBytes>>10, o.Watches, o.WatchedWrites)
+	b.WriteString("| project flows | phase | quiet GET p50 | quiet GET p99 | p99 / idle | quiet GETs (failed) | flood ops/s (failed) | RSS before → peak |\n|---|---|---|---|---|---|---|---|\n")
+	for _, nr := range s.Noisy {
+		idle := nr.Phases["idle"].Quiet.P99
+		for _, phase := range noisyPhases {
+			p := nr.Phases[phase]
+			fmt.Fprintf(&b, "| %v | %s | %.1f ms | %.1f ms | %.2f× | %d (%d) | %.0f (%d) | %.0f → %.0f MiB |\n", nr.ProjectFlows, phase,
+				p.Quiet.P50, p.Quiet.P99, p.Quiet.P99/idle, p.QuietGets, p.QuietErrors, p.NoisyOps, p.NoisyErrors, p.RSSBeforeMiB, p.RSSPeakMiB)
+		}
+	}
+	return b.String() + "\n"
 }
 
 var systemColors = map[string]color.Color{"milo": color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}, "baseline": color.RGBA{R: 0xff, G: 0x7f, B: 0x0e, A: 0xff}}

@@ -20,7 +20,8 @@ func TestSmoke(t *testing.T) {
 	out := t.TempDir()
 	res, err := run(context.Background(), options{Max: 1000, Steps: []int{100, 1000, 10000}, Out: out, Systems: []string{"milo", "baseline"},
 		Workers: 32, LatencySamples: 50, WatchSamples: 20, Delete: 300, Repo: filepath.Join("..", ".."),
-		BaselineControllers: true, MiloControllers: "separate", DeletionSamples: 8})
+		BaselineControllers: true, MiloControllers: "separate", DeletionSamples: 8,
+		Noisy: true, NoisyOptions: defaultNoisyOptions(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,13 +63,26 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s: no deletion measured", s.Name)
 		}
 	}
+	// The noisy neighbour: Milo, with and without project flows, every phase.
+	milo := res.system("milo")
+	if len(milo.Noisy) != 2 || !milo.Noisy[0].ProjectFlows || milo.Noisy[1].ProjectFlows {
+		t.Fatalf("noisy neighbour measured %+v, want with and without project flows", milo.Noisy)
+	}
+	for _, nr := range milo.Noisy {
+		for _, phase := range noisyPhases {
+			p := nr.Phases[phase]
+			if p.QuietGets == 0 || p.Quiet.P50 <= 0 || p.Quiet.P99 < p.Quiet.P50 || p.RSSPeakMiB <= 0 || (phase != "idle" && p.NoisyOps <= 0) {
+				t.Errorf("noisy neighbour, project flows %v, %s: %+v", nr.ProjectFlows, phase, p)
+			}
+		}
+	}
 
 	report, err := os.ReadFile(filepath.Join(out, "report.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, want := range []string{"## 100 projects", "## 1000 projects", "| Heap per project |", "| Watch p99 |", "| Controller heap per project |", "| Namespace deletion to gone p99 |",
-		"| Owner deletion to dependent gone p99 |", "## Bootstrap objects per project", "## Deleting 300 projects", "## Targets"} {
+		"| Owner deletion to dependent gone p99 |", "## Bootstrap objects per project", "## Deleting 300 projects", "## Noisy neighbour (1000 projects)", "## Targets"} {
 		if !strings.Contains(string(report), want) {
 			t.Errorf("report.md lacks %q", want)
 		}

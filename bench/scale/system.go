@@ -50,6 +50,8 @@ type system struct {
 	controllers *controllerProcess
 	separate    bool
 	inProcess   bool
+	// extraArgs are added to the server's flags at its next start.
+	extraArgs []string
 }
 
 // hasControllers reports whether the system runs the controllers that delete
@@ -119,6 +121,7 @@ func (s *system) start(ctx context.Context) (time.Duration, error) {
 			args = append(args, "--controllers=hierarchy")
 		}
 	}
+	args = append(args, s.extraArgs...)
 	log, err := os.OpenFile(filepath.Join(filepath.Dir(s.dataDir), s.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err

@@ -121,7 +121,11 @@ func poll(ctx context.Context, timeout time.Duration, f func() (bool, error)) er
 // with Retry-After); in the baseline a namespace. Then 3 ConfigMaps of 1 KiB
 // and a Secret in it. When it returns, the project is Ready and filled.
 func createProject(ctx context.Context, s *system, dyn dynamic.Interface, i int) error {
-	name := projectName(i)
+	return createNamedProject(ctx, s, dyn, projectName(i))
+}
+
+// createNamedProject is createProject for a project of any name.
+func createNamedProject(ctx context.Context, s *system, dyn dynamic.Interface, name string) error {
 	if s.isMilo() {
 		_, err := dyn.Resource(projectsGVR).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": map[string]any{"name": name},

@@ -24,7 +24,9 @@ func TestKeepSharesThePublishedData(t *testing.T) {
 		}
 		kept = append(kept, o.(*corev1.ConfigMap))
 	}
-	same := func(a, b map[string]string) bool { return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer() }
+	same := func(a, b map[string]string) bool {
+		return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+	}
 	if !same(kept[0].Data, ctl.published) || !same(kept[1].Data, ctl.published) {
 		t.Fatal("published data is kept once per namespace")
 	}
