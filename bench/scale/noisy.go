@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// The noisy-neighbour measurement: a quiet project's GET latency while
+// another project floods the server, in Milo with and without per-project
+// flows (--project-flows). Both projects are used by the same ordinary user,
+// as one service's identity or one person acts in many projects: the case
+// where API Priority and Fairness's upstream flows (one per user) cannot tell
+// the projects apart.
+
+// noisyOptions size the floods.
+type noisyOptions struct {
+	// Phase is how long each flood (and the idle measurement) lasts.
+	Phase time.Duration
+	// WriteRate is the flood's creates per second, from WriteWorkers at once.
+	WriteRate, WriteWorkers int
+	// ListObjects of ListObjectBytes each fill the listed namespace; ListWorkers
+	// list it whole (no limit) over and over.
+	ListObjects, ListObjectBytes, ListWorkers int
+	// Watches are opened on one namespace, which gets WatchedWrites updates per second.
+	Watches, WatchedWrites int
+}
+
+func defaultNoisyOptions(smoke bool) noisyOptions {
+	o := noisyOptions{Phase: 20 * time.Second, WriteRate: 300, WriteWorkers: 32,
+		ListObjects: 1500, ListObjectBytes: 27 << 10, ListWorkers: 30, Watches: 1000, WatchedWrites: 50}
+	if smoke {
+		o.Phase, o.ListObjects, o.Watches = 4*time.Second, 300, 200
+	}
+	return o
+}
+
+// noisyResult is one run of every phase, with or without project flows.
+type noisyResult struct {
+	ProjectFlows bool
+	// Phases by name: idle, writes, lists, watches.
+	Phases map[string]noisyPhase
+}
+
+type noisyPhase struct {
+	// Quiet is the quiet project's GET latency (milliseconds); QuietErrors its failed GETs.
+	Quiet       quantiles
+	QuietGets   int
+	QuietErrors int
+	// NoisyOps is what the flood got done per second; NoisyErrors its failures (429s included).
+	NoisyOps    float64
+	NoisyErrors int
+	// RSS of the server before the phase and at its peak during it (MiB).
+	RSSBeforeMiB, RSSPeakMiB float64
+}
+
+var noisyPhases = []string{"idle", "writes", "lists", "watches"}
+
+const (
+	quietProject = "quiet"
+	noisyProject = "noisy"
+)
+
+// measureNoisy runs every phase with project flows on (the default), then
+// restarts the server with --project-flows=false and runs them again, and
+// restarts it as it was.
+func measureNoisy(ctx context.Context, s *system, dyn dynamic.Interface, o noisyOptions) ([]noisyResult, error) {
+	for _, p := range []string{quietProject, noisyProject} {
+		if err := createNamedProject(ctx, s, dyn, p); err != nil {
+			return nil, fmt.Errorf("creating project %s: %w", p, err)
+		}
+	}
+	if err := fillForLists(ctx, s, o); err != nil {
+		return nil, err
+	}
+	var out []noisyResult
+	for _, flows := range []bool{true, false} {
+		if !flows {
+			s.extraArgs = []string{"--project-flows=false"}
+			if _, err := s.restart(ctx); err != nil {
+				return nil, err
+			}
+		}
+		r := noisyResult{ProjectFlows: flows, Phases: map[string]noisyPhase{}}
+		for _, phase := range noisyPhases {
+			p, err := runNoisyPhase(ctx, s, o, phase)
+			if err != nil {
+				return nil, fmt.Errorf("%s (project flows %v): %w", phase, flows, err)
+			}
+			progress("[%s] noisy neighbour, project flows %v, %s: quiet GET p50 %.1f / p99 %.1f ms (%d, %d failed); flood %.0f/s (%d failed); RSS %.0f → %.0f MiB",
+				s.name, flows, phase, p.Quiet.P50, p.Quiet.P99, p.QuietGets, p.QuietErrors, p.NoisyOps, p.NoisyErrors, p.RSSBeforeMiB, p.RSSPeakMiB)
+			r.Phases[phase] = p
+		}
+		out = append(out, r)
+	}
+	s.extraArgs = nil
+	if _, err := s.restart(ctx); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// userClient is a client of project as the harness's ordinary user, on a
+// connection of its own: the quiet probe must not share the flood's HTTP/2
+// connection, whose stream limit would queue it behind the flood on the client.
+func (s *system) userClient(project string) (kubernetes.Interface, *http.Client, error) {
+	cfg := rest.CopyConfig(s.user)
+	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + tenancy.ProjectPath(project)
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := kubernetes.NewForConfigAndClient(cfg, hc)
+	return c, hc, err
+}
+
+const (
+	floodNamespace = "default"
+	listNamespace  = "kube-system" // exists in every project; holds the listed objects
+)
+
+// fillForLists puts ListObjects ConfigMaps of ListObjectBytes into the noisy
+// project's listed namespace (untimed).
+func fillForLists(ctx context.Context, s *system, o noisyOptions) error {
+	c, hc, err := s.userClient(noisyProject)
+	if err != nil {
+		return err
+	}
+	defer hc.CloseIdleConnections()
+	payload := strings.Repeat("y", o.ListObjectBytes)
+	return parallel(ctx, s.name+" noisy project filled", 0, o.ListObjects, 16, func(i int) error {
+		_, err := c.CoreV1().ConfigMaps(listNamespace).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("big-%05d", i)},
+			Data: map[string]string{"payload": payload}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+}
+
+// runNoisyPhase floods from the noisy project for o.Phase while one client
+// GETs a ConfigMap of the quiet project, one request after the other.
+func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, phase string) (noisyPhase, error) {
+	var out noisyPhase
+	quiet, quietHTTP, err := s.userClient(quietProject)
+	if err != nil {
+		return out, err
+	}
+	defer quietHTTP.CloseIdleConnections()
+	noisy, noisyHTTP, err := s.userClient(noisyProject)
+	if err != nil {
+		return out, err
+	}
+	defer noisyHTTP.CloseIdleConnections()
+	probe := quiet.CoreV1().ConfigMaps(s.namespaceOf(quietProject))
+	if _, err := probe.Get(ctx, "cm-0", metav1.GetOptions{}); err != nil {
+		return out, fmt.Errorf("the quiet project's ConfigMap: %w", err)
+	}
+	if out.RSSBeforeMiB, err = s.rssMiB(); err != nil {
+		return out, err
+	}
+	phaseCtx, stop := context.WithTimeout(ctx, o.Phase)
+	defer stop()
+	var ops, failures atomic.Int64
+	var wg sync.WaitGroup
+	flood := func(workers int, paced time.Duration, f func(ctx context.Context, worker int) error) {
+		var tick <-chan time.Time
+		if paced > 0 {
+			t := time.NewTicker(paced)
+			wg.Go(func() { <-phaseCtx.Done(); t.Stop() })
+			tick = t.C
+		}
+		for w := range workers {
+			wg.Go(func() {
+				for phaseCtx.Err() == nil {
+					if tick != nil {
+						select {
+						case <-tick:
+						case <-phaseCtx.Done():
+							return
+						}
+					}
+					if err := f(phaseCtx, w); err != nil {
+						if phaseCtx.Err() != nil {
+							return
+						}
+						failures.Add(1)
+						continue
+					}
+					ops.Add(1)
+				}
+			})
+		}
+	}
+	var seq atomic.Int64
+	cms := noisy.CoreV1().ConfigMaps(floodNamespace)
+	switch phase {
+	case "idle":
+	case "writes":
+		flood(o.WriteWorkers, time.Second/time.Duration(o.WriteRate), func(ctx context.Context, _ int) error {
+			_, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("flood-%s-%d", time.Now().Format("150405"), seq.Add(1))},
+				Data: map[string]string{"payload": kib}}, metav1.CreateOptions{})
+			return err
+		})
+	case "lists":
+		listed := noisy.CoreV1().ConfigMaps(listNamespace)
+		flood(o.ListWorkers, 0, func(ctx context.Context, _ int) error {
+			_, err := listed.List(ctx, metav1.ListOptions{})
+			return err
+		})
+	case "watches":
+		watched := noisy.CoreV1().ConfigMaps(floodNamespace)
+		if _, err := watched.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return out, err
+		}
+		opened := 0
+		for range o.Watches {
+			w, err := watched.Watch(phaseCtx, metav1.ListOptions{FieldSelector: "metadata.name=watched"})
+			if err != nil {
+				break
+			}
+			opened++
+			wg.Go(func() {
+				defer w.Stop()
+				for {
+					select {
+					case _, ok := <-w.ResultChan():
+						if !ok {
+							return
+						}
+					case <-phaseCtx.Done():
+						return
+					}
+				}
+			})
+		}
+		if opened < o.Watches {
+			return out, fmt.Errorf("opened %d of %d watches", opened, o.Watches)
+		}
+		flood(1, time.Second/time.Duration(o.WatchedWrites), func(ctx context.Context, _ int) error {
+			_, err := watched.Patch(ctx, "watched", "application/merge-patch+json",
+				[]byte(fmt.Sprintf(`{"data":{"n":"%d"}}`, seq.Add(1))), metav1.PatchOptions{})
+			return err
+		})
+	default:
+		return out, errors.New("unknown phase " + phase)
+	}
+	// RSS is sampled while the flood runs.
+	wg.Go(func() {
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if rss, err := s.rssMiB(); err == nil && rss > out.RSSPeakMiB {
+				out.RSSPeakMiB = rss
+			}
+			select {
+			case <-t.C:
+			case <-phaseCtx.Done():
+				return
+			}
+		}
+	})
+	began := time.Now()
+	var gets latencies
+	for phaseCtx.Err() == nil {
+		t := time.Now()
+		_, err := probe.Get(phaseCtx, "cm-0", metav1.GetOptions{})
+		if phaseCtx.Err() != nil {
+			break
+		}
+		if err != nil {
+			out.QuietErrors++
+			continue
+		}
+		gets = append(gets, time.Since(t))
+	}
+	elapsed := time.Since(began)
+	wg.Wait()
+	out.Quiet = quantiles{P50: ms(gets.quantile(0.5)), P99: ms(gets.quantile(0.99))}
+	out.QuietGets = len(gets)
+	out.NoisyOps, out.NoisyErrors = float64(ops.Load())/elapsed.Seconds(), int(failures.Load())
+	return out, nil
+}
+
+// rssMiB is the server process's resident set.
+func (s *system) rssMiB() (float64, error) {
+	if s.cmd == nil {
+		return 0, errors.New("the server is not running")
+	}
+	rss, err := rssOf(s.cmd.Process.Pid)
+	return rss / (1 << 20), err
+}
