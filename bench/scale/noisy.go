@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,16 +34,16 @@ type noisyOptions struct {
 	Phase time.Duration
 	// WriteRate is the flood's creates per second, from WriteWorkers at once.
 	WriteRate, WriteWorkers int
-	// ListObjects of ListObjectBytes each fill the listed namespace; ListWorkers
-	// list it whole (no limit) over and over.
-	ListObjects, ListObjectBytes, ListWorkers int
+	// ListObjects of ListObjectBytes each fill the listed namespace, which
+	// is listed whole (no limit) ListRate times per second from ListWorkers.
+	ListObjects, ListObjectBytes, ListRate, ListWorkers int
 	// Watches are opened on one namespace, which gets WatchedWrites updates per second.
 	Watches, WatchedWrites int
 }
 
 func defaultNoisyOptions(smoke bool) noisyOptions {
 	o := noisyOptions{Phase: 20 * time.Second, WriteRate: 300, WriteWorkers: 32,
-		ListObjects: 1500, ListObjectBytes: 27 << 10, ListWorkers: 30, Watches: 1000, WatchedWrites: 50}
+		ListObjects: 1500, ListObjectBytes: 27 << 10, ListRate: 5, ListWorkers: 30, Watches: 1000, WatchedWrites: 50}
 	if smoke {
 		o.Phase, o.ListObjects, o.Watches = 4*time.Second, 300, 200
 	}
@@ -194,7 +195,9 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, phase string)
 							return
 						}
 					}
-					if err := f(phaseCtx, w); err != nil {
+					// A request in flight at the phase's end completes (with
+					// ctx): cut short, it would only log client-side errors.
+					if err := f(ctx, w); err != nil {
 						if phaseCtx.Err() != nil {
 							return
 						}
@@ -218,7 +221,7 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, phase string)
 		})
 	case "lists":
 		listed := noisy.CoreV1().ConfigMaps(listNamespace)
-		flood(o.ListWorkers, 0, func(ctx context.Context, _ int) error {
+		flood(o.ListWorkers, time.Second/time.Duration(o.ListRate), func(ctx context.Context, _ int) error {
 			_, err := listed.List(ctx, metav1.ListOptions{})
 			return err
 		})
@@ -290,6 +293,7 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, phase string)
 	}
 	elapsed := time.Since(began)
 	wg.Wait()
+	slices.Sort(gets)
 	out.Quiet = quantiles{P50: ms(gets.quantile(0.5)), P99: ms(gets.quantile(0.99))}
 	out.QuietGets = len(gets)
 	out.NoisyOps, out.NoisyErrors = float64(ops.Load())/elapsed.Seconds(), int(failures.Load())
