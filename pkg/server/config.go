@@ -20,10 +20,10 @@ import (
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
-	"go.miloapis.com/milo/pkg/iam/satokens"
 	"go.miloapis.com/milo/pkg/iam/users"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenantadmission"
+	"go.miloapis.com/milo/pkg/tenantstate"
 	"go.miloapis.com/milo/pkg/version"
 )
 
@@ -48,18 +48,16 @@ type Tenancy struct {
 	// Hierarchy is the one cache of Organizations, Folders and Projects, read by
 	// admission, the tenant router and the hierarchy controllers.
 	Hierarchy *hierarchy.Tree
-	// Namespaces is filled with the namespace storage for tenant-aware admission.
-	Namespaces *tenantadmission.Namespaces
-	// RBAC is filled with the RBAC storages for project RBAC.
+	// Tenant is the one path by which admission, project RBAC and the project
+	// token authenticator read a tenant's objects; the server installs the
+	// core and RBAC storages into it as it builds them.
+	Tenant *tenantstate.Reader
+	// RBAC reads project RBAC objects through Tenant.
 	RBAC *projectrbac.Storage
-	// Quotas is filled with the ResourceQuota storage for project quota admission.
-	Quotas *tenantadmission.Quotas
 	// EtcdClient works on key ranges: quota counts and purges.
 	EtcdClient *clientv3.Client
 	// IAM makes Milo IAM's decisions; fed from informers once the CRDs exist.
 	IAM *evaluator.Evaluator
-	// ServiceAccounts is filled with the storages service account tokens are checked against.
-	ServiceAccounts *satokens.Storage
 	// Users records the identities that authenticate as User objects.
 	Users *users.Recorder
 }
@@ -95,8 +93,9 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		return nil, err
 	}
 	prefixes := tenantstorage.NewPrefixes()
-	namespaces := &tenantadmission.Namespaces{}
-	quotas := tenantadmission.NewQuotas(objectCounter(etcdClient, prefixes), objectExists(etcdClient, prefixes))
+	tenant := tenantstate.New()
+	namespaces := tenantadmission.NewNamespaces(tenant)
+	quotas := tenantadmission.NewQuotas(tenant, objectCounter(etcdClient, prefixes), objectExists(etcdClient, prefixes))
 	genericAdmission := opts.ControlPlane.Admission.GenericAdmission
 	selectors := tenantadmission.NewSelectors(namespaces)
 	genericAdmission.Decorators = append(genericAdmission.Decorators, tenantadmission.Decorator(namespaces, quotas, selectors))
@@ -124,8 +123,8 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	aggregator.ExtraConfig.DisableRemoteAvailableConditionController = true
 
 	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Tenancy: Tenancy{
-		Prefixes: prefixes, Namespaces: namespaces, Quotas: quotas, RBAC: &projectrbac.Storage{}, EtcdClient: etcdClient,
-		IAM: opts.IAM, ServiceAccounts: &satokens.Storage{}, Users: users.NewRecorder(),
+		Prefixes: prefixes, Tenant: tenant, RBAC: projectrbac.NewStorage(tenant), EtcdClient: etcdClient,
+		IAM: opts.IAM, Users: users.NewRecorder(),
 	}}
 	if c.IAM == nil {
 		c.IAM = evaluator.New()

@@ -10,9 +10,7 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	limitrangestore "k8s.io/kubernetes/pkg/registry/core/limitrange/storage"
 
-	"go.miloapis.com/milo/pkg/iam/projectrbac"
-	"go.miloapis.com/milo/pkg/iam/satokens"
-	"go.miloapis.com/milo/pkg/tenantadmission"
+	"go.miloapis.com/milo/pkg/tenantstate"
 )
 
 // storageProviders adapts the generic control plane's built-in API groups:
@@ -20,21 +18,16 @@ import (
 //   - LimitRanges join the core group, which the generic control plane leaves out:
 //     every Kubernetes-style control plane is expected to serve them, and the
 //     LimitRanger admission plugin needs them;
-//   - the namespace storage is handed to tenant-aware admission, the RBAC
-//     storages to project RBAC, and the service account and secret storages to
-//     the token authenticators, which read a project's objects through them.
-func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, namespaces *tenantadmission.Namespaces, quotas *tenantadmission.Quotas, rbac *projectrbac.Storage, serviceAccounts *satokens.Storage) []controlplaneapiserver.RESTStorageProvider {
+//   - the core and RBAC storages are installed into the tenant reader, through
+//     which tenant-aware admission, project RBAC and the project token
+//     authenticator read a tenant's objects.
+func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, tenant *tenantstate.Reader) []controlplaneapiserver.RESTStorageProvider {
 	out := make([]controlplaneapiserver.RESTStorageProvider, len(providers))
 	for i, p := range providers {
 		switch p.GroupName() {
 		case corev1.GroupName:
 			p = withStorage{RESTStorageProvider: p, adapt: func(v1 map[string]rest.Storage, resources serverstorage.APIResourceConfigSource, getter generic.RESTOptionsGetter) error {
-				if ns, ok := v1["namespaces"].(rest.Getter); ok {
-					namespaces.Set(ns)
-				}
-				quotas.Set(v1["resourcequotas"], v1["resourcequotas/status"])
-				serviceAccounts.Set("serviceaccounts", v1["serviceaccounts"])
-				serviceAccounts.Set("secrets", v1["secrets"])
+				tenant.Install(corev1.GroupName, v1)
 				if !resources.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("limitranges")) {
 					return nil
 				}
@@ -47,9 +40,7 @@ func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, nam
 			}}
 		case rbacv1.GroupName:
 			p = withStorage{RESTStorageProvider: p, adapt: func(v1 map[string]rest.Storage, _ serverstorage.APIResourceConfigSource, _ generic.RESTOptionsGetter) error {
-				for resource, storage := range v1 {
-					rbac.Set(resource, storage)
-				}
+				tenant.Install(rbacv1.GroupName, v1)
 				return nil
 			}}
 		}

@@ -87,7 +87,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating storage providers: %w", err)
 	}
-	if err := builtIn.InstallAPIs(storageProviders(providers, c.Namespaces, c.Quotas, c.RBAC, c.ServiceAccounts)...); err != nil {
+	if err := builtIn.InstallAPIs(storageProviders(providers, c.Tenant)...); err != nil {
 		return nil, fmt.Errorf("installing built-in APIs: %w", err)
 	}
 

@@ -6,24 +6,21 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/admission"
-	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	quotageneric "k8s.io/apiserver/pkg/quota/v1/generic"
-	"k8s.io/apiserver/pkg/registry/rest"
 	api "k8s.io/kubernetes/pkg/apis/core"
 
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/pkg/tenantstate"
 )
 
 // ObjectCounter counts the objects of one resource in one namespace of the project with the given storage id.
@@ -36,31 +33,21 @@ type ObjectExists func(ctx context.Context, resource schema.GroupResource, proje
 // ResourceQuota storage (reads served from the shared watch cache), its
 // status storage (charges), and object counts and lookups in etcd.
 type Quotas struct {
-	lister  atomic.Pointer[rest.Lister]
-	getter  atomic.Pointer[rest.Getter]
-	status  atomic.Pointer[rest.Updater]
+	tenant  *tenantstate.Reader
 	counter ObjectCounter
 	exists  ObjectExists
 }
 
-// NewQuotas returns quota state that counts objects with counter and looks
-// them up with exists.
-func NewQuotas(counter ObjectCounter, exists ObjectExists) *Quotas {
-	return &Quotas{counter: counter, exists: exists}
+// NewQuotas returns quota state that reads ResourceQuotas through tenant,
+// counts objects with counter and looks them up with exists.
+func NewQuotas(tenant *tenantstate.Reader, counter ObjectCounter, exists ObjectExists) *Quotas {
+	return &Quotas{tenant: tenant, counter: counter, exists: exists}
 }
 
-// Set installs the ResourceQuota storage and its status storage once the server has built them.
-func (q *Quotas) Set(quotas, status rest.Storage) {
-	if l, ok := quotas.(rest.Lister); ok {
-		q.lister.Store(&l)
-	}
-	if g, ok := quotas.(rest.Getter); ok {
-		q.getter.Store(&g)
-	}
-	if u, ok := status.(rest.Updater); ok {
-		q.status.Store(&u)
-	}
-}
+var (
+	quotasResource      = api.Resource("resourcequotas")
+	quotaStatusResource = api.Resource("resourcequotas/status")
+)
 
 // legacyCountNames are the pre-"count/" quota names of core resources.
 var legacyCountNames = sets.New("configmaps", "secrets", "services", "persistentvolumeclaims", "replicationcontrollers", "resourcequotas")
@@ -173,14 +160,9 @@ func limitsAny(q *api.ResourceQuota, names []api.ResourceName) bool {
 // charge reserves one unit of the names on quota name for the object a
 // creates, or refuses it.
 func (p *projectQuota) charge(ctx context.Context, a admission.Attributes, name string, names []api.ResourceName) error {
-	getter, status := p.quotas.getter.Load(), p.quotas.status.Load()
-	if getter == nil || status == nil {
-		return apierrors.NewServiceUnavailable("resource quota storage is not ready")
-	}
-	ctx = genericapirequest.WithNamespace(ctx, a.GetNamespace())
 	gr := a.GetResource().GroupResource()
 	for range 20 {
-		obj, err := (*getter).Get(ctx, name, &metav1.GetOptions{}) // from etcd: the revision the write is conditional on
+		obj, err := p.quotas.tenant.Get(ctx, quotasResource, a.GetNamespace(), name, &metav1.GetOptions{}) // from etcd: the revision the write is conditional on
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
@@ -238,7 +220,7 @@ func (p *projectQuota) charge(ctx context.Context, a admission.Attributes, name 
 			updated.Annotations = map[string]string{}
 		}
 		updated.Annotations[ReservationsAnnotation] = string(raw)
-		_, _, err = (*status).Update(ctx, name, rest.DefaultUpdatedObjectInfo(updated), nil, nil, false, &metav1.UpdateOptions{})
+		_, err = p.quotas.tenant.Update(ctx, quotaStatusResource, a.GetNamespace(), name, updated)
 		switch {
 		case apierrors.IsConflict(err):
 			continue // another create charged the quota meanwhile: count again
@@ -288,11 +270,7 @@ func (p *projectQuota) pending(ctx context.Context, q *api.ResourceQuota, gr sch
 }
 
 func (p *projectQuota) list(ctx context.Context, namespace string) ([]*api.ResourceQuota, error) {
-	l := p.quotas.lister.Load()
-	if l == nil {
-		return nil, fmt.Errorf("resource quota storage is not ready")
-	}
-	obj, err := (*l).List(genericapirequest.WithNamespace(ctx, namespace), &metainternalversion.ListOptions{ResourceVersion: "0"})
+	obj, err := p.quotas.tenant.List(ctx, quotasResource, namespace)
 	if err != nil {
 		return nil, err
 	}

@@ -15,17 +15,22 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/initializer"
+	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/pkg/tenantstate"
 )
 
 // projectNamespaces serves each project's namespaces: namespace "team" of
 // project p is labelled owner=p; no project has any other namespace.
 type projectNamespaces struct{}
+
+func (projectNamespaces) New() runtime.Object { return &corev1.Namespace{} }
+func (projectNamespaces) Destroy()            {}
 
 func (projectNamespaces) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
 	t := tenancy.From(ctx)
@@ -82,8 +87,9 @@ func (l *labelReader) Validate(ctx context.Context, a admission.Attributes, _ ad
 
 func testPool(t *testing.T, hold chan struct{}, holdOnly ...string) (*pool, *int) {
 	t.Helper()
-	namespaces := &Namespaces{}
-	namespaces.Set(projectNamespaces{})
+	tenant := tenantstate.New()
+	tenant.Install("", map[string]rest.Storage{"namespaces": projectNamespaces{}})
+	namespaces := NewNamespaces(tenant)
 	s := NewSelectors(namespaces)
 	// The platform's own namespace "team" is labelled owner=platform.
 	platform := fake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team", Labels: map[string]string{"owner": "platform"}}})

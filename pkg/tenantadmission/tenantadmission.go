@@ -12,7 +12,6 @@ package tenantadmission
 import (
 	"context"
 	"fmt"
-	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,12 +19,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/admission"
-	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/klog/v2"
 	api "k8s.io/kubernetes/pkg/apis/core"
 	corev1conversion "k8s.io/kubernetes/pkg/apis/core/v1"
 
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/pkg/tenantstate"
 )
 
 // Plugin names handled here.
@@ -45,14 +44,14 @@ var notYetInProjects = sets.New("LimitRanger", "ServiceAccount")
 var immortalNamespaces = sets.New(metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic)
 
 // Namespaces reads a tenant's namespaces; the tenant comes from the context.
-// It is the namespace REST storage, which serves reads from the shared watch cache.
 type Namespaces struct {
-	getter atomic.Pointer[rest.Getter]
+	tenant *tenantstate.Reader
 }
 
-// Set installs the namespace storage once the server has built it. Admission runs
-// only for requests, which are served only after that.
-func (n *Namespaces) Set(g rest.Getter) { n.getter.Store(&g) }
+// NewNamespaces reads namespaces through tenant.
+func NewNamespaces(tenant *tenantstate.Reader) *Namespaces { return &Namespaces{tenant: tenant} }
+
+var namespacesResource = api.Resource("namespaces")
 
 // phase reads the phase of a namespace of the context's tenant.
 func (n *Namespaces) phase(ctx context.Context, name string) (corev1.NamespacePhase, error) {
@@ -66,13 +65,9 @@ func (n *Namespaces) phase(ctx context.Context, name string) (corev1.NamespacePh
 // get reads a namespace of the context's tenant: from the watch cache first and,
 // when the cache does not have it (it may lag a create by milliseconds), from etcd.
 func (n *Namespaces) get(ctx context.Context, name string) (*corev1.Namespace, error) {
-	g := n.getter.Load()
-	if g == nil {
-		return nil, apierrors.NewServiceUnavailable("namespace storage is not ready")
-	}
-	obj, err := (*g).Get(ctx, name, &metav1.GetOptions{ResourceVersion: "0"})
+	obj, err := n.tenant.Get(ctx, namespacesResource, "", name, tenantstate.FromCache)
 	if apierrors.IsNotFound(err) {
-		obj, err = (*g).Get(ctx, name, &metav1.GetOptions{})
+		obj, err = n.tenant.Get(ctx, namespacesResource, "", name, &metav1.GetOptions{})
 	}
 	if err != nil {
 		return nil, err

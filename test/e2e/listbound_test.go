@@ -9,6 +9,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -110,5 +111,19 @@ func TestProjectListsAreBounded(t *testing.T) {
 	r = m.kubectlWith(t, kubeconfig, "", "get", "configmaps", "-n", "many", "--chunk-size=0")
 	if r.err == nil || !strings.Contains(r.stderr, "in pages") {
 		t.Fatalf("kubectl get --chunk-size=0: %v %s, want refused", r.err, r.stderr)
+	}
+
+	// What the server reads for itself is not bounded: authorizing the
+	// tenant's LIST of ClusterRoleBindings reads every one of the project's.
+	for i := range sharedMaxListItems + 20 {
+		if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("viewer-%03d", i)},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "view"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: fmt.Sprintf("viewer-%03d", i)}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bindings, err := tenant.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{Limit: 500})
+	if err != nil || len(bindings.Items) != sharedMaxListItems || bindings.Continue == "" {
+		t.Fatalf("a page of the project's %d ClusterRoleBindings: %d items, %v", sharedMaxListItems+21, len(bindings.Items), err)
 	}
 }

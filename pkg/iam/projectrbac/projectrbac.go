@@ -21,85 +21,51 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
-	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/apiserver/pkg/registry/rest"
 	rbaclisters "k8s.io/client-go/listers/rbac/v1"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	"k8s.io/kubernetes/plugin/pkg/auth/authorizer/rbac"
 
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/pkg/tenantstate"
 )
 
-// Storage reads a tenant's RBAC objects from the server's RBAC storage.
+// Storage reads a tenant's RBAC objects through the server's RBAC storages.
 type Storage struct {
-	roles, roleBindings, clusterRoles, clusterRoleBindings atomic.Pointer[readable]
+	tenant *tenantstate.Reader
 	// platformClusterRoles backs ClusterRoles a project does not define itself, so
 	// bindings in a project can name the platform's admin, edit, view and cluster-admin.
 	platformClusterRoles rbaclisters.ClusterRoleLister
 }
 
-type readable interface {
-	rest.Getter
-	rest.Lister
-}
+// NewStorage reads RBAC objects through tenant.
+func NewStorage(tenant *tenantstate.Reader) *Storage { return &Storage{tenant: tenant} }
 
-// Set installs the storage of one RBAC resource once the server has built it.
-func (s *Storage) Set(resource string, r rest.Storage) {
-	rd, ok := r.(readable)
-	if !ok {
-		return
-	}
-	switch resource {
-	case "roles":
-		s.roles.Store(&rd)
-	case "rolebindings":
-		s.roleBindings.Store(&rd)
-	case "clusterroles":
-		s.clusterRoles.Store(&rd)
-	case "clusterrolebindings":
-		s.clusterRoleBindings.Store(&rd)
-	}
-}
+var (
+	rolesResource               = rbacv1.Resource("roles")
+	roleBindingsResource        = rbacv1.Resource("rolebindings")
+	clusterRolesResource        = rbacv1.Resource("clusterroles")
+	clusterRoleBindingsResource = rbacv1.Resource("clusterrolebindings")
+)
 
-func load(p *atomic.Pointer[readable]) (readable, error) {
-	r := p.Load()
-	if r == nil {
-		return nil, fmt.Errorf("RBAC storage is not ready")
-	}
-	return *r, nil
-}
-
-// fromCache reads served from the watch cache: authorization runs on every request.
-var fromCache = &metav1.GetOptions{ResourceVersion: "0"}
-
-func (s *Storage) get(ctx context.Context, p *atomic.Pointer[readable], namespace, name string, out runtime.Object) error {
-	r, err := load(p)
-	if err != nil {
-		return err
-	}
-	obj, err := r.Get(genericapirequest.WithNamespace(ctx, namespace), name, fromCache)
+// get and list read from the watch cache: authorization runs on every request.
+func (s *Storage) get(ctx context.Context, gr schema.GroupResource, namespace, name string, out runtime.Object) error {
+	obj, err := s.tenant.Get(ctx, gr, namespace, name, tenantstate.FromCache)
 	if err != nil {
 		return err
 	}
 	return legacyscheme.Scheme.Convert(obj, out, nil)
 }
 
-func (s *Storage) list(ctx context.Context, p *atomic.Pointer[readable], namespace string, each func(runtime.Object) error) error {
-	r, err := load(p)
-	if err != nil {
-		return err
-	}
-	list, err := r.List(genericapirequest.WithNamespace(ctx, namespace), &metainternalversion.ListOptions{ResourceVersion: "0"})
+func (s *Storage) list(ctx context.Context, gr schema.GroupResource, namespace string, each func(runtime.Object) error) error {
+	list, err := s.tenant.List(ctx, gr, namespace)
 	if err != nil {
 		return err
 	}
@@ -109,14 +75,14 @@ func (s *Storage) list(ctx context.Context, p *atomic.Pointer[readable], namespa
 // GetRole implements the RBAC authorizer's RoleGetter for the context's tenant.
 func (s *Storage) GetRole(ctx context.Context, namespace, name string) (*rbacv1.Role, error) {
 	out := &rbacv1.Role{}
-	return out, s.get(ctx, &s.roles, namespace, name, out)
+	return out, s.get(ctx, rolesResource, namespace, name, out)
 }
 
 // GetClusterRole implements ClusterRoleGetter for the context's tenant: the
 // project's own ClusterRole of that name, else the platform's.
 func (s *Storage) GetClusterRole(ctx context.Context, name string) (*rbacv1.ClusterRole, error) {
 	out := &rbacv1.ClusterRole{}
-	err := s.get(ctx, &s.clusterRoles, "", name, out)
+	err := s.get(ctx, clusterRolesResource, "", name, out)
 	if apierrors.IsNotFound(err) && s.platformClusterRoles != nil {
 		return s.platformClusterRoles.Get(name)
 	}
@@ -126,7 +92,7 @@ func (s *Storage) GetClusterRole(ctx context.Context, name string) (*rbacv1.Clus
 // ListRoleBindings implements RoleBindingLister for the context's tenant.
 func (s *Storage) ListRoleBindings(ctx context.Context, namespace string) ([]*rbacv1.RoleBinding, error) {
 	var out []*rbacv1.RoleBinding
-	err := s.list(ctx, &s.roleBindings, namespace, func(obj runtime.Object) error {
+	err := s.list(ctx, roleBindingsResource, namespace, func(obj runtime.Object) error {
 		rb := &rbacv1.RoleBinding{}
 		if err := legacyscheme.Scheme.Convert(obj, rb, nil); err != nil {
 			return err
@@ -140,7 +106,7 @@ func (s *Storage) ListRoleBindings(ctx context.Context, namespace string) ([]*rb
 // ListClusterRoleBindings implements ClusterRoleBindingLister for the context's tenant.
 func (s *Storage) ListClusterRoleBindings(ctx context.Context) ([]*rbacv1.ClusterRoleBinding, error) {
 	var out []*rbacv1.ClusterRoleBinding
-	err := s.list(ctx, &s.clusterRoleBindings, "", func(obj runtime.Object) error {
+	err := s.list(ctx, clusterRoleBindingsResource, "", func(obj runtime.Object) error {
 		crb := &rbacv1.ClusterRoleBinding{}
 		if err := legacyscheme.Scheme.Convert(obj, crb, nil); err != nil {
 			return err

@@ -30,24 +30,22 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 
 	"gopkg.in/go-jose/go-jose.v2/jwt"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
-	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
-	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	k8sserviceaccount "k8s.io/kubernetes/pkg/serviceaccount"
 
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/pkg/tenantstate"
 )
 
 // Claims a project's tokens carry besides Kubernetes' own.
@@ -115,26 +113,6 @@ func (g Generator) GenerateToken(ctx context.Context, claims *jwt.Claims, privat
 	return signer.GenerateToken(ctx, claims, merged)
 }
 
-// Storage is what Getter reads a project's objects through: the server's
-// service account and secret storages, set once they are built.
-type Storage struct {
-	serviceAccounts, secrets atomic.Pointer[rest.Getter]
-}
-
-// Set installs the storage of serviceaccounts or secrets.
-func (s *Storage) Set(resource string, r rest.Storage) {
-	g, ok := r.(rest.Getter)
-	if !ok {
-		return
-	}
-	switch resource {
-	case "serviceaccounts":
-		s.serviceAccounts.Store(&g)
-	case "secrets":
-		s.secrets.Store(&g)
-	}
-}
-
 // PlatformGetter is the token getter of the apiserver's own authenticators,
 // which see only platform tokens: it reads the server's shared informers.
 func PlatformGetter(factory informers.SharedInformerFactory) k8sserviceaccount.ServiceAccountTokenGetter {
@@ -161,19 +139,13 @@ func (g platformGetter) GetSecret(_ context.Context, namespace, name string) (*c
 // projectGetter reads the objects of the context's project from its storage.
 type projectGetter struct {
 	noPodsOrNodes
-	storage *Storage
+	tenant *tenantstate.Reader
 }
 
-// fromCache serves lookups from the watch cache: they happen on every request
-// of a project's service account.
-var fromCache = &metav1.GetOptions{ResourceVersion: "0"}
-
-func projectGet(ctx context.Context, p *atomic.Pointer[rest.Getter], namespace, name string, out runtime.Object) error {
-	g := p.Load()
-	if g == nil {
-		return errors.New("service account storage is not ready")
-	}
-	obj, err := (*g).Get(genericapirequest.WithNamespace(ctx, namespace), name, fromCache)
+// projectGet reads from the watch cache: lookups happen on every request of
+// a project's service account.
+func (g projectGetter) get(ctx context.Context, gr schema.GroupResource, namespace, name string, out runtime.Object) error {
+	obj, err := g.tenant.Get(ctx, gr, namespace, name, tenantstate.FromCache)
 	if err != nil {
 		return err
 	}
@@ -182,12 +154,12 @@ func projectGet(ctx context.Context, p *atomic.Pointer[rest.Getter], namespace, 
 
 func (g projectGetter) GetServiceAccount(ctx context.Context, namespace, name string) (*corev1.ServiceAccount, error) {
 	out := &corev1.ServiceAccount{}
-	return out, projectGet(ctx, &g.storage.serviceAccounts, namespace, name, out)
+	return out, g.get(ctx, corev1.Resource("serviceaccounts"), namespace, name, out)
 }
 
 func (g projectGetter) GetSecret(ctx context.Context, namespace, name string) (*corev1.Secret, error) {
 	out := &corev1.Secret{}
-	return out, projectGet(ctx, &g.storage.secrets, namespace, name, out)
+	return out, g.get(ctx, corev1.Resource("secrets"), namespace, name, out)
 }
 
 type noPodsOrNodes struct{}
@@ -234,8 +206,8 @@ func (v Verifier) projectIssuers(project string) []string {
 //
 // Every other request goes to inner; a service account identity it returns
 // must then come from a platform token, and is refused in projects.
-func Authenticator(inner authenticator.Request, storage *Storage, v Verifier) authenticator.Request {
-	validator := k8sserviceaccount.NewValidator(projectGetter{storage: storage})
+func Authenticator(inner authenticator.Request, tenant *tenantstate.Reader, v Verifier) authenticator.Request {
+	validator := k8sserviceaccount.NewValidator(projectGetter{tenant: tenant})
 	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
 		t := tenancy.From(req.Context())
 		want := ""

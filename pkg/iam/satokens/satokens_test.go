@@ -18,11 +18,13 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
 	api "k8s.io/kubernetes/pkg/apis/core"
 	_ "k8s.io/kubernetes/pkg/apis/core/install"
 	k8sserviceaccount "k8s.io/kubernetes/pkg/serviceaccount"
 
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/pkg/tenantstate"
 )
 
 func jwtWith(payload string) string {
@@ -113,8 +115,8 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	f := &fixture{generator: Generator{Inner: inner, Issuer: serverIssuer, Key: key}}
-	storage := &Storage{}
-	storage.Set("serviceaccounts", serviceAccounts{})
+	storage := tenantstate.New()
+	storage.Install("", map[string]rest.Storage{"serviceaccounts": serviceAccounts{}})
 	// The apiserver's authenticator, for platform tokens: it takes any
 	// token for a platform service account.
 	platform := authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {

@@ -18,16 +18,29 @@ import (
 // DefaultMaxListItems is the default bound on one tenant LIST (see boundedList).
 const DefaultMaxListItems = 5000
 
-// listBounded tells whether a LIST is a tenant's, and so bounded: a request of
-// a project or an organization context by anyone but the platform's
-// superusers (system:masters, whose controllers list namespaces whole to
-// empty them). The server's own reads carry no user and are not bounded.
+// listBounded tells whether a LIST is a tenant's, and so bounded: a LIST
+// request of a project or an organization context by anyone but the
+// platform's superusers (system:masters, whose controllers list namespaces
+// whole to empty them). The server's own reads are not bounded: those without
+// a request, and those it makes while serving one (ServerRead).
 func listBounded(ctx context.Context) bool {
-	if t := tenancy.From(ctx); t.Kind == tenancy.Platform || t.Kind == tenancy.AllProjects {
+	if t := tenancy.From(ctx); t.Kind == tenancy.Platform || t.Kind == tenancy.AllProjects || ctx.Value(serverReadKey{}) != nil {
+		return false
+	}
+	if info, ok := request.RequestInfoFrom(ctx); !ok || info.Verb != "list" {
 		return false
 	}
 	u, ok := request.UserFrom(ctx)
 	return ok && !slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup)
+}
+
+type serverReadKey struct{}
+
+// ServerRead marks ctx as a read the server makes for itself while it serves
+// a request (authorization, admission): the request's tenant and user stay in
+// ctx, but the bounds on what a tenant may list do not apply.
+func ServerRead(ctx context.Context) context.Context {
+	return context.WithValue(ctx, serverReadKey{}, true)
 }
 
 // boundedList serves a tenant's LIST with at most max items, so that one
