@@ -362,7 +362,7 @@ func (r *results) targets(milo, base *systemResult) string {
 		growth := c.Goroutines - c0.Goroutines
 		fmt.Fprintf(&b, "| controller goroutines within ±20 from %d to %d projects | %+.0f | %s |\n", milo.Steps[first].Projects, n, growth, check(math.Abs(growth) <= 20))
 		per := milo.controllerPerProject(last) / 1024
-		fmt.Fprintf(&b, "| controller heap per project ≤ 4 KiB (here including the controllers' caches of the objects they create) | %.2f KiB | %s |\n", per, check(per <= 4))
+		fmt.Fprintf(&b, "| controller heap per project ≤ 4 KiB beyond the objects the controllers create (measured including their caches of those objects: an upper bound) | %.2f KiB | %s |\n", per, check(per <= 4))
 	}
 	for _, d := range []struct{ op, name string }{{"namespace", "namespace deletion"}, {"owner", "owner deletion to dependent gone"}} {
 		if q, ok := milo.Steps[last].Deletion[d.op]; ok {

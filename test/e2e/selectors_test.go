@@ -84,9 +84,14 @@ spec:
 		}
 		return nil
 	})
+	// Several instances of the plugin may serve a project's requests, each
+	// loading a new policy on its own (as upstream's, eventually): wait until
+	// ten requests in a row are refused.
 	eventually(t, "the policy guards A's labelled namespace, with A's namespace as namespaceObject", func() error {
-		if err := forbidden(ca, "nssel-guarded"); err == nil || !strings.Contains(err.Error(), "guarded by "+a) {
-			return fmt.Errorf("create in A: %v", err)
+		for range 10 {
+			if err := forbidden(ca, "nssel-guarded"); err == nil || !strings.Contains(err.Error(), "guarded by "+a) {
+				return fmt.Errorf("create in A: %v", err)
+			}
 		}
 		return nil
 	})
@@ -166,8 +171,10 @@ webhooks:
 		return nil
 	})
 	eventually(t, "the webhook sees A's labelled namespace, by its name in A", func() error {
-		if got := create(ca, "nshook-hooked")["e2e.milo/hooked"]; got != "nshook-hooked" {
-			return fmt.Errorf("label %q", got)
+		for range 10 { // every instance serving A's requests has loaded the webhook
+			if got := create(ca, "nshook-hooked")["e2e.milo/hooked"]; got != "nshook-hooked" {
+				return fmt.Errorf("label %q", got)
+			}
 		}
 		return nil
 	})

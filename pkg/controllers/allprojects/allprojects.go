@@ -120,16 +120,16 @@ const separator = "/"
 // object's namespace "<storage id>/<project>/<namespace>" ("<storage
 // id>/<project>" for a cluster-scoped object), so that the store keys of two
 // projects' objects never collide and the key alone names the project
-// (KeyOf), whatever the informer keeps of the object's annotations. Informers
-// and reflectors apply it once to each object they receive; it must not be
-// applied twice.
+// (KeyOf); the tenancy annotations, which it reads the project from, go, so
+// that applying it again changes nothing.
 func Qualify(obj any) (any, error) {
 	m, ok := obj.(metav1.Object)
 	if !ok {
 		return obj, nil
 	}
-	if project := m.GetAnnotations()[tenancy.AnnotationKey]; project != "" {
-		id := m.GetAnnotations()[tenancy.IDAnnotationKey]
+	annotations := m.GetAnnotations()
+	if project := annotations[tenancy.AnnotationKey]; project != "" {
+		id := annotations[tenancy.IDAnnotationKey]
 		if id == "" {
 			id = project // a project stored before storage ids
 		}
@@ -138,6 +138,19 @@ func Qualify(obj any) (any, error) {
 			q += separator + ns
 		}
 		m.SetNamespace(q)
+		// The key holds the project now; without the annotations a second
+		// application (client-go applies an informer's transform twice to a
+		// watch-list's objects) leaves the object as it is.
+		var others map[string]string
+		for k, v := range annotations {
+			if k != tenancy.AnnotationKey && k != tenancy.IDAnnotationKey {
+				if others == nil {
+					others = map[string]string{}
+				}
+				others[k] = v
+			}
+		}
+		m.SetAnnotations(others)
 	}
 	m.SetManagedFields(nil)
 	return obj, nil

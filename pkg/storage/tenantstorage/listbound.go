@@ -7,6 +7,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -48,48 +49,45 @@ func ServerRead(ctx context.Context) context.Context {
 //
 //   - a page larger than max (limit > max) is cut to max items with a
 //     continue token, as the API allows any server to;
-//   - a page asked at resourceVersion 0, which the watch cache serves whole
-//     whatever its limit, is served at the current resourceVersion instead
-//     (any resourceVersion satisfies "0") when it holds more than max items,
-//     so that its limit is honoured and the client pages on;
+//   - a list at resourceVersion 0, which the watch cache would build whole
+//     whatever its limit, is read at the current resourceVersion instead
+//     (which satisfies "any", what 0 asks for), so that limits hold;
 //   - a LIST without a limit that would hold more than max items is refused
 //     (400) rather than cut short, since a client that did not ask for pages
 //     would not follow a continue token and would take the first page for
 //     the whole. kubectl and client-go's informers always ask for pages.
+//
+// Without a limit the list is read with one (max+1 items), so even a refused
+// list is never built whole; a resourceVersion the client gave keeps its
+// meaning ("not older than", which a limit would otherwise turn into "exactly").
 func (s *store) boundedList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
 	max := s.maxListItems
 	asked := opts.Predicate.Limit
+	if opts.ResourceVersion == "0" {
+		opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
+	}
 	switch {
 	case asked <= 0:
 		opts.Predicate.Limit = max + 1
+		if opts.ResourceVersion != "" && opts.ResourceVersionMatch == "" {
+			opts.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
+		}
 	case asked > max:
 		opts.Predicate.Limit = max
 	}
 	if err := s.Interface.GetList(ctx, key, opts, listObj); err != nil {
 		return err
 	}
-	n := int64(meta.LenList(listObj))
+	if asked > 0 {
+		return nil
+	}
 	list, err := meta.ListAccessor(listObj)
 	if err != nil {
 		return err
 	}
-	if asked <= 0 {
-		if n > max || list.GetContinue() != "" {
-			return apierrors.NewBadRequest(fmt.Sprintf("the list of %s holds more than %d items, the most one list of a project may return: "+
-				"ask for it in pages (limit and continue), as kubectl and client-go's informers do", s.resource.String(), max))
-		}
-		return nil
+	if int64(meta.LenList(listObj)) > max || list.GetContinue() != "" {
+		return apierrors.NewBadRequest(fmt.Sprintf("the list of %s holds more than %d items, the most one list of a project may return: "+
+			"ask for it in pages (limit and continue), as kubectl and client-go's informers do", s.resource.String(), max))
 	}
-	if n <= opts.Predicate.Limit {
-		return nil
-	}
-	// The watch cache ignored the limit (resourceVersion 0): serve the first
-	// page at the current resourceVersion.
-	opts.ResourceVersion, opts.ResourceVersionMatch = "", ""
-	if err := meta.SetList(listObj, nil); err != nil {
-		return err
-	}
-	list.SetContinue("")
-	list.SetRemainingItemCount(nil)
-	return s.Interface.GetList(ctx, key, opts, listObj)
+	return nil
 }
