@@ -64,6 +64,8 @@ type options struct {
 	DeletionTimeout time.Duration
 	// DrainTimeout bounds the wait for the work queues to drain.
 	DrainTimeout time.Duration
+	// MiloArgs are added to every start of `milo start`.
+	MiloArgs []string
 	// Noisy runs the noisy-neighbour measurement after the last step (Milo only).
 	Noisy        bool
 	NoisyOptions noisyOptions
@@ -71,7 +73,7 @@ type options struct {
 
 func main() {
 	var o options
-	var steps, systems string
+	var steps, systems, miloArgs string
 	flag.IntVar(&o.Max, "max", 100000, "largest number of projects")
 	flag.StringVar(&steps, "steps", "100,1000,10000,100000", "project counts to measure at (those above --max are skipped)")
 	flag.StringVar(&o.Out, "out", "bench/results", "directory for report.md, results.json, the plots, logs and data")
@@ -90,9 +92,11 @@ func main() {
 	flag.DurationVar(&o.DeletionTimeout, "deletion-timeout", 2*time.Minute, "longest wait for one deleted namespace or dependent to go (counted as this long, and reported)")
 	flag.DurationVar(&o.DrainTimeout, "drain-timeout", 15*time.Minute, "longest wait for the controllers' work queues to drain before measuring")
 	flag.BoolVar(&o.Noisy, "noisy", true, "after the last step, measure a quiet project's GETs while another project floods the server, with and without per-project flows (Milo only)")
+	flag.StringVar(&miloArgs, "milo-args", "", "flags added to every `milo start`, separated by spaces (e.g. --project-list-concurrency=4)")
 	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling, 300 projects deleted")
 	klog.InitFlags(nil)
 	flag.Parse()
+	o.MiloArgs = strings.Fields(miloArgs)
 	for _, s := range strings.Split(steps, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {

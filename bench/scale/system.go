@@ -50,8 +50,9 @@ type system struct {
 	controllers *controllerProcess
 	separate    bool
 	inProcess   bool
-	// extraArgs are added to the server's flags at its next start.
-	extraArgs []string
+	// args are added to the server's flags at every start; extraArgs at
+	// its next start.
+	args, extraArgs []string
 }
 
 // hasControllers reports whether the system runs the controllers that delete
@@ -96,6 +97,7 @@ func newSystem(name, bin, dir string, o options) (*system, error) {
 	}
 	s := &system{name: name, bin: bin, dataDir: filepath.Join(dir, "data"), port: port}
 	if s.isMilo() {
+		s.args = o.MiloArgs
 		s.separate = o.MiloControllers != "in-process"
 		s.inProcess = !s.separate
 	} else {
@@ -121,7 +123,7 @@ func (s *system) start(ctx context.Context) (time.Duration, error) {
 			args = append(args, "--controllers=hierarchy")
 		}
 	}
-	args = append(args, s.extraArgs...)
+	args = append(append(args, s.args...), s.extraArgs...)
 	log, err := os.OpenFile(filepath.Join(filepath.Dir(s.dataDir), s.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return 0, err

@@ -18,11 +18,13 @@ package fairness
 import (
 	"context"
 	"fmt"
+	"runtime"
 
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/apis/flowcontrol/bootstrap"
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
 	utilflowcontrol "k8s.io/apiserver/pkg/util/flowcontrol"
@@ -40,6 +42,9 @@ const (
 	ProjectRequestsGroup = "system:milo:project-requests"
 	// ProjectsName names Milo's FlowSchema and priority level for projects.
 	ProjectsName = "milo-projects"
+	// ProjectListsName names Milo's FlowSchema and priority level for
+	// projects' LIST requests.
+	ProjectListsName = "milo-project-lists"
 	// AutoUpdateAnnotation set to "true" on Milo's priority level and
 	// FlowSchema lets the server bring them back to Milo's spec on every start;
 	// an operator sets it to "false" to keep changes. (Not the apiserver's own
@@ -125,16 +130,17 @@ func PriorityLevel() *flowcontrolv1.PriorityLevelConfiguration {
 	}
 }
 
-// FlowSchema selects every project request (ProjectRequestsGroup) into
-// PriorityLevel, one flow per project. Its precedence is above every
-// upstream FlowSchema but exempt's, so that a project's service accounts in its
-// own kube-system never borrow the platform's system priority levels.
+// FlowSchema selects every project request (ProjectRequestsGroup) that
+// ListsFlowSchema does not into PriorityLevel, one flow per project. Its
+// precedence is above every upstream FlowSchema but exempt's and probes', so
+// that a project's service accounts in its own kube-system never borrow the
+// platform's system priority levels.
 func FlowSchema() *flowcontrolv1.FlowSchema {
 	return &flowcontrolv1.FlowSchema{
 		ObjectMeta: metav1.ObjectMeta{Name: ProjectsName, Annotations: map[string]string{AutoUpdateAnnotation: "true"}},
 		Spec: flowcontrolv1.FlowSchemaSpec{
 			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: ProjectsName},
-			MatchingPrecedence:         2,
+			MatchingPrecedence:         3,
 			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByNamespaceType},
 			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
 				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: ProjectRequestsGroup}}},
@@ -148,42 +154,166 @@ func FlowSchema() *flowcontrolv1.FlowSchema {
 	}
 }
 
-// Ensure creates Milo's priority level and FlowSchema, and brings them back to
-// Milo's spec when they carry AutoUpdateAnnotation set to "true" (as the
+// Lists sizes the priority level of projects' LIST requests.
+type Lists struct {
+	// Concurrency is how many project LISTs run at once, all projects
+	// together; 0 means the number of CPUs the process may use. A LIST of a
+	// large collection is CPU work from start to end (reading the watch
+	// cache, encoding megabytes), so more of them at once than there are
+	// cores only slows every other request down.
+	Concurrency int
+	// ServerConcurrency is the server's concurrency limit that APF divides
+	// between the priority levels (--max-requests-inflight plus
+	// --max-mutating-requests-inflight).
+	ServerConcurrency int
+}
+
+// shares returns the nominal concurrency shares that give the lists' priority
+// level at most l.Concurrency seats, when the other priority levels hold
+// others shares between them: APF gives a level
+// ceil(ServerConcurrency * shares / all shares) seats.
+func (l Lists) shares(others int) int32 {
+	want := l.Concurrency
+	if want <= 0 {
+		want = runtime.GOMAXPROCS(0)
+	}
+	if l.ServerConcurrency <= want {
+		return int32(max(others, 1)) // as large a part as the server allows
+	}
+	return int32(max(1, want*others/(l.ServerConcurrency-want)))
+}
+
+// ListsPriorityLevel is the priority level of projects' LIST requests, with
+// the given shares (see Lists): few seats, neither lent nor borrowed, so that
+// one project's large lists queue behind each other instead of taking every
+// core from the requests of other projects and of the platform; each project
+// is a flow of its own in the level's queues.
+func ListsPriorityLevel(shares int32) *flowcontrolv1.PriorityLevelConfiguration {
+	return &flowcontrolv1.PriorityLevelConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: ProjectListsName, Annotations: map[string]string{AutoUpdateAnnotation: "true"}},
+		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
+			Type: flowcontrolv1.PriorityLevelEnablementLimited,
+			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
+				NominalConcurrencyShares: ptr.To(shares),
+				LendablePercent:          ptr.To[int32](0),
+				BorrowingLimitPercent:    ptr.To[int32](0),
+				LimitResponse: flowcontrolv1.LimitResponse{
+					Type:    flowcontrolv1.LimitResponseTypeQueue,
+					Queuing: &flowcontrolv1.QueuingConfiguration{Queues: 64, HandSize: 4, QueueLengthLimit: 50},
+				},
+			},
+		},
+	}
+}
+
+// ListsFlowSchema selects projects' LIST requests (ProjectRequestsGroup, verb
+// list) into ListsPriorityLevel, one flow per project. Its precedence, 2, is
+// above FlowSchema's, which takes every other project request.
+func ListsFlowSchema() *flowcontrolv1.FlowSchema {
+	return &flowcontrolv1.FlowSchema{
+		ObjectMeta: metav1.ObjectMeta{Name: ProjectListsName, Annotations: map[string]string{AutoUpdateAnnotation: "true"}},
+		Spec: flowcontrolv1.FlowSchemaSpec{
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: ProjectListsName},
+			MatchingPrecedence:         2,
+			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByNamespaceType},
+			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
+				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: ProjectRequestsGroup}}},
+				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{
+					Verbs: []string{"list"}, APIGroups: []string{"*"}, Resources: []string{"*"},
+					ClusterScope: true, Namespaces: []string{"*"},
+				}},
+			}},
+		},
+	}
+}
+
+// Ensure creates Milo's priority levels and FlowSchemas, and brings them back
+// to Milo's spec when they carry AutoUpdateAnnotation set to "true" (as the
 // apiserver does with its suggested configuration); an operator who sets it to
-// "false" keeps their changes.
-func Ensure(ctx context.Context, c kubernetes.Interface) error {
-	pls := c.FlowcontrolV1().PriorityLevelConfigurations()
-	want := PriorityLevel()
-	got, err := pls.Get(ctx, want.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		if _, err := pls.Create(ctx, want, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating priority level %s: %w", want.Name, err)
-		}
-	case err != nil:
+// "false" keeps their changes. The lists' shares are computed from the other
+// priority levels' shares as they are now.
+func Ensure(ctx context.Context, c kubernetes.Interface, lists Lists) error {
+	levels, err := c.FlowcontrolV1().PriorityLevelConfigurations().List(ctx, metav1.ListOptions{})
+	if err != nil {
 		return err
-	case got.Annotations[AutoUpdateAnnotation] == "true" && !apiequality.Semantic.DeepDerivative(want.Spec, got.Spec):
-		got.Spec = want.Spec
-		if _, err := pls.Update(ctx, got, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("updating priority level %s: %w", want.Name, err)
+	}
+	// The lists' seats are a part of the server's concurrency, computed from
+	// every level's shares: wait until the apiserver has created its own
+	// levels, or the part would be computed against too few.
+	for _, upstream := range append(append([]*flowcontrolv1.PriorityLevelConfiguration{}, bootstrap.MandatoryPriorityLevelConfigurations...), bootstrap.SuggestedPriorityLevelConfigurations...) {
+		if !hasLevel(levels.Items, upstream.Name) {
+			return fmt.Errorf("the apiserver's priority level %s does not exist yet", upstream.Name)
 		}
 	}
-	fss := c.FlowcontrolV1().FlowSchemas()
-	wantFS := FlowSchema()
-	gotFS, err := fss.Get(ctx, wantFS.Name, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		if _, err := fss.Create(ctx, wantFS, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("creating flow schema %s: %w", wantFS.Name, err)
+	others := 0
+	for _, pl := range levels.Items {
+		switch {
+		case pl.Name == ProjectListsName:
+		case pl.Spec.Limited != nil && pl.Spec.Limited.NominalConcurrencyShares != nil:
+			others += int(*pl.Spec.Limited.NominalConcurrencyShares)
+		case pl.Spec.Exempt != nil && pl.Spec.Exempt.NominalConcurrencyShares != nil:
+			others += int(*pl.Spec.Exempt.NominalConcurrencyShares)
 		}
-	case err != nil:
-		return err
-	case gotFS.Annotations[AutoUpdateAnnotation] == "true" && !apiequality.Semantic.DeepDerivative(wantFS.Spec, gotFS.Spec):
-		gotFS.Spec = wantFS.Spec
-		if _, err := fss.Update(ctx, gotFS, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("updating flow schema %s: %w", wantFS.Name, err)
+	}
+	if !hasLevel(levels.Items, ProjectsName) { // created below
+		others += int(*PriorityLevel().Spec.Limited.NominalConcurrencyShares)
+	}
+	for _, want := range []*flowcontrolv1.PriorityLevelConfiguration{PriorityLevel(), ListsPriorityLevel(lists.shares(others))} {
+		err := ensure[flowcontrolv1.PriorityLevelConfiguration](ctx, c.FlowcontrolV1().PriorityLevelConfigurations(), want,
+			func(o *flowcontrolv1.PriorityLevelConfiguration) (*metav1.ObjectMeta, *flowcontrolv1.PriorityLevelConfigurationSpec) {
+				return &o.ObjectMeta, &o.Spec
+			})
+		if err != nil {
+			return fmt.Errorf("priority level %s: %w", want.Name, err)
+		}
+	}
+	for _, want := range []*flowcontrolv1.FlowSchema{FlowSchema(), ListsFlowSchema()} {
+		err := ensure[flowcontrolv1.FlowSchema](ctx, c.FlowcontrolV1().FlowSchemas(), want,
+			func(o *flowcontrolv1.FlowSchema) (*metav1.ObjectMeta, *flowcontrolv1.FlowSchemaSpec) {
+				return &o.ObjectMeta, &o.Spec
+			})
+		if err != nil {
+			return fmt.Errorf("flow schema %s: %w", want.Name, err)
 		}
 	}
 	return nil
+}
+
+func hasLevel(levels []flowcontrolv1.PriorityLevelConfiguration, name string) bool {
+	for _, pl := range levels {
+		if pl.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// objects are the typed clients of one kind of APF object.
+type objects[T any] interface {
+	Get(context.Context, string, metav1.GetOptions) (*T, error)
+	Create(context.Context, *T, metav1.CreateOptions) (*T, error)
+	Update(context.Context, *T, metav1.UpdateOptions) (*T, error)
+}
+
+// ensure creates want, or, when the stored object carries AutoUpdateAnnotation
+// "true" and its spec differs from want's, writes want's spec back.
+func ensure[T, S any](ctx context.Context, c objects[T], want *T, parts func(*T) (*metav1.ObjectMeta, *S)) error {
+	wantMeta, wantSpec := parts(want)
+	got, err := c.Get(ctx, wantMeta.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if _, err := c.Create(ctx, want, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	gotMeta, gotSpec := parts(got)
+	if gotMeta.Annotations[AutoUpdateAnnotation] != "true" || apiequality.Semantic.DeepDerivative(*wantSpec, *gotSpec) {
+		return nil
+	}
+	*gotSpec = *wantSpec
+	_, err = c.Update(ctx, got, metav1.UpdateOptions{})
+	return err
 }

@@ -62,3 +62,25 @@ func TestClassify(t *testing.T) {
 		})
 	}
 }
+
+// TestListsShares checks the shares that give the lists' level the
+// concurrency asked for, by APF's own rule: a level gets
+// ceil(server * shares / all shares) seats.
+func TestListsShares(t *testing.T) {
+	seats := func(server, shares, others int) int { return (server*shares + shares + others - 1) / (shares + others) }
+	// Upstream's levels hold 245 shares, milo-projects 100.
+	for _, tc := range []struct{ want, server, wantSeats int }{
+		{2, 600, 2}, {4, 600, 4}, {16, 600, 16}, {64, 3000, 64}, {2, 2, 2},
+	} {
+		shares := Lists{Concurrency: tc.want, ServerConcurrency: tc.server}.shares(345)
+		if shares < 1 {
+			t.Fatalf("%+v: shares %d", tc, shares)
+		}
+		if got := seats(tc.server, int(shares), 345); got > tc.wantSeats || (tc.server > 2*tc.want && got < tc.wantSeats-tc.wantSeats/8) {
+			t.Errorf("concurrency %d of %d: shares %d give %d seats, want %d", tc.want, tc.server, shares, got, tc.wantSeats)
+		}
+	}
+	if got := (Lists{ServerConcurrency: 600}).shares(345); got < 1 {
+		t.Errorf("the default gives %d shares", got)
+	}
+}

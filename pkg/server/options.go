@@ -42,6 +42,9 @@ type Options struct {
 	// ProjectFlows makes API Priority and Fairness give each project a flow of
 	// its own (package fairness).
 	ProjectFlows bool
+	// ProjectListConcurrency is how many projects' LISTs run at once, all
+	// projects together (package fairness); 0: the number of CPUs.
+	ProjectListConcurrency int
 	// MaxListItems bounds one LIST of a project or an organization context
 	// (package tenantstorage); 0 leaves lists unbounded.
 	MaxListItems int64
@@ -95,6 +98,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Classify every project's requests into API Priority and Fairness's priority level milo-projects, "+
 		"one flow per project, so that one project's load cannot starve another's (see docs/fairness.md). "+
 		"false leaves project requests to the apiserver's own FlowSchemas.")
+	fs.IntVar(&o.ProjectListConcurrency, "project-list-concurrency", o.ProjectListConcurrency, ""+
+		"With --project-flows, about how many LIST requests of projects run at once, all projects together, in the "+
+		"priority level milo-project-lists (each project a flow of its own); the rest queue. 0 means the number of "+
+		"CPUs the server may use: a large LIST is CPU work from start to end (see docs/fairness.md).")
 	fs.Int64Var(&o.MaxListItems, "max-project-list-items", o.MaxListItems, ""+
 		"The most items one LIST of a project or an organization context returns: a larger page is cut to this many "+
 		"(with a continue token), a list asked without a limit that would hold more is refused with 400. "+
@@ -126,6 +133,8 @@ type CompletedOptions struct {
 	Controllers []string
 	// ProjectFlows gives each project its own APF flow.
 	ProjectFlows bool
+	// ProjectListConcurrency sizes the priority level of projects' LISTs.
+	ProjectListConcurrency int
 	// MaxListItems bounds one tenant LIST.
 	MaxListItems int64
 }
@@ -197,7 +206,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, MaxListItems: o.MaxListItems}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {
@@ -207,6 +216,9 @@ func (o *Options) validateMiloFlags() []error {
 	}
 	if o.MaxListItems < 0 {
 		errs = append(errs, errors.New("--max-project-list-items must not be negative"))
+	}
+	if o.ProjectListConcurrency < 0 {
+		errs = append(errs, errors.New("--project-list-concurrency must not be negative"))
 	}
 	ss := o.ControlPlane.SecureServing
 	if ss.BindPort < 0 || ss.BindPort > 65535 {

@@ -106,7 +106,9 @@ func NewServer(c CompletedConfig) (*Server, error) {
 				return err
 			}
 			err = wait.PollUntilContextCancel(ctx, time.Second, true, func(ctx context.Context) (bool, error) {
-				if err := fairness.Ensure(ctx, client); err != nil {
+				lists := fairness.Lists{Concurrency: c.Options.ProjectListConcurrency,
+					ServerConcurrency: c.ControlPlane.Generic.MaxRequestsInFlight + c.ControlPlane.Generic.MaxMutatingRequestsInFlight}
+				if err := fairness.Ensure(ctx, client, lists); err != nil {
 					klog.FromContext(ctx).Info("Waiting to configure the projects' priority level", "err", err)
 					return false, nil
 				}

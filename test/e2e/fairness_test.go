@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	flowcontrolv1 "k8s.io/api/flowcontrol/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"go.miloapis.com/milo/pkg/fairness"
@@ -15,21 +17,44 @@ import (
 )
 
 // TestEveryProjectIsAFlowOfTheProjectsPriorityLevel: API Priority and Fairness
-// classifies a project's members' requests into Milo's priority level for
-// projects — a service account in the project's own kube-system included, which
-// upstream's configuration would put in the platform's workload-high — and
-// platform requests and outsiders' by upstream's configuration.
+// classifies a project's members' requests into Milo's priority levels for
+// projects — LISTs into milo-project-lists, the rest into milo-projects — a
+// service account in the project's own kube-system included, which upstream's
+// configuration would put in the platform's workload-high; platform requests
+// and outsiders' are classified by upstream's configuration.
 func TestEveryProjectIsAFlowOfTheProjectsPriorityLevel(t *testing.T) {
 	m := shared
 	ctx := context.Background()
-	fs, err := m.kube(t).FlowcontrolV1().FlowSchemas().Get(ctx, fairness.ProjectsName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("Milo's FlowSchema: %v", err)
+	uids := func(name string) (types.UID, types.UID) {
+		t.Helper()
+		fs, err := m.kube(t).FlowcontrolV1().FlowSchemas().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("Milo's FlowSchema: %v", err)
+		}
+		pl, err := m.kube(t).FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("Milo's priority level: %v", err)
+		}
+		return fs.UID, pl.UID
 	}
-	pl, err := m.kube(t).FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, fairness.ProjectsName, metav1.GetOptions{})
+	fsUID, plUID := uids(fairness.ProjectsName)
+	listsFS, listsPL := uids(fairness.ProjectListsName)
+	lists, err := m.kube(t).FlowcontrolV1().PriorityLevelConfigurations().Get(ctx, fairness.ProjectListsName, metav1.GetOptions{})
 	if err != nil {
-		t.Fatalf("Milo's priority level: %v", err)
+		t.Fatal(err)
 	}
+	if l := lists.Spec.Limited; l == nil || *l.BorrowingLimitPercent != 0 || *l.LendablePercent != 0 {
+		t.Errorf("the lists' priority level may borrow or lend: %+v", lists.Spec)
+	}
+	// The shared server asks for sharedListConcurrency project LISTs at once:
+	// APF gives the level at most that many seats (shares are whole numbers,
+	// so it may be one or two fewer), never more, and none to borrow.
+	eventually(t, "the lists' priority level configured", func() error {
+		if seats := m.metricSum(t, "apiserver_flowcontrol_upper_limit_seats", `priority_level="`+fairness.ProjectListsName+`"`); seats < 1 || seats > sharedListConcurrency {
+			return fmt.Errorf("it may use %v seats, want 1 to %d", seats, sharedListConcurrency)
+		}
+		return nil
+	})
 
 	p := m.newProject(t, "flows")
 	createServiceAccount(t, m.projectKube(t, p), "kube-system", "ci")
@@ -62,18 +87,21 @@ func TestEveryProjectIsAFlowOfTheProjectsPriorityLevel(t *testing.T) {
 		resp.Body.Close()
 		return resp.Header.Get(flowcontrolv1.ResponseHeaderMatchedFlowSchemaUID), resp.Header.Get(flowcontrolv1.ResponseHeaderMatchedPriorityLevelConfigurationUID)
 	}
-	for _, path := range []string{
-		tenancy.ProjectPath(p) + "/api/v1/namespaces/kube-system/configmaps",
-		tenancy.ProjectPath(p) + "/api/v1/namespaces",
-		tenancy.ProjectPath(p) + "/apis",
+	for path, want := range map[string][2]types.UID{
+		tenancy.ProjectPath(p) + "/api/v1/namespaces/kube-system/configmaps": {listsFS, listsPL},
+		tenancy.ProjectPath(p) + "/api/v1/namespaces":                        {listsFS, listsPL},
+		tenancy.ProjectPath(p) + "/api/v1/namespaces/kube-system":            {fsUID, plUID},
+		tenancy.ProjectPath(p) + "/apis":                                     {fsUID, plUID},
 	} {
 		gotFS, gotPL := classified(inProject.Status.Token, path)
-		if gotFS != string(fs.UID) || gotPL != string(pl.UID) {
-			t.Errorf("%s by the project's kube-system service account: FlowSchema %q, priority level %q; want milo-projects (%s, %s)", path, gotFS, gotPL, fs.UID, pl.UID)
+		if gotFS != string(want[0]) || gotPL != string(want[1]) {
+			t.Errorf("%s by the project's kube-system service account: FlowSchema %q, priority level %q; want %s, %s", path, gotFS, gotPL, want[0], want[1])
 		}
 	}
-	if gotFS, _ := classified(onPlatform.Status.Token, "/api/v1/namespaces/flows-platform/configmaps"); gotFS == "" || gotFS == string(fs.UID) {
-		t.Errorf("a platform request classified as a project's: FlowSchema %q", gotFS)
+	for _, path := range []string{"/api/v1/namespaces/flows-platform/configmaps", "/api/v1/namespaces/flows-platform"} {
+		if gotFS, _ := classified(onPlatform.Status.Token, path); gotFS == "" || gotFS == string(fsUID) || gotFS == string(listsFS) {
+			t.Errorf("a platform request classified as a project's: FlowSchema %q", gotFS)
+		}
 	}
 	// APF runs before authorization: an outsider's request naming the project
 	// (refused afterwards) never joins the project's flow, nor does a request
@@ -82,7 +110,7 @@ func TestEveryProjectIsAFlowOfTheProjectsPriorityLevel(t *testing.T) {
 		tenancy.ProjectPath(p) + "/api/v1/namespaces/default/configmaps",
 		tenancy.ProjectPath("flows-no-such-project") + "/api/v1/namespaces/default/configmaps",
 	} {
-		if gotFS, _ := classified("carol-token", path); gotFS == "" || gotFS == string(fs.UID) {
+		if gotFS, _ := classified("carol-token", path); gotFS == "" || gotFS == string(fsUID) || gotFS == string(listsFS) {
 			t.Errorf("%s by an outsider: FlowSchema %q", path, gotFS)
 		}
 	}

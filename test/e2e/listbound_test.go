@@ -22,6 +22,9 @@ import (
 // so that every test's tenant clients (kubectl, informers) run under the bound.
 const sharedMaxListItems = 100
 
+// sharedListConcurrency is the shared server's --project-list-concurrency.
+const sharedListConcurrency = 4
+
 // TestProjectListsAreBounded: one LIST of a project returns at most
 // --max-project-list-items items. A larger page is cut with a continue token
 // (also a page asked at resourceVersion 0, which the watch cache would serve
