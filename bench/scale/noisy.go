@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -220,9 +221,16 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, phase string)
 			return err
 		})
 	case "lists":
-		listed := noisy.CoreV1().ConfigMaps(listNamespace)
+		// The flood reads each list's bytes and drops them, as an attacker
+		// would: decoding 200 MB/s of JSON on the harness's side would take
+		// the CPU the measurement is about from the server.
 		flood(o.ListWorkers, time.Second/time.Duration(o.ListRate), func(ctx context.Context, _ int) error {
-			_, err := listed.List(ctx, metav1.ListOptions{})
+			body, err := noisy.CoreV1().RESTClient().Get().Namespace(listNamespace).Resource("configmaps").Stream(ctx)
+			if err != nil {
+				return err
+			}
+			defer body.Close()
+			_, err = io.Copy(io.Discard, body)
 			return err
 		})
 	case "watches":
@@ -230,25 +238,18 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, phase string)
 		if _, err := watched.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "watched"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return out, err
 		}
+		// Each watch's events are read and dropped, not decoded (see lists).
 		opened := 0
 		for range o.Watches {
-			w, err := watched.Watch(phaseCtx, metav1.ListOptions{FieldSelector: "metadata.name=watched"})
+			body, err := noisy.CoreV1().RESTClient().Get().Namespace(floodNamespace).Resource("configmaps").
+				Param("watch", "true").Param("fieldSelector", "metadata.name=watched").Stream(phaseCtx)
 			if err != nil {
 				break
 			}
 			opened++
 			wg.Go(func() {
-				defer w.Stop()
-				for {
-					select {
-					case _, ok := <-w.ResultChan():
-						if !ok {
-							return
-						}
-					case <-phaseCtx.Done():
-						return
-					}
-				}
+				defer body.Close()
+				_, _ = io.Copy(io.Discard, body)
 			})
 		}
 		if opened < o.Watches {
