@@ -93,6 +93,7 @@ func main() {
 	flag.DurationVar(&o.DrainTimeout, "drain-timeout", 15*time.Minute, "longest wait for the controllers' work queues to drain before measuring")
 	flag.BoolVar(&o.Noisy, "noisy", true, "after the last step, measure a quiet project's GETs while another project floods the server, with and without per-project flows (Milo only)")
 	flag.StringVar(&miloArgs, "milo-args", "", "flags added to every `milo start`, separated by spaces (e.g. --project-list-concurrency=4)")
+	probeRate := flag.Int("noisy-probe-rate", -1, "the quiet project's GETs per second in the noisy-neighbour measurement (default 100; 0: back to back)")
 	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling, 300 projects deleted")
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -107,6 +108,9 @@ func main() {
 	}
 	o.Systems = strings.Split(systems, ",")
 	o.NoisyOptions = defaultNoisyOptions(*smoke)
+	if *probeRate >= 0 {
+		o.NoisyOptions.ProbeRate = *probeRate
+	}
 	if *smoke {
 		o.Max, o.LatencySamples, o.WatchSamples, o.Settle, o.DeletionSamples = min(o.Max, 1000), 100, 50, 0, min(o.DeletionSamples, 10)
 		o.Delete = min(o.Delete, 300)

@@ -40,11 +40,15 @@ type noisyOptions struct {
 	ListObjects, ListObjectBytes, ListRate, ListWorkers int
 	// Watches are opened on one namespace, which gets WatchedWrites updates per second.
 	Watches, WatchedWrites int
+	// ProbeRate is the quiet project's GETs per second, one at a time; 0
+	// sends them back to back (the quiet project then keeps a core busy
+	// itself, which is no longer quiet).
+	ProbeRate int
 }
 
 func defaultNoisyOptions(smoke bool) noisyOptions {
 	o := noisyOptions{Phase: 20 * time.Second, WriteRate: 300, WriteWorkers: 32,
-		ListObjects: 1500, ListObjectBytes: 27 << 10, ListRate: 5, ListWorkers: 30, Watches: 1000, WatchedWrites: 50}
+		ListObjects: 1500, ListObjectBytes: 27 << 10, ListRate: 5, ListWorkers: 30, Watches: 1000, WatchedWrites: 50, ProbeRate: 100}
 	if smoke {
 		o.Phase, o.ListObjects, o.Watches = 4*time.Second, 300, 200
 	}
@@ -280,7 +284,20 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, phase string)
 	})
 	began := time.Now()
 	var gets latencies
+	var pace <-chan time.Time
+	if o.ProbeRate > 0 {
+		t := time.NewTicker(time.Second / time.Duration(o.ProbeRate))
+		defer t.Stop()
+		pace = t.C
+	}
 	for phaseCtx.Err() == nil {
+		if pace != nil {
+			select {
+			case <-pace:
+			case <-phaseCtx.Done():
+				continue
+			}
+		}
 		t := time.Now()
 		_, err := probe.Get(phaseCtx, "cm-0", metav1.GetOptions{})
 		if phaseCtx.Err() != nil {

@@ -404,12 +404,16 @@ func (s *systemResult) noisySection(projects int) string {
 	o := s.NoisyOptions
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Noisy neighbour (%d projects)\n\n", projects)
-	fmt.Fprintf(&b, "One client GETs a ConfigMap of project `%s`, one request after the other, for %s while project `%s` floods the server: "+
+	probe := "one request after the other"
+	if o.ProbeRate > 0 {
+		probe = fmt.Sprintf("%d times a second, one request at a time", o.ProbeRate)
+	}
+	fmt.Fprintf(&b, "One client GETs a ConfigMap of project `%s`, %s, for %s while project `%s` floods the server: "+
 		"**writes** (%d ConfigMap creates/s of 1 KiB from %d clients), **lists** (%d lists/s, from up to %d clients, of %d ConfigMaps of %d KiB without a limit), "+
 		"**watches** (%d watches on one ConfigMap, updated %d times/s). Both projects are used by the same ordinary user (one identity in many "+
 		"projects, which upstream's per-user flows cannot tell apart). \"Project flows\" is Milo's default (`--project-flows`: one APF flow per "+
 		"project); without, the apiserver's own FlowSchemas classify. RSS: the server's, before the phase and at its peak.\n\n",
-		quietProject, o.Phase, noisyProject, o.WriteRate, o.WriteWorkers, o.ListRate, o.ListWorkers, o.ListObjects, o.ListObjectBytes>>10, o.Watches, o.WatchedWrites)
+		quietProject, probe, o.Phase, noisyProject, o.WriteRate, o.WriteWorkers, o.ListRate, o.ListWorkers, o.ListObjects, o.ListObjectBytes>>10, o.Watches, o.WatchedWrites)
 	b.WriteString("| project flows | phase | quiet GET p50 | quiet GET p99 | p99 / idle | quiet GETs (failed) | flood ops/s (failed) | RSS before → peak |\n|---|---|---|---|---|---|---|---|\n")
 	for _, nr := range s.Noisy {
 		idle := nr.Phases["idle"].Quiet.P99
