@@ -139,7 +139,9 @@ func TestServingDifferencesMakeAnotherClass(t *testing.T) {
 			})
 		},
 		"a new field": func(c *apiextensionsv1.CustomResourceDefinition) {
-			setSpec(c, func(p *apiextensionsv1.JSONSchemaProps) { p.Properties["weight"] = apiextensionsv1.JSONSchemaProps{Type: "number"} })
+			setSpec(c, func(p *apiextensionsv1.JSONSchemaProps) {
+				p.Properties["weight"] = apiextensionsv1.JSONSchemaProps{Type: "number"}
+			})
 		},
 		"a default": func(c *apiextensionsv1.CustomResourceDefinition) {
 			setSpec(c, func(p *apiextensionsv1.JSONSchemaProps) {
