@@ -415,6 +415,9 @@ func (s *systemResult) noisySection(projects int) string {
 		"project); without, the apiserver's own FlowSchemas classify. RSS: the server's, before the phase and at its peak.\n\n",
 		quietProject, probe, o.Phase, noisyProject, o.WriteRate, o.WriteWorkers, o.ListRate, o.ListWorkers, o.ListObjects, o.ListObjectBytes>>10, o.Watches, o.WatchedWrites)
 	b.WriteString("| project flows | phase | quiet GET p50 | quiet GET p99 | p99 / idle | quiet GETs (failed) | flood ops/s (failed) | RSS before → peak |\n|---|---|---|---|---|---|---|---|\n")
+	if w := s.Noisy[0].Phases["watches"].WatchesOpen; w > 0 && w < o.Watches {
+		fmt.Fprintf(&b, "The server let the noisy project open %d of the %d watches (`--max-project-watches`).\n\n", w, o.Watches)
+	}
 	for _, nr := range s.Noisy {
 		idle := nr.Phases["idle"].Quiet.P99
 		for _, phase := range noisyPhases {

@@ -28,6 +28,7 @@ import (
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
+	"go.miloapis.com/milo/pkg/tenancy"
 	"go.miloapis.com/milo/pkg/tenantadmission"
 )
 
@@ -48,6 +49,9 @@ type Options struct {
 	// MaxListItems bounds one LIST of a project or an organization context
 	// (package tenantstorage); 0 leaves lists unbounded.
 	MaxListItems int64
+	// MaxWatches bounds the watches one project or organization context
+	// holds open at once (package tenancy); 0 leaves them unbounded.
+	MaxWatches int
 
 	// ControlPlane are the generic control plane's options (serving, etcd,
 	// authentication, authorization, admission, audit, logging, ...).
@@ -76,7 +80,7 @@ func NewOptions() *Options {
 		cp.Admission.GenericAdmission.RecommendedPluginOrder...)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
 	cp.Authentication.ServiceAccounts.OptionalTokenGetter = satokens.PlatformGetter
-	return &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, ControlPlane: cp, hierarchy: tree, iam: iam}
+	return &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches, ControlPlane: cp, hierarchy: tree, iam: iam}
 }
 
 // Flag groups shown by `milo start --help`; the rest are listed by --help-all.
@@ -102,6 +106,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"With --project-flows, about how many LIST requests of projects run at once, all projects together, in the "+
 		"priority level milo-project-lists (each project a flow of its own); the rest queue. 0 means the number of "+
 		"CPUs the server may use: a large LIST is CPU work from start to end (see docs/fairness.md).")
+	fs.IntVar(&o.MaxWatches, "max-project-watches", o.MaxWatches, ""+
+		"The most watches one project (or one organization context) holds open at once, all its users together; "+
+		"more are refused with 429 and Retry-After until one closes. The server's superusers are not counted. "+
+		"0 leaves watches unbounded (see docs/fairness.md).")
 	fs.Int64Var(&o.MaxListItems, "max-project-list-items", o.MaxListItems, ""+
 		"The most items one LIST of a project or an organization context returns: a larger page is cut to this many "+
 		"(with a continue token), a list asked without a limit that would hold more is refused with 400. "+
@@ -137,6 +145,8 @@ type CompletedOptions struct {
 	ProjectListConcurrency int
 	// MaxListItems bounds one tenant LIST.
 	MaxListItems int64
+	// MaxWatches bounds a tenant's open watches.
+	MaxWatches int
 }
 
 // Complete prepares the data directory (PKI, admin.kubeconfig), binds the serving
@@ -206,7 +216,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {
@@ -216,6 +226,9 @@ func (o *Options) validateMiloFlags() []error {
 	}
 	if o.MaxListItems < 0 {
 		errs = append(errs, errors.New("--max-project-list-items must not be negative"))
+	}
+	if o.MaxWatches < 0 {
+		errs = append(errs, errors.New("--max-project-watches must not be negative"))
 	}
 	if o.ProjectListConcurrency < 0 {
 		errs = append(errs, errors.New("--project-list-concurrency must not be negative"))

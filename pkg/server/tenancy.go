@@ -112,12 +112,12 @@ func authenticateTenants(c *Config) error {
 // the outermost of the server, and its existence check behind authorization.
 // Behind that check, each project's issuer serves its discovery documents.
 func routeTenants(c *Config, tree *hierarchy.Tree) error {
-	lifetimes := tenancy.NewLifetimes()
+	lifetimes, watches := tenancy.NewLifetimes(), tenancy.NewWatchLimit(c.Options.MaxWatches)
 	if err := tree.EndRequestsOfDeleted(lifetimes); err != nil {
 		return err
 	}
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
-		router := &tenancy.Router{Projects: tree, Hierarchy: tree, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer, Lifetimes: lifetimes}
+		router := &tenancy.Router{Projects: tree, Hierarchy: tree, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer, Lifetimes: lifetimes, Watches: watches}
 		sa := c.ControlPlane.Extra
 		issuers := satokens.NewDiscovery(sa.ServiceAccountIssuerURL, sa.ServiceAccountJWKSURI, sa.ServiceAccountPublicKeysGetter, gc.Serializer)
 		// Outermost: route by URL. Innermost, after authentication and

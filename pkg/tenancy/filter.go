@@ -66,6 +66,8 @@ type Router struct {
 	Serializer runtime.NegotiatedSerializer
 	// Lifetimes ends the requests of deleted tenants; nil ends none.
 	Lifetimes *Lifetimes
+	// Watches bounds the watches each tenant holds open; nil bounds none.
+	Watches *WatchLimit
 }
 
 // Wrap returns handler behind the router.
@@ -281,6 +283,24 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 					return
 				}
 			}
+		}
+		if info, ok := request.RequestInfoFrom(ctx); ok && info.Verb == "watch" && (From(ctx).Kind == Project || From(ctx).Kind == Organization) && !superuser(ctx) {
+			t := From(ctx)
+			release, ok := r.Watches.Acquire(t)
+			if !ok {
+				// 429 with Retry-After: client-go's reflectors back off and
+				// try again; the tenant is told what bounds it.
+				what := "project " + t.Name
+				if t.Kind == Organization {
+					what = "the context of organization " + t.Name
+				}
+				err := apierrors.NewTooManyRequests(fmt.Sprintf("%s holds %d watches open, the most one tenant may hold at once: close some, or retry later",
+					what, r.Watches.Max()), 5)
+				w.Header().Set("Retry-After", "5")
+				fail(err)
+				return
+			}
+			defer release()
 		}
 		handler.ServeHTTP(w, req)
 	})
