@@ -7,6 +7,7 @@ import (
 	"errors"
 
 	"go.miloapis.com/milo/pkg/controllers/clusterroleaggregation"
+	"go.miloapis.com/milo/pkg/controllers/crdlifecycle"
 	"go.miloapis.com/milo/pkg/controllers/garbagecollector"
 	"go.miloapis.com/milo/pkg/controllers/hierarchy"
 	"go.miloapis.com/milo/pkg/controllers/manager"
@@ -31,6 +32,11 @@ func Registry() manager.Registry {
 		// Projects' aggregated ClusterRoles get the rules they select.
 		clusterroleaggregation.Name: func(s manager.Shared) (manager.Runner, error) {
 			c := clusterroleaggregation.New(s.Clients)
+			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
+		},
+		// The CRDs projects define get their names accepted, and go when deleted.
+		crdlifecycle.Name: func(s manager.Shared) (manager.Runner, error) {
+			c := crdlifecycle.New(s.Clients)
 			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
 		},
 		// Dependents go with their owners, in every project and on the platform.

@@ -1,7 +1,8 @@
 // Package projectcrds holds what project-local CustomResourceDefinitions are
-// built on (docs/project-crds.md). Built so far: the schema class, by which
-// the same CRD defined in many projects is served by one storage and one
-// watch cache. Not wired into the server yet.
+// built on (docs/project-crds.md): the admission plugin that keeps a
+// project's CRDs to what a project may define, the naming rules, and the
+// schema class by which the same CRD defined in many projects will be served
+// by one storage and one watch cache (not yet used: instances are not served).
 package projectcrds
 
 import (

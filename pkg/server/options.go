@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -26,6 +27,7 @@ import (
 	"go.miloapis.com/milo/pkg/iam/satokens"
 	"go.miloapis.com/milo/pkg/kubeconfig"
 	"go.miloapis.com/milo/pkg/pki"
+	"go.miloapis.com/milo/pkg/projectcrds"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -52,6 +54,8 @@ type Options struct {
 	// MaxWatches bounds the watches one project or organization context
 	// holds open at once (package tenancy); 0 leaves them unbounded.
 	MaxWatches int
+	// ProjectCRDs are the rules for CRDs defined in projects (package projectcrds).
+	ProjectCRDs projectcrds.Rules
 
 	// ControlPlane are the generic control plane's options (serving, etcd,
 	// authentication, authorization, admission, audit, logging, ...).
@@ -75,12 +79,14 @@ func NewOptions() *Options {
 	hierarchy.Register(cp.Admission.GenericAdmission.Plugins, tree)
 	iam := evaluator.New()
 	iamadmission.Register(cp.Admission.GenericAdmission.Plugins, iam, tree)
+	o := &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches, ControlPlane: cp, hierarchy: tree, iam: iam}
+	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs)
 	// Milo's own plugins run first: webhooks and policies see stamped objects.
-	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin, hierarchy.PluginName, iamadmission.PluginName},
+	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin, hierarchy.PluginName, iamadmission.PluginName, projectcrds.PluginName},
 		cp.Admission.GenericAdmission.RecommendedPluginOrder...)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
 	cp.Authentication.ServiceAccounts.OptionalTokenGetter = satokens.PlatformGetter
-	return &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches, ControlPlane: cp, hierarchy: tree, iam: iam}
+	return o
 }
 
 // Flag groups shown by `milo start --help`; the rest are listed by --help-all.
@@ -110,6 +116,12 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"The most watches one project (or one organization context) holds open at once, all its users together; "+
 		"more are refused with 429 and Retry-After until one closes. The server's superusers are not counted. "+
 		"0 leaves watches unbounded (see docs/fairness.md).")
+	fs.BoolVar(&o.ProjectCRDs.Enabled, "project-crds", o.ProjectCRDs.Enabled, ""+
+		"Let projects define their own CustomResourceDefinitions, each seen only in its project (alpha: the CRDs are "+
+		"stored and their names accepted, their instances are not served yet; see docs/project-crds.md).")
+	fs.StringSliceVar(&o.ProjectCRDs.ConversionWebhookURLPrefixes, "project-crd-conversion-webhook-prefixes", o.ProjectCRDs.ConversionWebhookURLPrefixes, ""+
+		"URL prefixes (https, ending in '/') a project CRD's conversion webhook may call. None by default: a conversion "+
+		"webhook would make the server call whatever URL a tenant names, so project CRDs are refused one unless its URL starts with one of these.")
 	fs.Int64Var(&o.MaxListItems, "max-project-list-items", o.MaxListItems, ""+
 		"The most items one LIST of a project or an organization context returns: a larger page is cut to this many "+
 		"(with a continue token), a list asked without a limit that would hold more is refused with 400. "+
@@ -147,6 +159,8 @@ type CompletedOptions struct {
 	MaxListItems int64
 	// MaxWatches bounds a tenant's open watches.
 	MaxWatches int
+	// ProjectCRDs: projects define their own CRDs.
+	ProjectCRDs bool
 }
 
 // Complete prepares the data directory (PKI, admin.kubeconfig), binds the serving
@@ -216,7 +230,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, ProjectCRDs: o.ProjectCRDs.Enabled}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {
@@ -226,6 +240,11 @@ func (o *Options) validateMiloFlags() []error {
 	}
 	if o.MaxListItems < 0 {
 		errs = append(errs, errors.New("--max-project-list-items must not be negative"))
+	}
+	for _, prefix := range o.ProjectCRDs.ConversionWebhookURLPrefixes {
+		if u, err := url.Parse(prefix); err != nil || u.Scheme != "https" || u.Host == "" || !strings.HasSuffix(u.Path, "/") || u.RawQuery != "" || u.Fragment != "" {
+			errs = append(errs, fmt.Errorf("--project-crd-conversion-webhook-prefixes: %q is not an https URL whose path ends in '/' (without one, a prefix would also allow hosts that merely start like it)", prefix))
+		}
 	}
 	if o.MaxWatches < 0 {
 		errs = append(errs, errors.New("--max-project-watches must not be negative"))

@@ -193,3 +193,21 @@ func TestMiloCRDsCoverTheAPIContract(t *testing.T) {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
+
+// TestProjectCRDFlags: project CRDs are off by default, and a conversion
+// webhook prefix must be an https URL ending in '/', so that it cannot also
+// allow a host that merely starts like it.
+func TestProjectCRDFlags(t *testing.T) {
+	if o := parse(t); o.ProjectCRDs.Enabled || len(o.ProjectCRDs.ConversionWebhookURLPrefixes) != 0 {
+		t.Errorf("project CRDs by default: %+v", o.ProjectCRDs)
+	}
+	o := parse(t, "--project-crds", "--project-crd-conversion-webhook-prefixes=https://convert.example.net/,https://hooks.example.net/crds/")
+	if !o.ProjectCRDs.Enabled || len(o.ProjectCRDs.ConversionWebhookURLPrefixes) != 2 || len(o.validateMiloFlags()) != 0 {
+		t.Errorf("flags not applied or refused: %+v %v", o.ProjectCRDs, o.validateMiloFlags())
+	}
+	for _, bad := range []string{"https://convert.example.net", "http://convert.example.net/", "https://convert.example.net/x?y=/", "/relative/"} {
+		if errs := parse(t, "--project-crd-conversion-webhook-prefixes="+bad).validateMiloFlags(); len(errs) != 1 {
+			t.Errorf("prefix %q: %v, want one error", bad, errs)
+		}
+	}
+}

@@ -25,7 +25,7 @@ func isDiscoveryPath(path string) bool {
 
 // hiddenDiscoveryPath reports whether the document at path describes a
 // platform-only group: /apis/{group}[/{version}] or /openapi/v3/apis/{group}/{version}.
-func hiddenDiscoveryPath(path string) bool {
+func (v visibility) hiddenDiscoveryPath(path string) bool {
 	rest, ok := strings.CutPrefix(path, "/apis/")
 	if !ok {
 		rest, ok = strings.CutPrefix(path, "/openapi/v3/apis/")
@@ -34,14 +34,14 @@ func hiddenDiscoveryPath(path string) bool {
 		return false
 	}
 	group, _, _ := strings.Cut(rest, "/")
-	return PlatformOnlyGroup(group)
+	return v.platformOnlyGroup(group)
 }
 
 // serveFilteredDiscovery serves a discovery document with platform-only entries
 // removed. It asks for JSON, uncompressed and without caching validators, so the
 // body can be rewritten; the result carries no ETag, so clients never reuse a
 // platform-wide document for a project.
-func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *http.Request, t Tenant) {
+func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *http.Request, v visibility) {
 	req.Header = req.Header.Clone()
 	req.Header.Set("Accept", jsonOnly(req.Header.Get("Accept")))
 	req.Header.Del("Accept-Encoding")
@@ -57,7 +57,7 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 	}
 	// The OpenAPI v3 index is served as text/plain; every document here is JSON.
 	if rec.code == http.StatusOK && (strings.Contains(rec.header.Get("Content-Type"), "json") || strings.HasPrefix(req.URL.Path, "/openapi/")) {
-		if filtered, ok := filterDiscovery(body); ok {
+		if filtered, ok := filterDiscovery(body, v); ok {
 			body = filtered
 			if !strings.Contains(rec.header.Get("Content-Type"), "json") {
 				rec.header.Set("Content-Type", "application/json")
@@ -93,7 +93,7 @@ func jsonOnly(accept string) string {
 
 // filterDiscovery removes platform-only entries from the discovery documents it
 // knows; other documents pass unchanged.
-func filterDiscovery(body []byte) ([]byte, bool) {
+func filterDiscovery(body []byte, v visibility) ([]byte, bool) {
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(body, &doc); err != nil {
 		return nil, false
@@ -104,10 +104,10 @@ func filterDiscovery(body []byte) ([]byte, bool) {
 	case kind == "APIGroupList":
 		return filterList(doc, "groups", func(item map[string]any) bool {
 			name, _ := item["name"].(string)
-			return !PlatformOnlyGroup(name)
+			return !v.platformOnlyGroup(name)
 		})
 	case kind == "APIGroupDiscoveryList":
-		return filterList(doc, "items", keepAggregatedGroup)
+		return filterList(doc, "items", v.keepAggregatedGroup)
 	case kind == "APIResourceList":
 		var gv string
 		json.Unmarshal(doc["groupVersion"], &gv) //nolint:errcheck
@@ -118,33 +118,33 @@ func filterDiscovery(body []byte) ([]byte, bool) {
 		return filterList(doc, "resources", func(item map[string]any) bool {
 			name, _ := item["name"].(string)
 			resource, _, _ := strings.Cut(name, "/")
-			return !PlatformOnly(schema.GroupResource{Group: group, Resource: resource})
+			return !v.platformOnly(schema.GroupResource{Group: group, Resource: resource})
 		})
 	case doc["paths"] != nil && (doc["openapi"] != nil || doc["swagger"] != nil):
-		return filterOpenAPIDocument(doc)
+		return filterOpenAPIDocument(doc, v)
 	case doc["paths"] != nil:
-		return filterOpenAPIIndex(doc)
+		return filterOpenAPIIndex(doc, v)
 	}
 	return nil, false
 }
 
 // keepAggregatedGroup filters one APIGroupDiscovery: platform-only groups go,
 // platform-only resources of the remaining groups go.
-func keepAggregatedGroup(item map[string]any) bool {
+func (v visibility) keepAggregatedGroup(item map[string]any) bool {
 	meta, _ := item["metadata"].(map[string]any)
 	group, _ := meta["name"].(string)
-	if PlatformOnlyGroup(group) {
+	if v.platformOnlyGroup(group) {
 		return false
 	}
 	versions, _ := item["versions"].([]any)
-	for _, v := range versions {
-		version, _ := v.(map[string]any)
+	for _, ver := range versions {
+		version, _ := ver.(map[string]any)
 		resources, _ := version["resources"].([]any)
 		kept := resources[:0]
 		for _, r := range resources {
 			res, _ := r.(map[string]any)
 			name, _ := res["resource"].(string)
-			if !PlatformOnly(schema.GroupResource{Group: group, Resource: name}) {
+			if !v.platformOnly(schema.GroupResource{Group: group, Resource: name}) {
 				kept = append(kept, r)
 			}
 		}
@@ -175,7 +175,7 @@ func filterList(doc map[string]json.RawMessage, field string, keep func(map[stri
 	return out, err == nil
 }
 
-func filterOpenAPIIndex(doc map[string]json.RawMessage) ([]byte, bool) {
+func filterOpenAPIIndex(doc map[string]json.RawMessage, v visibility) ([]byte, bool) {
 	var paths map[string]json.RawMessage
 	if err := json.Unmarshal(doc["paths"], &paths); err != nil {
 		return nil, false
@@ -183,7 +183,7 @@ func filterOpenAPIIndex(doc map[string]json.RawMessage) ([]byte, bool) {
 	for p := range paths {
 		if rest, ok := strings.CutPrefix(p, "apis/"); ok {
 			group, _, _ := strings.Cut(rest, "/")
-			if PlatformOnlyGroup(group) {
+			if v.platformOnlyGroup(group) {
 				delete(paths, p)
 			}
 		}

@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
@@ -68,6 +67,9 @@ type Router struct {
 	Lifetimes *Lifetimes
 	// Watches bounds the watches each tenant holds open; nil bounds none.
 	Watches *WatchLimit
+	// ProjectCRDs serves CustomResourceDefinitions in projects: each project
+	// defines its own (docs/project-crds.md).
+	ProjectCRDs bool
 }
 
 // Wrap returns handler behind the router.
@@ -121,7 +123,12 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 		if tenant.IsProject() && (info.IsResourceRequest || !ProcessWide(inner.URL.Path)) {
 			inner = inner.WithContext(withExistenceCheck(inner.Context(), existenceCheck{project: tenant.Name}))
 		}
-		if info.IsResourceRequest && PlatformOnly(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}) {
+		// A project's context serves what the project may define for
+		// itself; the all-projects view always lists projects' CRDs (none
+		// when projects define none), so that the controllers need not know
+		// the server's flags.
+		v := visibility{projectCRDs: r.ProjectCRDs || p.tenant.Kind == AllProjects}
+		if info.IsResourceRequest && v.platformOnly(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}) {
 			// The same answer as for a resource the server does not know at all.
 			notServed(w, req)
 			return
@@ -137,11 +144,11 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 			return
 		}
 		if !info.IsResourceRequest && isDiscoveryPath(inner.URL.Path) {
-			if hiddenDiscoveryPath(inner.URL.Path) {
+			if v.hiddenDiscoveryPath(inner.URL.Path) {
 				notServed(w, req)
 				return
 			}
-			serveFilteredDiscovery(handler, w, inner, p.tenant)
+			serveFilteredDiscovery(handler, w, inner, v)
 			return
 		}
 		handler.ServeHTTP(w, inner)
@@ -313,45 +320,6 @@ func readOnlyAcrossProjects(info *request.RequestInfo) bool {
 		return info.Verb == "get"
 	}
 	return info.Verb == "list" || info.Verb == "watch"
-}
-
-// platformOnlyGroups are API groups served only at "/": they configure the
-// platform itself, or (for Milo's groups) are the platform's own hierarchy.
-var platformOnlyGroups = sets.New(
-	"apiextensions.k8s.io",
-	"apiregistration.k8s.io",
-	"flowcontrol.apiserver.k8s.io",
-	"internal.apiserver.k8s.io",
-	"storagemigration.k8s.io",
-	"admissionregistration.k8s.io",
-	"certificates.k8s.io",
-	"resourcemanager.miloapis.com",
-	"iam.miloapis.com",
-)
-
-// projectResourcesOfPlatformGroups are the exceptions: kinds of platform groups
-// that live inside projects.
-var projectResourcesOfPlatformGroups = sets.New(
-	schema.GroupResource{Group: "iam.miloapis.com", Resource: "serviceaccounts"},
-)
-
-// platformOnlyResources are single platform-only resources of groups that are
-// otherwise served in projects.
-var platformOnlyResources = sets.New(
-	schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"},
-)
-
-// PlatformOnly reports whether a resource is served only by the platform control plane.
-func PlatformOnly(gr schema.GroupResource) bool {
-	if projectResourcesOfPlatformGroups.Has(gr) {
-		return false
-	}
-	return platformOnlyGroups.Has(gr.Group) || platformOnlyResources.Has(gr)
-}
-
-// PlatformOnlyGroup reports whether a whole API group is hidden from projects.
-func PlatformOnlyGroup(group string) bool {
-	return platformOnlyGroups.Has(group) && group != "iam.miloapis.com"
 }
 
 // superuser reports whether the request comes from a platform superuser

@@ -14,14 +14,14 @@ import (
 // sees the schemas of what it can use, not of the platform's kinds (all of
 // iam.miloapis.com's Roles and PolicyBindings next to the ServiceAccounts a
 // project serves, for instance).
-func filterOpenAPIDocument(doc map[string]json.RawMessage) ([]byte, bool) {
+func filterOpenAPIDocument(doc map[string]json.RawMessage, v visibility) ([]byte, bool) {
 	var paths map[string]json.RawMessage
 	if err := json.Unmarshal(doc["paths"], &paths); err != nil {
 		return nil, false
 	}
 	removed := false
 	for p := range paths {
-		if platformOnlyPath(p) {
+		if v.platformOnlyPath(p) {
 			delete(paths, p)
 			removed = true
 		}
@@ -70,14 +70,14 @@ func filterOpenAPIDocument(doc map[string]json.RawMessage) ([]byte, bool) {
 
 // platformOnlyPath reports whether an OpenAPI path is an operation on a
 // platform-only group or resource: /apis/{group}[/{version}[/...{resource}...]].
-func platformOnlyPath(p string) bool {
+func (v visibility) platformOnlyPath(p string) bool {
 	rest, ok := strings.CutPrefix(p, "/apis/")
 	if !ok {
 		return false // the core group has no platform-only resources
 	}
 	parts := strings.Split(strings.Trim(rest, "/"), "/")
 	group := parts[0]
-	if PlatformOnlyGroup(group) {
+	if v.platformOnlyGroup(group) {
 		return true
 	}
 	if len(parts) < 3 {
@@ -90,7 +90,7 @@ func platformOnlyPath(p string) bool {
 	if len(parts) >= 3 && parts[0] == "namespaces" {
 		parts = parts[2:]
 	}
-	return len(parts) > 0 && PlatformOnly(schema.GroupResource{Group: group, Resource: parts[0]})
+	return len(parts) > 0 && v.platformOnly(schema.GroupResource{Group: group, Resource: parts[0]})
 }
 
 // reachableSchemas returns the schemas that from (JSON) refers to, directly or

@@ -52,7 +52,7 @@ func TestOpenAPIDocumentsShowOnlyWhatProjectsServe(t *testing.T) {
 
 func filterJSON(t *testing.T, doc string) string {
 	t.Helper()
-	out, ok := filterDiscovery([]byte(doc))
+	out, ok := filterDiscovery([]byte(doc), visibility{})
 	if !ok {
 		t.Fatalf("not filtered: %s", doc)
 	}

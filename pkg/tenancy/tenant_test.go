@@ -92,3 +92,26 @@ func TestPlatformOnly(t *testing.T) {
 func groupResource(gr [2]string) schema.GroupResource {
 	return schema.GroupResource{Group: gr[0], Resource: gr[1]}
 }
+
+// TestProjectCRDsVisibility: a server that serves project-local CRDs shows
+// projects apiextensions.k8s.io with its one resource, and nothing else of
+// the platform's groups more.
+func TestProjectCRDsVisibility(t *testing.T) {
+	v := visibility{projectCRDs: true}
+	if v.platformOnly(CRDs) || v.platformOnlyGroup(CRDs.Group) {
+		t.Error("CustomResourceDefinitions hidden from projects on a server that serves project CRDs")
+	}
+	if !(visibility{}).platformOnly(CRDs) || !(visibility{}).platformOnlyGroup(CRDs.Group) {
+		t.Error("CustomResourceDefinitions shown to projects on a server that serves no project CRDs")
+	}
+	for _, gr := range []schema.GroupResource{{Group: "apiregistration.k8s.io", Resource: "apiservices"}, {Group: "iam.miloapis.com", Resource: "roles"},
+		{Group: "resourcemanager.miloapis.com", Resource: "projects"}, {Group: "authentication.k8s.io", Resource: "tokenreviews"}} {
+		if !v.platformOnly(gr) {
+			t.Errorf("%v shown to projects", gr)
+		}
+	}
+	if !v.hiddenDiscoveryPath("/apis/apiregistration.k8s.io/v1") || v.hiddenDiscoveryPath("/apis/apiextensions.k8s.io/v1") ||
+		v.platformOnlyPath("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}") {
+		t.Error("discovery paths of a server serving project CRDs hide the wrong groups")
+	}
+}

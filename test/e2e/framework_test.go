@@ -66,7 +66,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer sharedIssuer.server.Close()
-	shared, err = startMilo(dataDir, append([]string{"--token-auth-file", tokens, fmt.Sprintf("--max-project-list-items=%d", sharedMaxListItems), fmt.Sprintf("--project-list-concurrency=%d", sharedListConcurrency), fmt.Sprintf("--max-project-watches=%d", sharedMaxWatches)}, sharedIssuer.flags()...)...)
+	shared, err = startMilo(dataDir, append([]string{"--token-auth-file", tokens, fmt.Sprintf("--max-project-list-items=%d", sharedMaxListItems), fmt.Sprintf("--project-list-concurrency=%d", sharedListConcurrency), fmt.Sprintf("--max-project-watches=%d", sharedMaxWatches), "--project-crds", "--project-crd-conversion-webhook-prefixes=" + sharedConversionPrefix}, sharedIssuer.flags()...)...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the shared server: %v\n", err)
 		return 1

@@ -520,7 +520,7 @@ func TestPlatformOnlyKindsAreHiddenInProjects(t *testing.T) {
 	}
 	got := strings.Fields(out.stdout)
 	for _, hidden := range []string{"projects.resourcemanager.miloapis.com", "organizations.resourcemanager.miloapis.com",
-		"customresourcedefinitions.apiextensions.k8s.io", "apiservices.apiregistration.k8s.io", "flowschemas.flowcontrol.apiserver.k8s.io",
+		"apiservices.apiregistration.k8s.io", "flowschemas.flowcontrol.apiserver.k8s.io",
 		"roles.iam.miloapis.com", "policybindings.iam.miloapis.com"} {
 		for _, g := range got {
 			if g == hidden {
@@ -528,7 +528,9 @@ func TestPlatformOnlyKindsAreHiddenInProjects(t *testing.T) {
 			}
 		}
 	}
-	for _, want := range []string{"configmaps", "namespaces", "secrets", "roles.rbac.authorization.k8s.io", "leases.coordination.k8s.io", "serviceaccounts.iam.miloapis.com"} {
+	// The shared server serves project-local CRDs (--project-crds).
+	for _, want := range []string{"configmaps", "namespaces", "secrets", "roles.rbac.authorization.k8s.io", "leases.coordination.k8s.io", "serviceaccounts.iam.miloapis.com",
+		"customresourcedefinitions.apiextensions.k8s.io"} {
 		found := false
 		for _, g := range got {
 			found = found || g == want
@@ -537,9 +539,9 @@ func TestPlatformOnlyKindsAreHiddenInProjects(t *testing.T) {
 			t.Errorf("project discovery misses %s: %v", want, got)
 		}
 	}
-	r := m.kubectlWith(t, kc, "", "get", "--raw", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions")
+	r := m.kubectlWith(t, kc, "", "get", "--raw", "/apis/apiregistration.k8s.io/v1/apiservices")
 	if r.err == nil || !strings.Contains(r.stderr, "NotFound") {
-		t.Fatalf("CRDs in a project: %v %s %s", r.err, r.stdout, r.stderr)
+		t.Fatalf("APIServices in a project: %v %s %s", r.err, r.stdout, r.stderr)
 	}
 	r = m.kubectlWith(t, kc, "", "get", "--raw", "/apis/resourcemanager.miloapis.com/v1alpha1/projects")
 	if r.err == nil || !strings.Contains(r.stderr, "NotFound") {

@@ -1,0 +1,307 @@
+// Package crdlifecycle runs the lifecycle of the CustomResourceDefinitions
+// projects define, as Kubernetes' naming and finalizer controllers do for a
+// cluster's.
+//
+// Naming: each CRD gets status.acceptedNames and the NamesAccepted and Established
+// each CRD gets status.acceptedNames and the NamesAccepted and Established
+// conditions, with upstream's reasons. A project's CRDs compete for names
+// only with the project's other CRDs of their group — never with another
+// project's. A group belongs to the platform or to projects: a project CRD
+// in a group the platform serves (built-in kinds, Milo's, platform CRDs,
+// aggregated APIs) is refused its names (GroupConflict), unless it was
+// accepted before the platform served the group; it keeps what it holds.
+//
+// Deletion: the apiserver marks a deleted CRD with upstream's
+// customresourcecleanup finalizer; this controller removes it. A project
+// CRD's instances are not served yet, so there are none to delete first.
+//
+// One informer over the all-projects view holds every project's CRDs,
+// reduced to their names and conditions (a CRD's schemas can be tens of
+// kilobytes, and 100,000 projects may each define the same twenty); the work
+// queue is keyed by project and group, so the CRDs of one group of one
+// project are decided by one worker at a time, in order of creation, and two
+// of them never take the same name at once.
+package crdlifecycle
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apiextensionshelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/controllers/manager"
+	"go.miloapis.com/milo/pkg/projectcrds"
+)
+
+// Name is the controller's name in the registry of controllers.
+const Name = "project-crd-lifecycle"
+
+// notServed is the Established condition of a project CRD whose names are
+// accepted: Milo does not serve project CRDs' instances yet.
+var notServed = apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionFalse,
+	Reason: "InstancesNotServed", Message: "the names are accepted; this server does not serve the instances of CRDs defined in projects yet"}
+
+// notAccepted is the Established condition of a CRD refused its names.
+var notAccepted = apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionFalse,
+	Reason: "NotAccepted", Message: "not all names are accepted"}
+
+// groupConflict is the NamesAccepted condition of a project CRD in a group the platform serves.
+func groupConflict(group string) apiextensionsv1.CustomResourceDefinitionCondition {
+	return apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.NamesAccepted, Status: apiextensionsv1.ConditionFalse,
+		Reason: "GroupConflict", Message: fmt.Sprintf("the group %q is served by the platform; a project defines its kinds in a group of its own", group)}
+}
+
+// Controller accepts project CRDs' names.
+type Controller struct {
+	clients *allprojects.Clients
+}
+
+// New prepares the controller.
+func New(clients *allprojects.Clients) *Controller {
+	return &Controller{clients: clients}
+}
+
+type term struct {
+	*Controller
+	crds     cache.SharedIndexInformer
+	platform *platformGroups
+	queue    workqueue.TypedRateLimitingInterface[allprojects.Key]
+}
+
+func newREST(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
+	c, err := apiextensionsclient.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	return c.RESTClient(), nil
+}
+
+// slim keeps of a CRD what naming decides on.
+func slim(obj any) (any, error) {
+	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
+	if !ok {
+		return obj, nil
+	}
+	out := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: crd.Name, Namespace: crd.Namespace, UID: crd.UID, ResourceVersion: crd.ResourceVersion,
+			CreationTimestamp: crd.CreationTimestamp, DeletionTimestamp: crd.DeletionTimestamp, Finalizers: crd.Finalizers},
+		Spec:   apiextensionsv1.CustomResourceDefinitionSpec{Group: crd.Spec.Group, Names: crd.Spec.Names, Scope: crd.Spec.Scope},
+		Status: apiextensionsv1.CustomResourceDefinitionStatus{AcceptedNames: crd.Status.AcceptedNames, Conditions: crd.Status.Conditions},
+	}
+	return out, nil
+}
+
+// Run works until ctx ends.
+func (ctl *Controller) Run(ctx context.Context, workers int) {
+	crds, err := ctl.clients.Informer(newREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, true, nil, slim)
+	if err == nil {
+		err = allprojects.IndexByProject(crds)
+	}
+	var platform cache.SharedIndexInformer
+	if err == nil {
+		platform, err = ctl.clients.Informer(newREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, false, nil, slim)
+	}
+	if err == nil {
+		err = platform.AddIndexers(cache.Indexers{byGroup: func(obj any) ([]string, error) {
+			if crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
+				return []string{crd.Spec.Group}, nil
+			}
+			return nil, nil
+		}})
+	}
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Preparing informers", "controller", Name)
+		return
+	}
+	t := &term{Controller: ctl, crds: crds, platform: &platformGroups{clients: ctl.clients, crds: platform}, queue: manager.NewQueue[allprojects.Key](Name)}
+	defer t.queue.ShutDown()
+	changed := func(obj any) {
+		if k, ok := allprojects.KeyOf(obj, true); ok && k.Project != "" {
+			if crd, ok := tombstoned(obj); ok {
+				k.Name = crd.Spec.Group
+				t.queue.Add(k)
+			}
+		}
+	}
+	if !manager.StartInformers(ctx, Name, cache.ResourceEventHandlerFuncs{AddFunc: changed, UpdateFunc: func(_, o any) { changed(o) }, DeleteFunc: changed}, crds) ||
+		!manager.StartInformers(ctx, Name, nil, platform) {
+		return
+	}
+	manager.Work(ctx, Name, t.queue, workers, t.sync)
+}
+
+func tombstoned(obj any) (*apiextensionsv1.CustomResourceDefinition, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
+	return crd, ok
+}
+
+// sync decides the names of every CRD of one group (key.Name) of one project.
+func (t *term) sync(ctx context.Context, key allprojects.Key) error {
+	ctx = allprojects.Within(ctx, key)
+	group := key.Name
+	objs, err := t.crds.GetIndexer().ByIndex(allprojects.ByProject, key.ID)
+	if err != nil {
+		return err
+	}
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, o := range objs {
+		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok && crd.Spec.Group == group {
+			crds = append(crds, crd.DeepCopy())
+		}
+	}
+	if len(crds) == 0 {
+		return nil
+	}
+	// The older CRD keeps a name two ask for, as on a cluster where the
+	// older was accepted first.
+	slices.SortFunc(crds, func(a, b *apiextensionsv1.CustomResourceDefinition) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	platformServes, err := t.platform.serves(group)
+	if err != nil {
+		return err
+	}
+	for _, crd := range crds {
+		if crd.DeletionTimestamp != nil && slices.Contains(crd.Finalizers, apiextensionsv1.CustomResourceCleanupFinalizer) {
+			if err := t.finalize(ctx, key, crd.Name); err != nil {
+				return err
+			}
+		}
+	}
+	for i, crd := range crds {
+		var taken projectcrds.Taken
+		for j, other := range crds {
+			if j != i {
+				taken.Claim(other.Status.AcceptedNames)
+			}
+		}
+		names, accepted, established := projectcrds.AcceptNames(crd, taken)
+		if platformServes && crd.Status.AcceptedNames.Plural == "" {
+			names, accepted, established = crd.Status.AcceptedNames, groupConflict(group), notAccepted
+		}
+		if established.Status != apiextensionsv1.ConditionTrue && accepted.Status == apiextensionsv1.ConditionTrue {
+			established = notServed
+		}
+		if equality.Semantic.DeepEqual(names, crd.Status.AcceptedNames) && hasCondition(crd, accepted) && hasCondition(crd, established) {
+			continue
+		}
+		written, err := t.write(ctx, key, crd.Name, names, accepted, established)
+		if err != nil {
+			return err
+		}
+		if written != nil {
+			crds[i].Status.AcceptedNames = written.Status.AcceptedNames
+		}
+	}
+	return nil
+}
+
+// write sets a CRD's accepted names and conditions, through its project.
+func (t *term) write(ctx context.Context, key allprojects.Key, name string, names apiextensionsv1.CustomResourceDefinitionNames, conditions ...apiextensionsv1.CustomResourceDefinitionCondition) (*apiextensionsv1.CustomResourceDefinition, error) {
+	client, err := apiextensionsclient.NewForConfigAndClient(t.clients.Config(key.Project), t.clients.HTTPClient())
+	if err != nil {
+		return nil, err
+	}
+	fresh, err := client.CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	fresh.Status.AcceptedNames = names
+	for _, c := range conditions {
+		apiextensionshelpers.SetCRDCondition(fresh, c)
+	}
+	// A conflict is an error: the queue tries again with what the informer has seen since.
+	return client.CustomResourceDefinitions().UpdateStatus(ctx, fresh, metav1.UpdateOptions{FieldManager: Name})
+}
+
+// finalize removes upstream's cleanup finalizer from a deleted CRD, so that
+// it goes.
+func (t *term) finalize(ctx context.Context, key allprojects.Key, name string) error {
+	client, err := apiextensionsclient.NewForConfigAndClient(t.clients.Config(key.Project), t.clients.HTTPClient())
+	if err != nil {
+		return err
+	}
+	fresh, err := client.CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	fresh.Finalizers = slices.DeleteFunc(fresh.Finalizers, func(f string) bool { return f == apiextensionsv1.CustomResourceCleanupFinalizer })
+	_, err = client.CustomResourceDefinitions().UpdateStatus(ctx, fresh, metav1.UpdateOptions{FieldManager: Name})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+func hasCondition(crd *apiextensionsv1.CustomResourceDefinition, want apiextensionsv1.CustomResourceDefinitionCondition) bool {
+	c := apiextensionshelpers.FindCRDCondition(crd, want.Type)
+	return c != nil && c.Status == want.Status && c.Reason == want.Reason && c.Message == want.Message
+}
+
+// platformGroups are the groups the platform serves: those discovery lists,
+// from one discovery of the platform kept for a few seconds (every project
+// sees the same), and those of the platform's CRDs, from an informer (a CRD
+// the platform has just installed may not be in discovery yet).
+type platformGroups struct {
+	clients *allprojects.Clients
+	crds    cache.SharedIndexInformer
+
+	mu     sync.Mutex
+	groups sets.Set[string]
+	at     time.Time
+}
+
+// byGroup indexes the platform's CRDs by group.
+const byGroup = "group"
+
+func (p *platformGroups) serves(group string) (bool, error) {
+	if objs, err := p.crds.GetIndexer().ByIndex(byGroup, group); err != nil || len(objs) > 0 {
+		return len(objs) > 0, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.groups == nil || time.Since(p.at) > 10*time.Second {
+		disco, err := discovery.NewDiscoveryClientForConfigAndClient(p.clients.Config(""), p.clients.HTTPClient())
+		if err != nil {
+			return false, err
+		}
+		list, err := disco.ServerGroups()
+		if err != nil {
+			return false, err
+		}
+		p.groups, p.at = sets.New[string](), time.Now()
+		for _, g := range list.Groups {
+			p.groups.Insert(g.Name)
+		}
+	}
+	return p.groups.Has(group), nil
+}

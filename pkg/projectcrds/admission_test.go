@@ -1,0 +1,81 @@
+package projectcrds
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+func admit(t *testing.T, rules Rules, tenant tenancy.Tenant, crd *apiextensions.CustomResourceDefinition, subresource string) error {
+	t.Helper()
+	p := newPlugin(rules)
+	a := admission.NewAttributesRecord(crd, nil, schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+		"", crd.Name, schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+		subresource, admission.Create, &metav1.CreateOptions{}, false, nil)
+	return p.Validate(tenancy.WithTenant(context.Background(), tenant), a, nil)
+}
+
+func crdOf(group string, conversion *apiextensions.CustomResourceConversion) *apiextensions.CustomResourceDefinition {
+	return &apiextensions.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "widgets." + group},
+		Spec: apiextensions.CustomResourceDefinitionSpec{Group: group, Conversion: conversion}}
+}
+
+func webhook(url string) *apiextensions.CustomResourceConversion {
+	return &apiextensions.CustomResourceConversion{Strategy: apiextensions.WebhookConverter, WebhookClientConfig: &apiextensions.WebhookClientConfig{URL: &url}}
+}
+
+func TestAdmission(t *testing.T) {
+	project := tenancy.Tenant{Kind: tenancy.Project, Name: "p", ID: "p.1"}
+	on := Rules{Enabled: true, ConversionWebhookURLPrefixes: []string{"https://convert.example.net/"}}
+	for name, c := range map[string]struct {
+		rules       Rules
+		tenant      tenancy.Tenant
+		crd         *apiextensions.CustomResourceDefinition
+		subresource string
+		code        int32 // 0: admitted
+		message     string
+	}{
+		"a project CRD":                              {rules: on, tenant: project, crd: crdOf("example.com", nil)},
+		"the platform's CRD in a reserved group":     {rules: on, tenant: tenancy.Tenant{}, crd: crdOf("x.miloapis.com", webhook("https://anywhere/"))},
+		"a project CRD on a server that serves none": {rules: Rules{}, tenant: project, crd: crdOf("example.com", nil), code: 403, message: "--project-crds"},
+		"a k8s.io group (upstream's approval rule)":  {rules: on, tenant: project, crd: crdOf("gateway.networking.k8s.io", nil)},
+		"a Milo group":                               {rules: on, tenant: project, crd: crdOf("iam.miloapis.com", nil), code: 422, message: "reserved"},
+		"miloapis.com itself":                        {rules: on, tenant: project, crd: crdOf("miloapis.com", nil), code: 422, message: "reserved"},
+		"a group that merely ends like one":          {rules: on, tenant: project, crd: crdOf("notmiloapis.com", nil)},
+		"conversion None":                            {rules: on, tenant: project, crd: crdOf("example.com", &apiextensions.CustomResourceConversion{Strategy: apiextensions.NoneConverter})},
+		"an allowed conversion webhook":              {rules: on, tenant: project, crd: crdOf("example.com", webhook("https://convert.example.net/widgets"))},
+		"a conversion webhook elsewhere":             {rules: on, tenant: project, crd: crdOf("example.com", webhook("https://convert.example.net.attacker.org/")), code: 422, message: "https://convert.example.net/"},
+		"a conversion webhook, none allowed":         {rules: Rules{Enabled: true}, tenant: project, crd: crdOf("example.com", webhook("https://convert.example.net/")), code: 422, message: "allows none"},
+		"the status of a CRD is not the plugin's":    {rules: Rules{}, tenant: project, crd: crdOf("miloapis.com", nil), subresource: "status"},
+		"a conversion webhook through a Service": {rules: on, tenant: project, crd: crdOf("example.com", &apiextensions.CustomResourceConversion{Strategy: apiextensions.WebhookConverter,
+			WebhookClientConfig: &apiextensions.WebhookClientConfig{Service: &apiextensions.ServiceReference{Namespace: "kube-system", Name: "x"}}}), code: 422, message: "Service"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			err := admit(t, c.rules, c.tenant, c.crd, c.subresource)
+			if c.code == 0 {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var status apierrors.APIStatus
+			if err == nil {
+				t.Fatalf("admitted, want %d", c.code)
+			}
+			if s, ok := err.(apierrors.APIStatus); ok {
+				status = s
+			}
+			if status == nil || status.Status().Code != c.code || !strings.Contains(err.Error(), c.message) {
+				t.Fatalf("got %v, want %d mentioning %q", err, c.code, c.message)
+			}
+		})
+	}
+}

@@ -1,0 +1,347 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// sharedConversionPrefix is the one conversion webhook URL prefix the shared
+// server allows project CRDs.
+const sharedConversionPrefix = "https://convert.example.net/"
+
+func crdsAt(t testing.TB, cfg *rest.Config) apiextensionsclient.CustomResourceDefinitionInterface {
+	t.Helper()
+	c, err := apiextensionsclient.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c.CustomResourceDefinitions()
+}
+
+// projectCRD is a CRD of group crd.example.net; size is the type of
+// spec.size, so that two projects' CRDs of one name differ in schema.
+func projectCRD(plural, kind string, scope apiextensionsv1.ResourceScope, sizeType string) *apiextensionsv1.CustomResourceDefinition {
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: plural + ".crd.example.net"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "crd.example.net", Scope: scope,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: plural, Singular: strings.TrimSuffix(plural, "s"), Kind: kind, ListKind: kind + "List"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{"spec": {Type: "object",
+						Properties: map[string]apiextensionsv1.JSONSchemaProps{"size": {Type: sizeType}}}}}}}},
+		},
+	}
+}
+
+// waitNames waits until the CRD's NamesAccepted condition has status want and
+// returns the CRD.
+func waitNames(t *testing.T, c apiextensionsclient.CustomResourceDefinitionInterface, name string, want apiextensionsv1.ConditionStatus) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	var crd *apiextensionsv1.CustomResourceDefinition
+	eventually(t, "NamesAccepted="+string(want)+" of "+name, func() error {
+		var err error
+		if crd, err = c.Get(context.Background(), name, metav1.GetOptions{}); err != nil {
+			return err
+		}
+		for _, cond := range crd.Status.Conditions {
+			if cond.Type == apiextensionsv1.NamesAccepted && cond.Status == want {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %+v", crd.Status.Conditions)
+	})
+	return crd
+}
+
+func condition(crd *apiextensionsv1.CustomResourceDefinition, typ apiextensionsv1.CustomResourceDefinitionConditionType) apiextensionsv1.CustomResourceDefinitionCondition {
+	for _, c := range crd.Status.Conditions {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return apiextensionsv1.CustomResourceDefinitionCondition{}
+}
+
+// TestProjectCRDsAreTheProjectsOwn: a project defines CRDs with kubectl; they
+// get their names accepted with upstream's conditions, compete for names only
+// with the project's own CRDs and what the platform serves; another project,
+// an organization context, the platform and an outsider see none of them;
+// another project defines the same name with another schema; deleting one
+// touches no other project's; a project created again under a deleted one's
+// name starts without them.
+func TestProjectCRDsAreTheProjectsOwn(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	a, b := m.newProject(t, "crds-a"), m.newProject(t, "crds-b")
+	inA, inB := crdsAt(t, m.projectConfig(t, a)), crdsAt(t, m.projectConfig(t, b))
+
+	// B watches its CRDs from before A defines any: nothing of A's may arrive.
+	bWatch, err := inB.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bWatch.Stop()
+
+	// kubectl apply in A, as a project's user does.
+	manifest := `apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: things.crd.example.net}
+spec:
+  group: crd.example.net
+  names: {kind: Thing, plural: things, singular: thing, shortNames: [th]}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    additionalPrinterColumns:
+    - {name: Size, type: integer, jsonPath: .spec.size}
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer, default: 1}
+            x-kubernetes-validations:
+            - {rule: "self.size >= 0", message: "size is not negative"}
+`
+	if r := m.kubectlWith(t, m.projectKubeconfig(t, a), manifest, "apply", "-f", "-"); r.err != nil {
+		t.Fatalf("kubectl apply of a CRD in project %s: %v %s", a, r.err, r.stderr)
+	}
+	things := waitNames(t, inA, "things.crd.example.net", apiextensionsv1.ConditionTrue)
+	if things.Status.AcceptedNames.Kind != "Thing" || things.Status.AcceptedNames.ShortNames[0] != "th" {
+		t.Errorf("accepted names %+v", things.Status.AcceptedNames)
+	}
+	if c := condition(things, apiextensionsv1.NamesAccepted); c.Reason != "NoConflicts" {
+		t.Errorf("NamesAccepted %+v, want upstream's reason NoConflicts", c)
+	}
+	if c := condition(things, apiextensionsv1.Established); c.Status != apiextensionsv1.ConditionFalse || c.Reason != "InstancesNotServed" {
+		t.Errorf("Established %+v: the instances are not served yet, and the CRD must say so", c)
+	}
+
+	// B defines the same name, cluster-scoped, with another schema: its own.
+	if _, err := inB.Create(ctx, projectCRD("things", "Thing", apiextensionsv1.ClusterScoped, "string"), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("the same CRD name in project %s: %v", b, err)
+	}
+	waitNames(t, inB, "things.crd.example.net", apiextensionsv1.ConditionTrue)
+	if got, err := inA.Get(ctx, "things.crd.example.net", metav1.GetOptions{}); err != nil || got.Spec.Scope != apiextensionsv1.NamespaceScoped ||
+		got.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["size"].Type != "integer" {
+		t.Fatalf("project %s's CRD after %s defined its own: %v %+v", a, b, err, got)
+	}
+
+	// Names compete within a project's group: a second kind Thing in A is refused its names.
+	if _, err := inA.Create(ctx, projectCRD("others", "Thing", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	others := waitNames(t, inA, "others.crd.example.net", apiextensionsv1.ConditionFalse)
+	// Upstream's reason names the last conflict found: kind, then list kind.
+	if c := condition(others, apiextensionsv1.NamesAccepted); c.Reason != "ListKindConflict" || !strings.Contains(c.Message, `"Thing" is already in use`) {
+		t.Errorf("NamesAccepted of a second kind Thing: %+v", c)
+	}
+	// ... and with what the platform serves in the project.
+	platformCRDs := crdsAt(t, m.restConfig(t))
+	platformKind := projectCRD("platformkinds", "PlatformKind", apiextensionsv1.NamespaceScoped, "integer")
+	platformKind.Name, platformKind.Spec.Group = "platformkinds.platform.crd.example.org", "platform.crd.example.org"
+	if _, err := platformCRDs.Create(ctx, platformKind, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/"+platformKind.Name, "--timeout=60s")
+	shadow := projectCRD("platformkinds", "Shadow", apiextensionsv1.NamespaceScoped, "integer")
+	shadow.Name, shadow.Spec.Group = platformKind.Name, platformKind.Spec.Group
+	if _, err := inA.Create(ctx, shadow, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if c := condition(waitNames(t, inA, shadow.Name, apiextensionsv1.ConditionFalse), apiextensionsv1.NamesAccepted); c.Reason != "GroupConflict" {
+		t.Errorf("a project CRD shadowing the platform's: %+v", c)
+	}
+	// A group is the platform's or projects': a new kind in a built-in group is refused too.
+	inApps := projectCRD("gizmos", "Gizmo", apiextensionsv1.NamespaceScoped, "integer")
+	inApps.Name, inApps.Spec.Group = "gizmos.rbac.authorization.k8s.io", "rbac.authorization.k8s.io"
+	inApps.Annotations = map[string]string{"api-approved.kubernetes.io": "https://github.com/kubernetes/enhancements/pull/1111"}
+	if _, err := inB.Create(ctx, inApps, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if c := condition(waitNames(t, inB, inApps.Name, apiextensionsv1.ConditionFalse), apiextensionsv1.NamesAccepted); c.Reason != "GroupConflict" {
+		t.Errorf("a project CRD in a built-in group: %+v", c)
+	}
+	// The names a deleted CRD held go to the next that asks.
+	if err := inA.Delete(ctx, "things.crd.example.net", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, inA, "others.crd.example.net", apiextensionsv1.ConditionTrue)
+	if _, err := inB.Get(ctx, "things.crd.example.net", metav1.GetOptions{}); err != nil {
+		t.Fatalf("project %s's CRD after %s deleted its own of the same name: %v", b, a, err)
+	}
+
+	// Nobody else sees A's CRDs: B (get, list, watch), the platform, the organization's context.
+	if _, err := inB.Get(ctx, "others.crd.example.net", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("project %s gets project %s's CRD: %v", b, a, err)
+	}
+	// A's CRDs by name; "things" is A's when namespaced (B's is cluster-scoped).
+	ofA := func(crd *apiextensionsv1.CustomResourceDefinition) bool {
+		return crd.Name == "others.crd.example.net" || crd.Name == shadow.Name ||
+			(crd.Name == "things.crd.example.net" && crd.Spec.Scope == apiextensionsv1.NamespaceScoped)
+	}
+	list, err := inB.List(ctx, metav1.ListOptions{})
+	if err != nil || len(list.Items) != 2 {
+		t.Errorf("project %s lists %v, %d CRDs; want its own two", b, err, len(list.Items))
+	}
+	for i := range list.Items {
+		if ofA(&list.Items[i]) {
+			t.Errorf("project %s lists project %s's CRD %s", b, a, list.Items[i].Name)
+		}
+	}
+	if list, err := platformCRDs.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=others.crd.example.net"}); err != nil || len(list.Items) != 0 {
+		t.Errorf("the platform lists a project's CRD: %v %v", err, list)
+	}
+	if _, err := crdsAt(t, m.configAt(t, tenancy.OrganizationPath("acme"))).Get(ctx, "others.crd.example.net", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the organization's context gets a project's CRD: %v", err)
+	}
+	// Only B's own event: A's CRDs never reach B's watch.
+	marker := projectCRD("markers", "Marker", apiextensionsv1.NamespaceScoped, "integer")
+	if _, err := inB.Create(ctx, marker, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(time.Minute)
+	for seenMarker := false; !seenMarker; {
+		select {
+		case ev, ok := <-bWatch.ResultChan():
+			if !ok {
+				t.Fatal("project B's watch ended")
+			}
+			crd, isCRD := ev.Object.(*apiextensionsv1.CustomResourceDefinition)
+			if !isCRD || ev.Type == watch.Error {
+				t.Fatalf("project B's watch: %v %#v", ev.Type, ev.Object)
+			}
+			if ofA(crd) {
+				t.Fatalf("project B's watch delivered project A's CRD %s", crd.Name)
+			}
+			seenMarker = crd.Name == marker.Name
+		case <-timeout:
+			t.Fatal("project B's watch did not deliver its own CRD")
+		}
+	}
+
+	// The all-projects view lists both projects' CRDs, each with its project.
+	all, err := crdsAt(t, m.configAt(t, tenancy.AllProjectsPath)).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	byProject := map[string][]string{}
+	for _, crd := range all.Items {
+		p := crd.Annotations[tenancy.AnnotationKey]
+		byProject[p] = append(byProject[p], crd.Name)
+	}
+	if len(byProject[a]) != 2 || len(byProject[b]) != 3 || len(byProject[""]) != 0 {
+		t.Errorf("the all-projects view: %v", byProject)
+	}
+
+	// An outsider cannot tell A from a project that does not exist.
+	outsider := func(p string) error {
+		cfg := rest.AnonymousClientConfig(m.projectConfig(t, p))
+		cfg.BearerToken = "carol-token"
+		_, err := crdsAt(t, cfg).List(ctx, metav1.ListOptions{})
+		return err
+	}
+	errA, errMissing := outsider(a), outsider("crds-missing-project")
+	if !apierrors.IsForbidden(errA) || !apierrors.IsForbidden(errMissing) ||
+		strings.ReplaceAll(errA.Error(), a, "P") != strings.ReplaceAll(errMissing.Error(), "crds-missing-project", "P") {
+		t.Errorf("an outsider's list of CRDs: in %s %v; in a missing project %v", a, errA, errMissing)
+	}
+
+	// A project created again under A's name starts without A's CRDs.
+	if err := m.dynamic(t).Resource(projectsGVR).Delete(ctx, a, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "project "+a+" gone", func() error {
+		if _, err := m.dynamic(t).Resource(projectsGVR).Get(ctx, a, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+	m.createProject(t, a)
+	m.waitProjectReady(t, a)
+	if list, err := inA.List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
+		t.Errorf("the new project %s lists %v %v, want no CRDs", a, err, list)
+	}
+	eventually(t, "the deleted project's CRDs purged", func() error {
+		all, err := crdsAt(t, m.configAt(t, tenancy.AllProjectsPath)).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, crd := range all.Items {
+			if crd.Annotations[tenancy.AnnotationKey] == a {
+				return fmt.Errorf("%s of project %s is still stored", crd.Name, a)
+			}
+		}
+		return nil
+	})
+}
+
+// TestProjectCRDsAdmission: what a project may not define is refused with 422
+// and a message that says why; a project member needs the permission for
+// CRDs in the project.
+func TestProjectCRDsAdmission(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	p := m.newProject(t, "crds-admission")
+	crds := crdsAt(t, m.projectConfig(t, p))
+
+	for group, message := range map[string]string{"example.k8s.io": "approval", "widgets.kubernetes.io": "approval", "projects.miloapis.com": "reserved"} {
+		reserved := projectCRD("things", "Thing", apiextensionsv1.NamespaceScoped, "integer")
+		reserved.Name, reserved.Spec.Group = "things."+group, group
+		if _, err := crds.Create(ctx, reserved, metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), message) {
+			t.Errorf("a CRD in group %s: %v, want 422 about %s", group, err, message)
+		}
+	}
+	// With upstream's approval annotation, a project installs a community CRD.
+	approved := projectCRD("gateways", "Gateway", apiextensionsv1.NamespaceScoped, "integer")
+	approved.Name, approved.Spec.Group = "gateways.gateway.networking.k8s.io", "gateway.networking.k8s.io"
+	approved.Annotations = map[string]string{"api-approved.kubernetes.io": "https://github.com/kubernetes-sigs/gateway-api/pull/891"}
+	if _, err := crds.Create(ctx, approved, metav1.CreateOptions{}); err != nil {
+		t.Errorf("Gateway API's CRD in a project: %v", err)
+	}
+	withWebhook := func(url string) *apiextensionsv1.CustomResourceDefinition {
+		crd := projectCRD("converted", "Converted", apiextensionsv1.NamespaceScoped, "integer")
+		crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter,
+			Webhook: &apiextensionsv1.WebhookConversion{ConversionReviewVersions: []string{"v1"}, ClientConfig: &apiextensionsv1.WebhookClientConfig{URL: &url}}}
+		return crd
+	}
+	if _, err := crds.Create(ctx, withWebhook("https://attacker.example.org/convert"), metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "conversion webhook") {
+		t.Errorf("a conversion webhook the operator did not allow: %v, want 422", err)
+	}
+	if _, err := crds.Create(ctx, withWebhook(sharedConversionPrefix+"converted"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("a conversion webhook the operator allows: %v", err)
+	}
+
+	// A member who may only read the project cannot define kinds in it.
+	admin := m.projectKube(t, p)
+	createServiceAccount(t, admin, "default", "reader")
+	bindServiceAccount(t, admin, "", "view", "default", "reader")
+	token, err := admin.CoreV1().ServiceAccounts("default").CreateToken(ctx, "reader", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := rest.AnonymousClientConfig(m.projectConfig(t, p))
+	cfg.BearerToken = token.Status.Token
+	if _, err := crdsAt(t, cfg).Create(ctx, projectCRD("readers", "Reader", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("a reader's CRD: %v, want 403", err)
+	}
+}
