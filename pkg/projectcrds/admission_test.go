@@ -28,7 +28,7 @@ func crdOf(group string, conversion *apiextensions.CustomResourceConversion) *ap
 		Spec: apiextensions.CustomResourceDefinitionSpec{Group: group, Conversion: conversion}}
 }
 
-func webhook(url string) *apiextensions.CustomResourceConversion {
+func webhookTo(url string) *apiextensions.CustomResourceConversion {
 	return &apiextensions.CustomResourceConversion{Strategy: apiextensions.WebhookConverter, WebhookClientConfig: &apiextensions.WebhookClientConfig{URL: &url}}
 }
 
@@ -44,16 +44,16 @@ func TestAdmission(t *testing.T) {
 		message     string
 	}{
 		"a project CRD":                              {rules: on, tenant: project, crd: crdOf("example.com", nil)},
-		"the platform's CRD in a reserved group":     {rules: on, tenant: tenancy.Tenant{}, crd: crdOf("x.miloapis.com", webhook("https://anywhere/"))},
+		"the platform's CRD in a reserved group":     {rules: on, tenant: tenancy.Tenant{}, crd: crdOf("x.miloapis.com", webhookTo("https://anywhere/"))},
 		"a project CRD on a server that serves none": {rules: Rules{}, tenant: project, crd: crdOf("example.com", nil), code: 403, message: "--project-crds"},
 		"a k8s.io group (upstream's approval rule)":  {rules: on, tenant: project, crd: crdOf("gateway.networking.k8s.io", nil)},
 		"a Milo group":                               {rules: on, tenant: project, crd: crdOf("iam.miloapis.com", nil), code: 422, message: "reserved"},
 		"miloapis.com itself":                        {rules: on, tenant: project, crd: crdOf("miloapis.com", nil), code: 422, message: "reserved"},
 		"a group that merely ends like one":          {rules: on, tenant: project, crd: crdOf("notmiloapis.com", nil)},
 		"conversion None":                            {rules: on, tenant: project, crd: crdOf("example.com", &apiextensions.CustomResourceConversion{Strategy: apiextensions.NoneConverter})},
-		"an allowed conversion webhook":              {rules: on, tenant: project, crd: crdOf("example.com", webhook("https://convert.example.net/widgets"))},
-		"a conversion webhook elsewhere":             {rules: on, tenant: project, crd: crdOf("example.com", webhook("https://convert.example.net.attacker.org/")), code: 422, message: "https://convert.example.net/"},
-		"a conversion webhook, none allowed":         {rules: Rules{Enabled: true}, tenant: project, crd: crdOf("example.com", webhook("https://convert.example.net/")), code: 422, message: "allows none"},
+		"an allowed conversion webhook":              {rules: on, tenant: project, crd: crdOf("example.com", webhookTo("https://convert.example.net/widgets"))},
+		"a conversion webhook elsewhere":             {rules: on, tenant: project, crd: crdOf("example.com", webhookTo("https://convert.example.net.attacker.org/")), code: 422, message: "https://convert.example.net/"},
+		"a conversion webhook, none allowed":         {rules: Rules{Enabled: true}, tenant: project, crd: crdOf("example.com", webhookTo("https://convert.example.net/")), code: 422, message: "allows none"},
 		"the status of a CRD is not the plugin's":    {rules: Rules{}, tenant: project, crd: crdOf("miloapis.com", nil), subresource: "status"},
 		"a conversion webhook through a Service": {rules: on, tenant: project, crd: crdOf("example.com", &apiextensions.CustomResourceConversion{Strategy: apiextensions.WebhookConverter,
 			WebhookClientConfig: &apiextensions.WebhookClientConfig{Service: &apiextensions.ServiceReference{Namespace: "kube-system", Name: "x"}}}), code: 422, message: "Service"},

@@ -52,7 +52,15 @@ type Server struct {
 // NewServer wires the delegation chain: aggregator → built-in APIs → CRDs → 404,
 // and registers Milo's post-start hooks.
 func NewServer(c CompletedConfig) (*Server, error) {
-	notFound := notfoundhandler.New(c.ControlPlane.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
+	var notFound http.Handler = notfoundhandler.New(c.ControlPlane.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
+	// Projects' own CRDs are served where the platform's CRD handler finds no CRD of the name.
+	projectCRDs, err := newProjectCRDServing(c)
+	if err != nil {
+		return nil, err
+	}
+	if projectCRDs != nil {
+		notFound = projectCRDs.Handler(notFound)
+	}
 	apiExtensions, err := c.APIExtensions.New(genericapiserver.NewEmptyDelegateWithCustomHandler(notFound))
 	if err != nil {
 		return nil, fmt.Errorf("creating apiextensions server: %w", err)
@@ -73,6 +81,16 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		return nil
 	}); err != nil {
 		return nil, err
+	}
+	if projectCRDs != nil {
+		if err := apiExtensions.GenericAPIServer.AddPostStartHook("milo-project-crds", func(ctx genericapiserver.PostStartHookContext) error {
+			if !projectCRDs.Run(ctx) && ctx.Err() == nil {
+				return errors.New("the informer of projects' CRDs did not sync")
+			}
+			return nil
+		}); err != nil {
+			return nil, err
+		}
 	}
 
 	builtIn, err := c.ControlPlane.New("milo", apiExtensions.GenericAPIServer)

@@ -12,7 +12,10 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -132,8 +135,8 @@ spec:
 	if c := condition(things, apiextensionsv1.NamesAccepted); c.Reason != "NoConflicts" {
 		t.Errorf("NamesAccepted %+v, want upstream's reason NoConflicts", c)
 	}
-	if c := condition(things, apiextensionsv1.Established); c.Status != apiextensionsv1.ConditionFalse || c.Reason != "InstancesNotServed" {
-		t.Errorf("Established %+v: the instances are not served yet, and the CRD must say so", c)
+	if c := condition(things, apiextensionsv1.Established); c.Status != apiextensionsv1.ConditionTrue || c.Reason != "InitialNamesAccepted" {
+		t.Errorf("Established %+v, want upstream's True, InitialNamesAccepted", c)
 	}
 
 	// B defines the same name, cluster-scoped, with another schema: its own.
@@ -343,5 +346,96 @@ func TestProjectCRDsAdmission(t *testing.T) {
 	cfg.BearerToken = token.Status.Token
 	if _, err := crdsAt(t, cfg).Create(ctx, projectCRD("readers", "Reader", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("a reader's CRD: %v, want 403", err)
+	}
+}
+
+// TestProjectCRDInstances: a project's kinds are served to it alone, each
+// project's instances validated and defaulted by its own CRD's schema.
+func TestProjectCRDInstances(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	a, b := m.newProject(t, "crd-instances-a"), m.newProject(t, "crd-instances-b")
+	inA, inB := crdsAt(t, m.projectConfig(t, a)), crdsAt(t, m.projectConfig(t, b))
+	withRules := projectCRD("things", "Thing", apiextensionsv1.NamespaceScoped, "integer")
+	props := withRules.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties
+	size := props["spec"].Properties["size"]
+	size.Default = &apiextensionsv1.JSON{Raw: []byte("1")}
+	spec := props["spec"]
+	spec.Properties["size"] = size
+	spec.XValidations = apiextensionsv1.ValidationRules{{Rule: "self.size >= 0", Message: "size is not negative"}}
+	props["spec"] = spec
+	if _, err := inA.Create(ctx, withRules, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := inB.Create(ctx, projectCRD("things", "Thing", apiextensionsv1.NamespaceScoped, "string"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, inA, "things.crd.example.net", apiextensionsv1.ConditionTrue)
+	waitNames(t, inB, "things.crd.example.net", apiextensionsv1.ConditionTrue)
+
+	things := schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "things"}
+	thing := func(name string, spec map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.example.net/v1", "kind": "Thing",
+			"metadata": map[string]any{"name": name}, "spec": spec}}
+	}
+	thingsA := m.projectDynamic(t, a).Resource(things).Namespace("default")
+	thingsB := m.projectDynamic(t, b).Resource(things).Namespace("default")
+	var made *unstructured.Unstructured
+	eventually(t, "a Thing in project "+a, func() error {
+		var err error
+		made, err = thingsA.Create(ctx, thing("first", map[string]any{}), metav1.CreateOptions{})
+		return err
+	})
+	if got, _, _ := unstructured.NestedInt64(made.Object, "spec", "size"); got != 1 {
+		t.Errorf("project %s's default: spec.size %d, want 1: %v", a, got, made.Object)
+	}
+	if _, err := thingsA.Create(ctx, thing("negative", map[string]any{"size": int64(-1)}), metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "size is not negative") {
+		t.Errorf("project %s's CEL rule: %v, want 422", a, err)
+	}
+	if _, err := thingsA.Create(ctx, thing("text", map[string]any{"size": "big"}), metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("a string size in project %s: %v, want 422", a, err)
+	}
+	// B's schema is B's own: a string size is right there, an integer is not.
+	eventually(t, "a Thing in project "+b, func() error {
+		_, err := thingsB.Create(ctx, thing("big", map[string]any{"size": "big"}), metav1.CreateOptions{})
+		return err
+	})
+	if _, err := thingsB.Create(ctx, thing("number", map[string]any{"size": int64(3)}), metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("an integer size in project %s: %v, want 422", b, err)
+	}
+
+	// Neither sees the other's.
+	if _, err := thingsA.Get(ctx, "big", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("project %s gets project %s's Thing: %v", a, b, err)
+	}
+	for p, c := range map[string]dynamic.ResourceInterface{a: thingsA, b: thingsB} {
+		list, err := c.List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			t.Errorf("project %s lists %v %v, want its one Thing", p, err, list)
+		}
+	}
+	w, err := thingsA.Watch(ctx, metav1.ListOptions{ResourceVersion: made.GetResourceVersion()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if _, err := thingsB.Create(ctx, thing("second-b", map[string]any{"size": "s"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := thingsA.Create(ctx, thing("second-a", map[string]any{"size": int64(2)}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-w.ResultChan():
+		if u, ok := ev.Object.(*unstructured.Unstructured); !ok || u.GetName() != "second-a" {
+			t.Fatalf("project %s's watch delivered %v %v first", a, ev.Type, ev.Object)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("no event")
+	}
+	// Another project that defines no Thing does not have the kind.
+	c := m.newProject(t, "crd-instances-c")
+	if _, err := m.projectDynamic(t, c).Resource(things).Namespace("default").List(ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("project %s without the CRD lists Things: %v", c, err)
 	}
 }

@@ -53,10 +53,11 @@ import (
 // Name is the controller's name in the registry of controllers.
 const Name = "project-crd-lifecycle"
 
-// notServed is the Established condition of a project CRD whose names are
-// accepted: Milo does not serve project CRDs' instances yet.
-var notServed = apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionFalse,
-	Reason: "InstancesNotServed", Message: "the names are accepted; this server does not serve the instances of CRDs defined in projects yet"}
+// established is the Established condition of a project CRD whose names are
+// accepted, as upstream's establishing controller sets it: the server serves
+// a project CRD as soon as its names are accepted.
+var established = apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue,
+	Reason: "InitialNamesAccepted", Message: "the initial names have been accepted"}
 
 // notAccepted is the Established condition of a CRD refused its names.
 var notAccepted = apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionFalse,
@@ -198,17 +199,17 @@ func (t *term) sync(ctx context.Context, key allprojects.Key) error {
 				taken.Claim(other.Status.AcceptedNames)
 			}
 		}
-		names, accepted, established := projectcrds.AcceptNames(crd, taken)
+		names, accepted, isEstablished := projectcrds.AcceptNames(crd, taken)
 		if platformServes && crd.Status.AcceptedNames.Plural == "" {
-			names, accepted, established = crd.Status.AcceptedNames, groupConflict(group), notAccepted
+			names, accepted, isEstablished = crd.Status.AcceptedNames, groupConflict(group), notAccepted
 		}
-		if established.Status != apiextensionsv1.ConditionTrue && accepted.Status == apiextensionsv1.ConditionTrue {
-			established = notServed
+		if isEstablished.Status != apiextensionsv1.ConditionTrue && accepted.Status == apiextensionsv1.ConditionTrue {
+			isEstablished = established
 		}
-		if equality.Semantic.DeepEqual(names, crd.Status.AcceptedNames) && hasCondition(crd, accepted) && hasCondition(crd, established) {
+		if equality.Semantic.DeepEqual(names, crd.Status.AcceptedNames) && hasCondition(crd, accepted) && hasCondition(crd, isEstablished) {
 			continue
 		}
-		written, err := t.write(ctx, key, crd.Name, names, accepted, established)
+		written, err := t.write(ctx, key, crd.Name, names, accepted, isEstablished)
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,228 @@
+package projectcrds
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	apiextensionshelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
+	apiextensionslisters "k8s.io/apiextensions-apiserver/pkg/client/listers/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/util/webhook"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/kube-openapi/pkg/validation/spec"
+
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// ServingConfig is what the handlers of project CRDs' instances are built
+// from: the apiextensions server's own settings, so that a project's kinds
+// are served exactly as the platform's.
+type ServingConfig struct {
+	// RESTOptions is the apiextensions server's storage of custom resources
+	// (tenant-keyed).
+	RESTOptions          generic.RESTOptionsGetter
+	Admission            admission.Interface
+	ServiceResolver      webhook.ServiceResolver
+	AuthResolverWrapper  webhook.AuthenticationInfoResolverWrapper
+	Authorizer           authorizer.Authorizer
+	RequestTimeout       time.Duration
+	MinRequestTimeout    time.Duration
+	StaticOpenAPISpec    map[string]*spec.Schema
+	MaxRequestBodyBytes  int64
+	NegotiatedSerializer runtime.NegotiatedSerializer
+}
+
+// classAnnotation carries, on the informer's copy of a project CRD only, its
+// schema class.
+const classAnnotation = "projectcrds.milo.internal/class"
+
+// Serving serves the instances of the CRDs projects define. One informer
+// over the all-projects view holds every project's CRDs, their specs shared
+// by schema class (100,000 projects defining the same CRD keep one copy of its
+// schemas); a request for a project's kind is handed to the handler of its
+// CRD's class — upstream's CRD handler, built over an informer holding the
+// class's one canonical CRD, so one storage and one watch cache per version
+// serve every project of the class.
+type Serving struct {
+	config ServingConfig
+	crds   cache.SharedIndexInformer
+
+	mu      sync.Mutex
+	specs   map[Class]apiextensionsv1.CustomResourceDefinitionSpec
+	classes map[Class]http.Handler
+}
+
+// NewServing prepares the serving of project CRDs; its informer reads the
+// all-projects view through clients and runs once Run is called.
+func NewServing(config ServingConfig, clients *allprojects.Clients) (*Serving, error) {
+	s := &Serving{config: config, specs: map[Class]apiextensionsv1.CustomResourceDefinitionSpec{}, classes: map[Class]http.Handler{}}
+	newREST := func(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
+		c, err := apiextensionsclient.NewForConfigAndClient(cfg, hc)
+		if err != nil {
+			return nil, err
+		}
+		return c.RESTClient(), nil
+	}
+	crds, err := clients.Informer(newREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, true, nil, s.Keep)
+	if err == nil {
+		err = allprojects.IndexByProject(crds)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.crds = crds
+	return s, nil
+}
+
+// Run fills the informer of projects' CRDs and keeps it current until ctx
+// ends; false if ctx ended before it was filled.
+func (s *Serving) Run(ctx context.Context) bool {
+	go s.crds.Run(ctx.Done())
+	return cache.WaitForCacheSync(ctx.Done(), s.crds.HasSynced)
+}
+
+// Keep is the informer's transform after allprojects.Qualify: it records the
+// CRD's class and makes its spec the class's shared one.
+func (s *Serving) Keep(obj any) (any, error) {
+	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
+	if !ok || crd.Annotations[classAnnotation] != "" {
+		return obj, nil
+	}
+	class, err := ClassOf(crd)
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if spec, ok := s.specs[class]; ok {
+		crd.Spec = spec
+	} else {
+		s.specs[class] = crd.Spec
+	}
+	s.mu.Unlock()
+	if crd.Annotations == nil {
+		crd.Annotations = map[string]string{}
+	}
+	crd.Annotations[classAnnotation] = string(class)
+	crd.ManagedFields = nil
+	return crd, nil
+}
+
+// lookup returns the CRD named name of the project of t, if it has one.
+func (s *Serving) lookup(t tenancy.Tenant, name string) *apiextensionsv1.CustomResourceDefinition {
+	key := allprojects.Key{Project: t.Name, ID: t.ID, Name: name}
+	obj, ok, err := s.crds.GetStore().GetByKey(key.StoreKey())
+	if err != nil || !ok {
+		return nil
+	}
+	crd, _ := obj.(*apiextensionsv1.CustomResourceDefinition)
+	return crd
+}
+
+// Handler serves the requests for project CRDs' instances and hands every
+// other request to next.
+func (s *Serving) Handler(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		ctx := req.Context()
+		t := tenancy.From(ctx)
+		info, ok := request.RequestInfoFrom(ctx)
+		if !ok || !info.IsResourceRequest || !t.IsProject() || t.ID == "" || info.APIGroup == "" {
+			next.ServeHTTP(w, req)
+			return
+		}
+		crd := s.lookup(t, info.Resource+"."+info.APIGroup)
+		if crd == nil || !apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
+			next.ServeHTTP(w, req)
+			return
+		}
+		gv := schema.GroupVersion{Group: info.APIGroup, Version: info.APIVersion}
+		if info.Verb == "create" && crd.DeletionTimestamp != nil {
+			// As upstream: nothing new while the CRD's instances are being deleted.
+			err := apierrors.NewMethodNotSupported(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, "create")
+			err.ErrStatus.Message = fmt.Sprintf("create not allowed while custom resource definition %s is terminating", crd.Name)
+			responsewriters.ErrorNegotiated(err, s.config.NegotiatedSerializer, gv, w, req)
+			return
+		}
+		h, err := s.class(crd)
+		if err != nil {
+			responsewriters.ErrorNegotiated(apierrors.NewInternalError(fmt.Errorf("serving %s: %w", crd.Name, err)), s.config.NegotiatedSerializer, gv, w, req)
+			return
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
+// class returns the handler of crd's schema class, building it on first use.
+func (s *Serving) class(crd *apiextensionsv1.CustomResourceDefinition) (http.Handler, error) {
+	class := Class(crd.Annotations[classAnnotation])
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.classes[class]; ok {
+		return h, nil
+	}
+	// The class's canonical CRD: named as upstream names it, identified by
+	// its class (upstream keeps a handler's storage by CRD UID), served.
+	canonical := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: crd.Spec.Names.Plural + "." + crd.Spec.Group, UID: types.UID(class)},
+		Spec:       *crd.Spec.DeepCopy(),
+		Status: apiextensionsv1.CustomResourceDefinitionStatus{AcceptedNames: crd.Status.AcceptedNames,
+			StoredVersions: crd.Status.StoredVersions,
+			Conditions: []apiextensionsv1.CustomResourceDefinitionCondition{
+				{Type: apiextensionsv1.NamesAccepted, Status: apiextensionsv1.ConditionTrue},
+				{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue}}},
+	}
+	one := newOneCRD(canonical)
+	h, err := apiextensionsapiserver.NewCustomResourceDefinitionHandler(nil, nil, one, notServed{s.config.NegotiatedSerializer},
+		lenientRESTOptions{s.config.RESTOptions}, s.config.Admission, nil, s.config.ServiceResolver, s.config.AuthResolverWrapper, 1,
+		s.config.Authorizer, s.config.RequestTimeout, s.config.MinRequestTimeout, s.config.StaticOpenAPISpec, s.config.MaxRequestBodyBytes)
+	if err != nil {
+		return nil, err
+	}
+	s.classes[class] = h
+	return h, nil
+}
+
+// notServed answers what the class handler does not serve (a version the
+// CRD does not serve, the wrong scope) as the apiserver answers any unknown path.
+type notServed struct{ runtime.NegotiatedSerializer }
+
+func (notServed) ServeHTTP(w http.ResponseWriter, req *http.Request) { http.NotFound(w, req) }
+
+// oneCRD is an informer that holds one CRD and never runs: the class
+// handler reads its CRD from it.
+type oneCRD struct {
+	informer cache.SharedIndexInformer
+}
+
+func newOneCRD(crd *apiextensionsv1.CustomResourceDefinition) oneCRD {
+	never := &cache.ListWatch{
+		ListFunc:  func(metav1.ListOptions) (runtime.Object, error) { return &apiextensionsv1.CustomResourceDefinitionList{}, nil },
+		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return watch.NewEmptyWatch(), nil },
+	}
+	inf := cache.NewSharedIndexInformer(never, &apiextensionsv1.CustomResourceDefinition{}, 0, cache.Indexers{})
+	inf.GetStore().Add(crd) //nolint:errcheck // a store without indexers does not fail
+	return oneCRD{informer: inf}
+}
+
+func (o oneCRD) Informer() cache.SharedIndexInformer { return o.informer }
+
+func (o oneCRD) Lister() apiextensionslisters.CustomResourceDefinitionLister {
+	return apiextensionslisters.NewCustomResourceDefinitionLister(o.informer.GetIndexer())
+}
