@@ -213,7 +213,9 @@ type oneCRD struct {
 
 func newOneCRD(crd *apiextensionsv1.CustomResourceDefinition) oneCRD {
 	never := &cache.ListWatch{
-		ListFunc:  func(metav1.ListOptions) (runtime.Object, error) { return &apiextensionsv1.CustomResourceDefinitionList{}, nil },
+		ListFunc: func(metav1.ListOptions) (runtime.Object, error) {
+			return &apiextensionsv1.CustomResourceDefinitionList{}, nil
+		},
 		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return watch.NewEmptyWatch(), nil },
 	}
 	inf := cache.NewSharedIndexInformer(never, &apiextensionsv1.CustomResourceDefinition{}, 0, cache.Indexers{})

@@ -364,7 +364,7 @@ func TestProjectCRDInstances(t *testing.T) {
 	spec.Properties["size"] = size
 	spec.XValidations = apiextensionsv1.ValidationRules{{Rule: "self.size >= 0", Message: "size is not negative"}}
 	props["spec"] = spec
-	if _, err := inA.Create(ctx, withRules, metav1.CreateOptions{}); err != nil {
+	if _, err := inA.Create(ctx, withRules.DeepCopy(), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := inB.Create(ctx, projectCRD("things", "Thing", apiextensionsv1.NamespaceScoped, "string"), metav1.CreateOptions{}); err != nil {
@@ -433,6 +433,27 @@ func TestProjectCRDInstances(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no event")
 	}
+	// Deleting A's CRD deletes A's Things, not B's; defined again, it starts empty.
+	if err := inA.Delete(ctx, "things.crd.example.net", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "project "+a+"'s CRD gone", func() error {
+		if _, err := inA.Get(ctx, "things.crd.example.net", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+	if list, err := thingsB.List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 2 {
+		t.Errorf("project %s's Things after %s deleted its CRD: %v %v", b, a, err, list)
+	}
+	if _, err := inA.Create(ctx, withRules.DeepCopy(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, inA, "things.crd.example.net", apiextensionsv1.ConditionTrue)
+	if list, err := thingsA.List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
+		t.Errorf("project %s's Things after its CRD was deleted and made again: %v %v", a, err, list)
+	}
+
 	// Another project that defines no Thing does not have the kind.
 	c := m.newProject(t, "crd-instances-c")
 	if _, err := m.projectDynamic(t, c).Resource(things).Namespace("default").List(ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {

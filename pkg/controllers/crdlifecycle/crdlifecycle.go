@@ -12,8 +12,8 @@
 // accepted before the platform served the group; it keeps what it holds.
 //
 // Deletion: the apiserver marks a deleted CRD with upstream's
-// customresourcecleanup finalizer; this controller removes it. A project
-// CRD's instances are not served yet, so there are none to delete first.
+// customresourcecleanup finalizer; this controller deletes the CRD's
+// instances in its project, waits until they are gone, and removes it.
 //
 // One informer over the all-projects view holds every project's CRDs,
 // reduced to their names and conditions (a CRD's schemas can be tens of
@@ -38,8 +38,10 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -105,6 +107,10 @@ func slim(obj any) (any, error) {
 			CreationTimestamp: crd.CreationTimestamp, DeletionTimestamp: crd.DeletionTimestamp, Finalizers: crd.Finalizers},
 		Spec:   apiextensionsv1.CustomResourceDefinitionSpec{Group: crd.Spec.Group, Names: crd.Spec.Names, Scope: crd.Spec.Scope},
 		Status: apiextensionsv1.CustomResourceDefinitionStatus{AcceptedNames: crd.Status.AcceptedNames, Conditions: crd.Status.Conditions},
+	}
+	// Which versions are served, to delete the instances of a deleted CRD; not their schemas.
+	for _, v := range crd.Spec.Versions {
+		out.Spec.Versions = append(out.Spec.Versions, apiextensionsv1.CustomResourceDefinitionVersion{Name: v.Name, Served: v.Served, Storage: v.Storage})
 	}
 	return out, nil
 }
@@ -187,6 +193,9 @@ func (t *term) sync(ctx context.Context, key allprojects.Key) error {
 	}
 	for _, crd := range crds {
 		if crd.DeletionTimestamp != nil && slices.Contains(crd.Finalizers, apiextensionsv1.CustomResourceCleanupFinalizer) {
+			if err := t.deleteInstances(ctx, key, crd); err != nil {
+				return err
+			}
 			if err := t.finalize(ctx, key, crd.Name); err != nil {
 				return err
 			}
@@ -241,8 +250,51 @@ func (t *term) write(ctx context.Context, key allprojects.Key, name string, name
 	return client.CustomResourceDefinitions().UpdateStatus(ctx, fresh, metav1.UpdateOptions{FieldManager: Name})
 }
 
-// finalize removes upstream's cleanup finalizer from a deleted CRD, so that
-// it goes.
+// deleteInstances deletes every instance of a deleted CRD in its project,
+// through the project's URL (the server serves a deleting CRD, except for
+// creates), and returns nil once none is left: instances with finalizers of
+// their own are waited for, as upstream's finalizer controller waits.
+func (t *term) deleteInstances(ctx context.Context, key allprojects.Key, crd *apiextensionsv1.CustomResourceDefinition) error {
+	version := ""
+	for _, v := range crd.Spec.Versions {
+		if v.Served && (version == "" || v.Storage) {
+			version = v.Name
+		}
+	}
+	if version == "" || crd.Status.AcceptedNames.Plural == "" {
+		return nil // never served: no instance was ever made
+	}
+	client, err := dynamic.NewForConfigAndClient(t.clients.Config(key.Project), t.clients.HTTPClient())
+	if err != nil {
+		return err
+	}
+	resource := client.Resource(schema.GroupVersionResource{Group: crd.Spec.Group, Version: version, Resource: crd.Status.AcceptedNames.Plural})
+	list, err := resource.List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if len(list.Items) == 0 {
+		return nil
+	}
+	for _, item := range list.Items {
+		var err error
+		if ns := item.GetNamespace(); ns != "" {
+			err = resource.Namespace(ns).Delete(ctx, item.GetName(), metav1.DeleteOptions{})
+		} else {
+			err = resource.Delete(ctx, item.GetName(), metav1.DeleteOptions{})
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return manager.Waiting{Reason: fmt.Sprintf("%d instances of %s are being deleted", len(list.Items), crd.Name)}
+}
+
+// finalize removes upstream's cleanup finalizer from a deleted CRD whose
+// instances are gone, so that it goes.
 func (t *term) finalize(ctx context.Context, key allprojects.Key, name string) error {
 	client, err := apiextensionsclient.NewForConfigAndClient(t.clients.Config(key.Project), t.clients.HTTPClient())
 	if err != nil {
