@@ -54,26 +54,20 @@ type ServingConfig struct {
 // schema class.
 const classAnnotation = "projectcrds.milo.internal/class"
 
-// Serving serves the instances of the CRDs projects define. One informer
-// over the all-projects view holds every project's CRDs, their specs shared
-// by schema class (100,000 projects defining the same CRD keep one copy of its
-// schemas); a request for a project's kind is handed to the handler of its
-// CRD's class — upstream's CRD handler, built over an informer holding the
-// class's one canonical CRD, so one storage and one watch cache per version
-// serve every project of the class.
-type Serving struct {
-	config ServingConfig
-	crds   cache.SharedIndexInformer
+// Index holds every project's CRDs: one informer over the all-projects view,
+// specs shared by schema class (100,000 projects defining the same CRD keep
+// one copy of its schemas), indexed by project.
+type Index struct {
+	crds cache.SharedIndexInformer
 
-	mu      sync.Mutex
-	specs   map[Class]apiextensionsv1.CustomResourceDefinitionSpec
-	classes map[Class]http.Handler
+	mu    sync.Mutex
+	specs map[Class]apiextensionsv1.CustomResourceDefinitionSpec
 }
 
-// NewServing prepares the serving of project CRDs; its informer reads the
-// all-projects view through clients and runs once Run is called.
-func NewServing(config ServingConfig, clients *allprojects.Clients) (*Serving, error) {
-	s := &Serving{config: config, specs: map[Class]apiextensionsv1.CustomResourceDefinitionSpec{}, classes: map[Class]http.Handler{}}
+// NewIndex prepares the index; its informer reads the all-projects view
+// through clients and runs once Run is called.
+func NewIndex(clients *allprojects.Clients) (*Index, error) {
+	s := &Index{specs: map[Class]apiextensionsv1.CustomResourceDefinitionSpec{}}
 	newREST := func(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
 		c, err := apiextensionsclient.NewForConfigAndClient(cfg, hc)
 		if err != nil {
@@ -81,7 +75,7 @@ func NewServing(config ServingConfig, clients *allprojects.Clients) (*Serving, e
 		}
 		return c.RESTClient(), nil
 	}
-	crds, err := clients.Informer(newREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, true, nil, s.Keep)
+	crds, err := clients.Informer(newREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, true, nil, s.keep)
 	if err == nil {
 		err = allprojects.IndexByProject(crds)
 	}
@@ -92,16 +86,16 @@ func NewServing(config ServingConfig, clients *allprojects.Clients) (*Serving, e
 	return s, nil
 }
 
-// Run fills the informer of projects' CRDs and keeps it current until ctx
-// ends; false if ctx ended before it was filled.
-func (s *Serving) Run(ctx context.Context) bool {
+// Run fills the index and keeps it current until ctx ends; false if ctx
+// ended before it was filled.
+func (s *Index) Run(ctx context.Context) bool {
 	go s.crds.Run(ctx.Done())
 	return cache.WaitForCacheSync(ctx.Done(), s.crds.HasSynced)
 }
 
-// Keep is the informer's transform after allprojects.Qualify: it records the
+// keep is the informer's transform after allprojects.Qualify: it records the
 // CRD's class and makes its spec the class's shared one.
-func (s *Serving) Keep(obj any) (any, error) {
+func (s *Index) keep(obj any) (any, error) {
 	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
 	if !ok || crd.Annotations[classAnnotation] != "" {
 		return obj, nil
@@ -125,8 +119,25 @@ func (s *Serving) Keep(obj any) (any, error) {
 	return crd, nil
 }
 
+// Serving serves the instances of the CRDs projects define: a request for a
+// project's kind is handed to the handler of its CRD's class — upstream's CRD
+// handler, built over an informer holding the class's one canonical CRD, so
+// one storage and one watch cache per version serve every project of the class.
+type Serving struct {
+	config ServingConfig
+	index  *Index
+
+	mu      sync.Mutex
+	classes map[Class]http.Handler
+}
+
+// NewServing prepares the serving of the CRDs of index.
+func NewServing(config ServingConfig, index *Index) *Serving {
+	return &Serving{config: config, index: index, classes: map[Class]http.Handler{}}
+}
+
 // lookup returns the CRD named name of the project of t, if it has one.
-func (s *Serving) lookup(t tenancy.Tenant, name string) *apiextensionsv1.CustomResourceDefinition {
+func (s *Index) lookup(t tenancy.Tenant, name string) *apiextensionsv1.CustomResourceDefinition {
 	key := allprojects.Key{Project: t.Name, ID: t.ID, Name: name}
 	obj, ok, err := s.crds.GetStore().GetByKey(key.StoreKey())
 	if err != nil || !ok {
@@ -147,7 +158,7 @@ func (s *Serving) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, req)
 			return
 		}
-		crd := s.lookup(t, info.Resource+"."+info.APIGroup)
+		crd := s.index.lookup(t, info.Resource+"."+info.APIGroup)
 		if crd == nil || !apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
 			next.ServeHTTP(w, req)
 			return

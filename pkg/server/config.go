@@ -17,10 +17,12 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/iam/users"
+	"go.miloapis.com/milo/pkg/projectcrds"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenantadmission"
 	"go.miloapis.com/milo/pkg/tenantstate"
@@ -54,6 +56,9 @@ type Tenancy struct {
 	Tenant *tenantstate.Reader
 	// RBAC reads project RBAC objects through Tenant.
 	RBAC *projectrbac.Storage
+	// ProjectCRDs holds every project's own CRDs (nil without --project-crds):
+	// their instances are served from it, projects' discovery lists them.
+	ProjectCRDs *projectcrds.Index
 	// EtcdClient works on key ranges: quota counts and purges.
 	EtcdClient *clientv3.Client
 	// IAM makes Milo IAM's decisions; fed from informers once the CRDs exist.
@@ -130,6 +135,15 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		c.IAM = evaluator.New()
 	}
 	makeStorageTenantKeyed(c, c.Prefixes)
+	if opts.ProjectCRDs {
+		clients, err := allprojects.NewClients(cp.Generic.LoopbackClientConfig)
+		if err != nil {
+			return nil, err
+		}
+		if c.ProjectCRDs, err = projectcrds.NewIndex(clients); err != nil {
+			return nil, err
+		}
+	}
 	c.Hierarchy = opts.Hierarchy
 	if c.Hierarchy == nil {
 		c.Hierarchy = &hierarchy.Tree{}

@@ -7,19 +7,14 @@ import (
 	openapibuilder3 "k8s.io/kube-openapi/pkg/builder3"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
-	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/projectcrds"
 )
 
 // newProjectCRDServing prepares the serving of projects' own CRDs with the
 // apiextensions server's settings; nil without --project-crds.
-func newProjectCRDServing(c CompletedConfig) (*projectcrds.Serving, error) {
-	if !c.Options.ProjectCRDs {
-		return nil, nil
-	}
-	clients, err := allprojects.NewClients(c.ControlPlane.Generic.LoopbackClientConfig)
-	if err != nil {
-		return nil, err
+func newProjectCRDServing(c CompletedConfig) *projectcrds.Serving {
+	if c.ProjectCRDs == nil {
+		return nil
 	}
 	g, x := c.APIExtensions.GenericConfig, c.APIExtensions.ExtraConfig
 	return projectcrds.NewServing(projectcrds.ServingConfig{
@@ -33,7 +28,7 @@ func newProjectCRDServing(c CompletedConfig) (*projectcrds.Serving, error) {
 		StaticOpenAPISpec:    crdStaticOpenAPISpec(c),
 		MaxRequestBodyBytes:  g.MaxRequestBodyBytes,
 		NegotiatedSerializer: c.ControlPlane.Generic.Serializer,
-	}, clients)
+	}, c.ProjectCRDs)
 }
 
 // crdStaticOpenAPISpec is the OpenAPI the apiextensions server builds its

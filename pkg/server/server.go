@@ -54,10 +54,7 @@ type Server struct {
 func NewServer(c CompletedConfig) (*Server, error) {
 	var notFound http.Handler = notfoundhandler.New(c.ControlPlane.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
 	// Projects' own CRDs are served where the platform's CRD handler finds no CRD of the name.
-	projectCRDs, err := newProjectCRDServing(c)
-	if err != nil {
-		return nil, err
-	}
+	projectCRDs := newProjectCRDServing(c)
 	if projectCRDs != nil {
 		notFound = projectCRDs.Handler(notFound)
 	}
@@ -82,9 +79,9 @@ func NewServer(c CompletedConfig) (*Server, error) {
 	}); err != nil {
 		return nil, err
 	}
-	if projectCRDs != nil {
+	if c.ProjectCRDs != nil {
 		if err := apiExtensions.GenericAPIServer.AddPostStartHook("milo-project-crds", func(ctx genericapiserver.PostStartHookContext) error {
-			if !projectCRDs.Run(ctx) && ctx.Err() == nil {
+			if !c.ProjectCRDs.Run(ctx) && ctx.Err() == nil {
 				return errors.New("the informer of projects' CRDs did not sync")
 			}
 			return nil

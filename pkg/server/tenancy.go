@@ -118,6 +118,9 @@ func routeTenants(c *Config, tree *hierarchy.Tree) error {
 	}
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
 		router := &tenancy.Router{Projects: tree, Hierarchy: tree, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer, Lifetimes: lifetimes, Watches: watches, ProjectCRDs: c.Options.ProjectCRDs}
+		if c.ProjectCRDs != nil {
+			router.ProjectAPIs = c.ProjectCRDs
+		}
 		sa := c.ControlPlane.Extra
 		issuers := satokens.NewDiscovery(sa.ServiceAccountIssuerURL, sa.ServiceAccountJWKSURI, sa.ServiceAccountPublicKeysGetter, gc.Serializer)
 		// Outermost: route by URL. Innermost, after authentication and

@@ -41,7 +41,10 @@ func (v visibility) hiddenDiscoveryPath(path string) bool {
 // removed. It asks for JSON, uncompressed and without caching validators, so the
 // body can be rewritten; the result carries no ETag, so clients never reuse a
 // platform-wide document for a project.
-func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *http.Request, v visibility) {
+func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *http.Request, v visibility, own ownGroups) {
+	if own.serveOwnDocument(w, req.URL.Path) {
+		return
+	}
 	req.Header = req.Header.Clone()
 	req.Header.Set("Accept", jsonOnly(req.Header.Get("Accept")))
 	req.Header.Del("Accept-Encoding")
@@ -59,9 +62,17 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 	if rec.code == http.StatusOK && (strings.Contains(rec.header.Get("Content-Type"), "json") || strings.HasPrefix(req.URL.Path, "/openapi/")) {
 		if filtered, ok := filterDiscovery(body, v); ok {
 			body = filtered
-			if !strings.Contains(rec.header.Get("Content-Type"), "json") {
-				rec.header.Set("Content-Type", "application/json")
+		}
+		if len(own) > 0 && (req.URL.Path == "/apis" || req.URL.Path == "/apis/") {
+			var doc map[string]json.RawMessage
+			if json.Unmarshal(body, &doc) == nil && own.addTo(doc) {
+				if out, err := json.Marshal(doc); err == nil {
+					body = out
+				}
 			}
+		}
+		if !strings.Contains(rec.header.Get("Content-Type"), "json") {
+			rec.header.Set("Content-Type", "application/json")
 		}
 	}
 	for k, v := range rec.header {

@@ -70,6 +70,9 @@ type Router struct {
 	// ProjectCRDs serves CustomResourceDefinitions in projects: each project
 	// defines its own (docs/project-crds.md).
 	ProjectCRDs bool
+	// ProjectAPIs lists the groups projects define for themselves in their
+	// discovery; nil lists none.
+	ProjectAPIs ProjectAPIs
 }
 
 // Wrap returns handler behind the router.
@@ -148,7 +151,11 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 				notServed(w, req)
 				return
 			}
-			serveFilteredDiscovery(handler, w, inner, v)
+			var own ownGroups
+			if tenant.IsProject() && tenant.ID != "" && r.ProjectAPIs != nil {
+				own = r.ProjectAPIs.Groups(tenant.ID)
+			}
+			serveFilteredDiscovery(handler, w, inner, v, own)
 			return
 		}
 		handler.ServeHTTP(w, inner)

@@ -454,9 +454,36 @@ func TestProjectCRDInstances(t *testing.T) {
 		t.Errorf("project %s's Things after its CRD was deleted and made again: %v %v", a, err, list)
 	}
 
-	// Another project that defines no Thing does not have the kind.
+	// kubectl finds the kind through the project's discovery: apply, get
+	// with the CRD's printer columns, api-resources.
+	ka := m.projectKubeconfig(t, a)
+	manifest := "apiVersion: crd.example.net/v1\nkind: Thing\nmetadata: {name: applied, namespace: default}\nspec: {size: 7}\n"
+	eventuallyKubectl(t, m, ka, manifest, "apply", "-f", "-")
+	if r := m.kubectlWith(t, ka, "", "get", "things", "applied", "-o", "jsonpath={.spec.size}"); r.err != nil || r.stdout != "7" {
+		t.Errorf("kubectl get thing: %q %v %s", r.stdout, r.err, r.stderr)
+	}
+	if r := m.kubectlWith(t, ka, manifest, "apply", "--server-side", "-f", "-"); r.err != nil {
+		t.Errorf("kubectl apply --server-side: %v %s", r.err, r.stderr)
+	}
+	if r := m.kubectlWith(t, ka, "", "api-resources", "--api-group=crd.example.net", "-o", "name"); r.err != nil || strings.TrimSpace(r.stdout) != "things.crd.example.net" {
+		t.Errorf("kubectl api-resources in project %s: %q %v %s", a, r.stdout, r.err, r.stderr)
+	}
+
+	// Another project that defines no Thing does not have the kind, nor its group in discovery.
 	c := m.newProject(t, "crd-instances-c")
 	if _, err := m.projectDynamic(t, c).Resource(things).Namespace("default").List(ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("project %s without the CRD lists Things: %v", c, err)
+	}
+	groups, err := m.projectKube(t, c).Discovery().ServerGroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range groups.Groups {
+		if g.Name == "crd.example.net" {
+			t.Errorf("project %s's discovery lists another project's group", c)
+		}
+	}
+	if err := m.projectKube(t, c).Discovery().RESTClient().Get().AbsPath("/apis/crd.example.net/v1").Do(ctx).Error(); !apierrors.IsNotFound(err) {
+		t.Errorf("project %s's discovery document of another project's group: %v", c, err)
 	}
 }
