@@ -4,6 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/url"
+	"path"
+	"slices"
 	"strings"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
@@ -27,40 +30,75 @@ type Rules struct {
 	// conversion webhook may call (--project-crd-conversion-webhook-prefixes);
 	// none by default.
 	ConversionWebhookURLPrefixes []string
+	// MaxPerProject is the most CRDs one project defines (--max-project-crds).
+	MaxPerProject int
 }
 
+// DefaultMaxPerProject is how many CRDs one project may define by default:
+// more than the operators a team runs install (a few dozen each), few enough
+// that one project's definitions — up to 1.5 MiB each — stay a small part of
+// what the server holds.
+const DefaultMaxPerProject = 200
+
 // Register registers the plugin; it reads rules when the server builds it,
-// after the flags are parsed.
-func Register(plugins *admission.Plugins, rules *Rules) {
+// after the flags are parsed, and projects' CRDs from index.
+func Register(plugins *admission.Plugins, rules *Rules, index *Index) {
 	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) {
-		return newPlugin(*rules), nil
+		return newPlugin(*rules, index), nil
 	})
 }
 
-func newPlugin(rules Rules) *plugin {
-	return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update), rules: rules}
+func newPlugin(rules Rules, index *Index) *plugin {
+	return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update), rules: rules, index: index}
 }
 
 type plugin struct {
 	*admission.Handler
 	rules Rules
+	index *Index
 }
 
 var _ admission.ValidationInterface = &plugin{}
 
 // Validate refuses, in a project, a CRD the project may not define: any CRD
-// when the server serves none, one in a group Milo reserves, and one whose
-// conversion webhook the operator has not allowed.
+// when the server serves none, more than the most one project defines, one
+// in a group Milo reserves, one whose conversion webhook the operator has not
+// allowed; and a write of a project CRD's status by anyone but the server's
+// superusers (the controllers): what names a CRD holds decides what the
+// server serves. On the platform, it refuses a CRD of a group some project
+// defines: a group is the platform's or projects', never both, so that their
+// instances never share a key range.
 func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	if !tenancy.From(ctx).IsProject() || a.GetResource().GroupResource() != tenancy.CRDs || a.GetSubresource() != "" {
+	if a.GetResource().GroupResource() != tenancy.CRDs {
 		return nil
 	}
 	crd, ok := a.GetObject().(*apiextensions.CustomResourceDefinition)
 	if !ok {
 		return nil
 	}
+	t := tenancy.From(ctx)
+	switch {
+	case t.Kind == tenancy.Platform:
+		if a.GetOperation() == admission.Create && a.GetSubresource() == "" && p.index.definesGroup(crd.Spec.Group) {
+			return apierrors.NewConflict(tenancy.CRDs, crd.Name, fmt.Errorf("projects define their own kinds in group %q; "+
+				"a group is the platform's or projects', and the platform's CRDs cannot join one projects use", crd.Spec.Group))
+		}
+		return nil
+	case !t.IsProject():
+		return nil
+	case a.GetSubresource() == "status":
+		if !superuser(a) {
+			return admission.NewForbidden(a, fmt.Errorf("the status of a project's CustomResourceDefinition is the server's to write"))
+		}
+		return nil
+	case a.GetSubresource() != "":
+		return nil
+	}
 	if !p.rules.Enabled {
 		return admission.NewForbidden(a, fmt.Errorf("this server does not serve CustomResourceDefinitions defined in projects (its operator enables them with --project-crds)"))
+	}
+	if a.GetOperation() == admission.Create && p.rules.MaxPerProject > 0 && len(p.index.ofProject(t.ID)) >= p.rules.MaxPerProject {
+		return admission.NewForbidden(a, fmt.Errorf("project %s defines %d CustomResourceDefinitions, the most one project may define", t.Name, p.rules.MaxPerProject))
 	}
 	errs := ReservedGroup(crd.Spec.Group, field.NewPath("spec", "group"))
 	errs = append(errs, p.conversion(crd.Spec.Conversion, field.NewPath("spec", "conversion"))...)
@@ -92,19 +130,15 @@ func ReservedGroup(group string, path *field.Path) field.ErrorList {
 // network. A webhook reached through a Service is refused whatever the
 // prefixes: a project has no Services of its own to name, only the platform's.
 func (p *plugin) conversion(c *apiextensions.CustomResourceConversion, path *field.Path) field.ErrorList {
-	if c == nil || c.Strategy != apiextensions.WebhookConverter || c.WebhookClientConfig == nil {
+	if c == nil || c.Strategy != apiextensions.WebhookConverter {
 		return nil
 	}
 	cc, path := c.WebhookClientConfig, path.Child("webhook", "clientConfig")
-	if cc.Service != nil {
+	if cc != nil && cc.Service != nil {
 		return field.ErrorList{field.Forbidden(path.Child("service"), "a project CRD's conversion webhook cannot be reached through a Service; name a URL the server's operator allows")}
 	}
-	if cc.URL != nil {
-		for _, prefix := range p.rules.ConversionWebhookURLPrefixes {
-			if prefix != "" && strings.HasPrefix(*cc.URL, prefix) {
-				return nil
-			}
-		}
+	if cc != nil && cc.URL != nil && AllowedURL(*cc.URL, p.rules.ConversionWebhookURLPrefixes) {
+		return nil
 	}
 	allowed := "this server allows none"
 	if len(p.rules.ConversionWebhookURLPrefixes) > 0 {
@@ -112,4 +146,36 @@ func (p *plugin) conversion(c *apiextensions.CustomResourceConversion, path *fie
 	}
 	return field.ErrorList{field.Forbidden(path.Child("url"), "a project CRD's conversion webhook would make the server call a URL the project chooses; "+allowed+
 		" (the operator's --project-crd-conversion-webhook-prefixes); use conversion strategy None")}
+}
+
+// AllowedURL reports whether url is under one of prefixes (https URLs whose
+// paths end in '/'): the same scheme and host, exactly, and a path under the
+// prefix's once cleaned — a path that climbs out with "..", written plainly or
+// escaped, is under none.
+func AllowedURL(raw string, prefixes []string) bool {
+	u, err := url.Parse(raw)
+	if err != nil || u.User != nil || u.Opaque != "" {
+		return false
+	}
+	escaped := strings.ToLower(u.EscapedPath())
+	if strings.Contains(escaped, "..") || strings.Contains(escaped, "%2e") || strings.Contains(escaped, "%2f") || strings.Contains(escaped, "%5c") {
+		return false
+	}
+	for _, prefix := range prefixes {
+		p, err := url.Parse(prefix)
+		if err != nil || p.Path == "" {
+			continue
+		}
+		if strings.EqualFold(u.Scheme, p.Scheme) && strings.EqualFold(u.Host, p.Host) && strings.HasPrefix(path.Clean(u.Path)+"/", p.Path) {
+			return true
+		}
+	}
+	return false
+}
+
+// superuser reports whether the request comes from the server's superusers
+// (system:masters: the loopback, the admin kubeconfig, the controllers).
+func superuser(a admission.Attributes) bool {
+	u := a.GetUserInfo()
+	return u != nil && slices.Contains(u.GetGroups(), "system:masters")
 }

@@ -10,16 +10,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 func admit(t *testing.T, rules Rules, tenant tenancy.Tenant, crd *apiextensions.CustomResourceDefinition, subresource string) error {
 	t.Helper()
-	p := newPlugin(rules)
+	p := newPlugin(rules, nil)
 	a := admission.NewAttributesRecord(crd, nil, schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
 		"", crd.Name, schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
-		subresource, admission.Create, &metav1.CreateOptions{}, false, nil)
+		subresource, admission.Create, &metav1.CreateOptions{}, false, &user.DefaultInfo{Name: "tenant", Groups: []string{"system:authenticated"}})
 	return p.Validate(tenancy.WithTenant(context.Background(), tenant), a, nil)
 }
 
@@ -54,7 +55,11 @@ func TestAdmission(t *testing.T) {
 		"an allowed conversion webhook":              {rules: on, tenant: project, crd: crdOf("example.com", webhookTo("https://convert.example.net/widgets"))},
 		"a conversion webhook elsewhere":             {rules: on, tenant: project, crd: crdOf("example.com", webhookTo("https://convert.example.net.attacker.org/")), code: 422, message: "https://convert.example.net/"},
 		"a conversion webhook, none allowed":         {rules: Rules{Enabled: true}, tenant: project, crd: crdOf("example.com", webhookTo("https://convert.example.net/")), code: 422, message: "allows none"},
-		"the status of a CRD is not the plugin's":    {rules: Rules{}, tenant: project, crd: crdOf("miloapis.com", nil), subresource: "status"},
+		"a tenant's write of a CRD's status":         {rules: on, tenant: project, crd: crdOf("example.com", nil), subresource: "status", code: 403, message: "server's to write"},
+		"a conversion webhook climbing out":          {rules: on, tenant: project, crd: crdOf("example.com", webhookTo("https://convert.example.net/a/../../admin")), code: 422, message: "conversion webhook"},
+		"a conversion webhook climbing out, escaped": {rules: on, tenant: project, crd: crdOf("example.com", webhookTo("https://convert.example.net/%2e%2e/admin")), code: 422, message: "conversion webhook"},
+		"a conversion webhook with user info":        {rules: on, tenant: project, crd: crdOf("example.com", webhookTo("https://x@convert.example.net/")), code: 422, message: "conversion webhook"},
+		"a webhook strategy without a client config": {rules: on, tenant: project, crd: crdOf("example.com", &apiextensions.CustomResourceConversion{Strategy: apiextensions.WebhookConverter}), code: 422, message: "conversion webhook"},
 		"a conversion webhook through a Service": {rules: on, tenant: project, crd: crdOf("example.com", &apiextensions.CustomResourceConversion{Strategy: apiextensions.WebhookConverter,
 			WebhookClientConfig: &apiextensions.WebhookClientConfig{Service: &apiextensions.ServiceReference{Namespace: "kube-system", Name: "x"}}}), code: 422, message: "Service"},
 	} {

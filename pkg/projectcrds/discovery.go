@@ -9,8 +9,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/version"
-
-	"go.miloapis.com/milo/pkg/controllers/allprojects"
 )
 
 // verbs are what a custom resource serves, as upstream lists them.
@@ -24,8 +22,8 @@ var (
 // the project's CRDs whose names are accepted. It is computed on request
 // from the index: one project's change rebuilds nothing for another.
 func (s *Index) Groups(projectID string) []apidiscoveryv2.APIGroupDiscovery {
-	objs, err := s.crds.GetIndexer().ByIndex(allprojects.ByProject, projectID)
-	if err != nil || len(objs) == 0 {
+	objs := s.ofProject(projectID)
+	if len(objs) == 0 {
 		return nil
 	}
 	versions := map[string]map[string][]apidiscoveryv2.APIResourceDiscovery{}

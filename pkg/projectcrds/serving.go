@@ -56,7 +56,8 @@ const classAnnotation = "projectcrds.milo.internal/class"
 
 // Index holds every project's CRDs: one informer over the all-projects view,
 // specs shared by schema class (100,000 projects defining the same CRD keep
-// one copy of its schemas), indexed by project.
+// one copy of its schemas), indexed by project and by group. Its zero value
+// holds nothing until Init; admission, discovery and serving read it.
 type Index struct {
 	crds cache.SharedIndexInformer
 
@@ -64,10 +65,13 @@ type Index struct {
 	specs map[Class]apiextensionsv1.CustomResourceDefinitionSpec
 }
 
-// NewIndex prepares the index; its informer reads the all-projects view
-// through clients and runs once Run is called.
-func NewIndex(clients *allprojects.Clients) (*Index, error) {
-	s := &Index{specs: map[Class]apiextensionsv1.CustomResourceDefinitionSpec{}}
+// byGroup indexes projects' CRDs by API group.
+const byGroup = "group"
+
+// Init prepares the index; its informer reads the all-projects view through
+// clients and runs once Run is called.
+func (s *Index) Init(clients *allprojects.Clients) error {
+	s.specs = map[Class]apiextensionsv1.CustomResourceDefinitionSpec{}
 	newREST := func(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
 		c, err := apiextensionsclient.NewForConfigAndClient(cfg, hc)
 		if err != nil {
@@ -79,16 +83,53 @@ func NewIndex(clients *allprojects.Clients) (*Index, error) {
 	if err == nil {
 		err = allprojects.IndexByProject(crds)
 	}
+	if err == nil {
+		err = crds.AddIndexers(cache.Indexers{byGroup: func(obj any) ([]string, error) {
+			if crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
+				return []string{crd.Spec.Group}, nil
+			}
+			return nil, nil
+		}})
+	}
 	if err != nil {
-		return nil, err
+		return err
 	}
 	s.crds = crds
-	return s, nil
+	return nil
+}
+
+// ofProject returns the CRDs of one project (by storage id).
+func (s *Index) ofProject(projectID string) []any {
+	if s == nil || s.crds == nil {
+		return nil
+	}
+	objs, _ := s.crds.GetIndexer().ByIndex(allprojects.ByProject, projectID)
+	return objs
+}
+
+// definesGroup reports whether some project holds names in group: a CRD of
+// the group whose names were accepted. One refused its names (a group the
+// platform already serves) holds nothing, so it cannot keep the platform
+// from adding to its own group.
+func (s *Index) definesGroup(group string) bool {
+	if s == nil || s.crds == nil {
+		return false
+	}
+	objs, _ := s.crds.GetIndexer().ByIndex(byGroup, group)
+	for _, o := range objs {
+		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok && crd.Status.AcceptedNames.Plural != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // Run fills the index and keeps it current until ctx ends; false if ctx
 // ended before it was filled.
 func (s *Index) Run(ctx context.Context) bool {
+	if s.crds == nil {
+		return false
+	}
 	go s.crds.Run(ctx.Done())
 	return cache.WaitForCacheSync(ctx.Done(), s.crds.HasSynced)
 }
@@ -138,6 +179,9 @@ func NewServing(config ServingConfig, index *Index) *Serving {
 
 // lookup returns the CRD named name of the project of t, if it has one.
 func (s *Index) lookup(t tenancy.Tenant, name string) *apiextensionsv1.CustomResourceDefinition {
+	if s == nil || s.crds == nil {
+		return nil
+	}
 	key := allprojects.Key{Project: t.Name, ID: t.ID, Name: name}
 	obj, ok, err := s.crds.GetStore().GetByKey(key.StoreKey())
 	if err != nil || !ok {

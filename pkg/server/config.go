@@ -140,7 +140,11 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		if err != nil {
 			return nil, err
 		}
-		if c.ProjectCRDs, err = projectcrds.NewIndex(clients); err != nil {
+		c.ProjectCRDs = opts.ProjectCRDIndex
+		if c.ProjectCRDs == nil {
+			c.ProjectCRDs = &projectcrds.Index{}
+		}
+		if err := c.ProjectCRDs.Init(clients); err != nil {
 			return nil, err
 		}
 	}

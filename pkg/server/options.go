@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -65,6 +66,9 @@ type Options struct {
 	hierarchy *hierarchy.Tree
 	// iam is what the MiloIAM admission plugin and the authorizer read; the server feeds it.
 	iam *evaluator.Evaluator
+	// projectCRDs is what the ProjectCustomResourceDefinitions admission
+	// plugin, the router and the CRD handler read; the server fills it.
+	projectCRDs *projectcrds.Index
 }
 
 // NewOptions returns options with Milo's defaults: loopback on port 6443, RBAC
@@ -79,8 +83,9 @@ func NewOptions() *Options {
 	hierarchy.Register(cp.Admission.GenericAdmission.Plugins, tree)
 	iam := evaluator.New()
 	iamadmission.Register(cp.Admission.GenericAdmission.Plugins, iam, tree)
-	o := &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches, ControlPlane: cp, hierarchy: tree, iam: iam}
-	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs)
+	o := &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches,
+		ProjectCRDs: projectcrds.Rules{MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}}
+	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs, o.projectCRDs)
 	// Milo's own plugins run first: webhooks and policies see stamped objects.
 	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin, hierarchy.PluginName, iamadmission.PluginName, projectcrds.PluginName},
 		cp.Admission.GenericAdmission.RecommendedPluginOrder...)
@@ -119,6 +124,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 	fs.BoolVar(&o.ProjectCRDs.Enabled, "project-crds", o.ProjectCRDs.Enabled, ""+
 		"Let projects define their own CustomResourceDefinitions, each seen only in its project (alpha: the CRDs are "+
 		"stored and their names accepted, their instances are not served yet; see docs/project-crds.md).")
+	fs.IntVar(&o.ProjectCRDs.MaxPerProject, "max-project-crds", o.ProjectCRDs.MaxPerProject, ""+
+		"With --project-crds, the most CustomResourceDefinitions one project defines; more are refused with 403. 0: no bound.")
 	fs.StringSliceVar(&o.ProjectCRDs.ConversionWebhookURLPrefixes, "project-crd-conversion-webhook-prefixes", o.ProjectCRDs.ConversionWebhookURLPrefixes, ""+
 		"URL prefixes (https, ending in '/') a project CRD's conversion webhook may call. None by default: a conversion "+
 		"webhook would make the server call whatever URL a tenant names, so project CRDs are refused one unless its URL starts with one of these.")
@@ -161,6 +168,8 @@ type CompletedOptions struct {
 	MaxWatches int
 	// ProjectCRDs: projects define their own CRDs.
 	ProjectCRDs bool
+	// ProjectCRDIndex holds projects' CRDs once the server fills it.
+	ProjectCRDIndex *projectcrds.Index
 }
 
 // Complete prepares the data directory (PKI, admin.kubeconfig), binds the serving
@@ -230,7 +239,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, ProjectCRDs: o.ProjectCRDs.Enabled}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {
@@ -245,6 +254,12 @@ func (o *Options) validateMiloFlags() []error {
 		if u, err := url.Parse(prefix); err != nil || u.Scheme != "https" || u.Host == "" || !strings.HasSuffix(u.Path, "/") || u.RawQuery != "" || u.Fragment != "" {
 			errs = append(errs, fmt.Errorf("--project-crd-conversion-webhook-prefixes: %q is not an https URL whose path ends in '/' (without one, a prefix would also allow hosts that merely start like it)", prefix))
 		}
+	}
+	if o.ProjectCRDs.MaxPerProject < 0 {
+		errs = append(errs, errors.New("--max-project-crds must not be negative"))
+	}
+	if o.ProjectCRDs.Enabled && slices.Contains(o.ControlPlane.Admission.GenericAdmission.DisablePlugins, projectcrds.PluginName) {
+		errs = append(errs, fmt.Errorf("--project-crds needs the admission plugin %s: it keeps projects' CRDs from calling URLs of their choosing", projectcrds.PluginName))
 	}
 	if o.MaxWatches < 0 {
 		errs = append(errs, errors.New("--max-project-watches must not be negative"))

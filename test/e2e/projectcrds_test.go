@@ -149,6 +149,12 @@ spec:
 		t.Fatalf("project %s's CRD after %s defined its own: %v %+v", a, b, err, got)
 	}
 
+	// The platform cannot define a CRD in a group projects use.
+	platformThings := projectCRD("platformthings", "PlatformThing", apiextensionsv1.NamespaceScoped, "integer")
+	if _, err := crdsAt(t, m.restConfig(t)).Create(ctx, platformThings, metav1.CreateOptions{}); !apierrors.IsConflict(err) {
+		t.Errorf("a platform CRD in a group projects define: %v, want 409", err)
+	}
+
 	// Names compete within a project's group: a second kind Thing in A is refused its names.
 	if _, err := inA.Create(ctx, projectCRD("others", "Thing", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -346,6 +352,25 @@ func TestProjectCRDsAdmission(t *testing.T) {
 	cfg.BearerToken = token.Status.Token
 	if _, err := crdsAt(t, cfg).Create(ctx, projectCRD("readers", "Reader", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("a reader's CRD: %v, want 403", err)
+	}
+
+	// Even the project's cluster-admin cannot write a CRD's status: the names it holds decide what is served.
+	createServiceAccount(t, admin, "default", "owner")
+	bindServiceAccount(t, admin, "", "cluster-admin", "default", "owner")
+	token, err = admin.CoreV1().ServiceAccounts("default").CreateToken(ctx, "owner", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = rest.AnonymousClientConfig(m.projectConfig(t, p))
+	cfg.BearerToken = token.Status.Token
+	asOwner := crdsAt(t, cfg)
+	mine, err := asOwner.Create(ctx, projectCRD("owned", "Owned", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("the project's cluster-admin's CRD: %v", err)
+	}
+	mine.Status.AcceptedNames = apiextensionsv1.CustomResourceDefinitionNames{Plural: "owned", Kind: "Owned"}
+	if _, err := asOwner.UpdateStatus(ctx, mine, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("a tenant's write of its CRD's status: %v, want 403", err)
 	}
 }
 

@@ -2,9 +2,8 @@
 // projects define, as Kubernetes' naming and finalizer controllers do for a
 // cluster's.
 //
-// Naming: each CRD gets status.acceptedNames and the NamesAccepted and Established
-// each CRD gets status.acceptedNames and the NamesAccepted and Established
-// conditions, with upstream's reasons. A project's CRDs compete for names
+// Naming: each CRD gets status.acceptedNames and the NamesAccepted and
+// Established conditions, with upstream's reasons. A project's CRDs compete for names
 // only with the project's other CRDs of their group — never with another
 // project's. A group belongs to the platform or to projects: a project CRD
 // in a group the platform serves (built-in kinds, Milo's, platform CRDs,
@@ -341,8 +340,10 @@ func (p *platformGroups) serves(group string) (bool, error) {
 		return len(objs) > 0, err
 	}
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.groups == nil || time.Since(p.at) > 10*time.Second {
+	groups, fresh := p.groups, time.Since(p.at) < 10*time.Second
+	p.mu.Unlock()
+	if groups == nil || !fresh {
+		// Asked without the lock: other workers go on with the groups they have.
 		disco, err := discovery.NewDiscoveryClientForConfigAndClient(p.clients.Config(""), p.clients.HTTPClient())
 		if err != nil {
 			return false, err
@@ -351,10 +352,13 @@ func (p *platformGroups) serves(group string) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		p.groups, p.at = sets.New[string](), time.Now()
+		groups = sets.New[string]()
 		for _, g := range list.Groups {
-			p.groups.Insert(g.Name)
+			groups.Insert(g.Name)
 		}
+		p.mu.Lock()
+		p.groups, p.at = groups, time.Now()
+		p.mu.Unlock()
 	}
-	return p.groups.Has(group), nil
+	return groups.Has(group), nil
 }
