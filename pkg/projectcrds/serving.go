@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"path"
 	"sync"
 	"time"
 
@@ -105,6 +106,19 @@ func (s *Index) ofProject(projectID string) []any {
 	}
 	objs, _ := s.crds.GetIndexer().ByIndex(allprojects.ByProject, projectID)
 	return objs
+}
+
+// KeyPrefixes returns the etcd key prefixes of the resources one project's
+// CRDs define (by storage id), under the server's storage prefix: where their
+// instances are, for purging the project.
+func (s *Index) KeyPrefixes(projectID, storagePrefix string) []string {
+	var out []string
+	for _, o := range s.ofProject(projectID) {
+		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok && crd.Status.AcceptedNames.Plural != "" {
+			out = append(out, path.Join("/", storagePrefix, crd.Spec.Group, crd.Status.AcceptedNames.Plural))
+		}
+	}
+	return out
 }
 
 // definesGroup reports whether some project holds names in group: a CRD of

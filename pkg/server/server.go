@@ -185,9 +185,14 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if !informersSynced.wait(ctx) {
 				return nil
 			}
-			etcd, prefixes := c.EtcdClient, c.Prefixes
+			etcd, prefixes, storagePrefix := c.EtcdClient, c.Prefixes, c.Options.ControlPlane.Etcd.StorageConfig.Prefix
 			purger, err := hierarchycontrollers.NewPurger(loopback, tree.Factory(), func(ctx context.Context, projectID string) error {
-				_, err := tenantstorage.Purge(ctx, etcd, prefixes, projectID)
+				// The instances of the project's own CRDs too, whose storage may not be built.
+				var own []string
+				if c.ProjectCRDs != nil {
+					own = c.ProjectCRDs.KeyPrefixes(projectID, storagePrefix)
+				}
+				_, err := tenantstorage.Purge(ctx, etcd, prefixes, projectID, own...)
 				return err
 			})
 			if err != nil {

@@ -458,6 +458,27 @@ func TestProjectCRDInstances(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no event")
 	}
+	// Deleting a namespace deletes the project's own kinds in it too.
+	admin := m.projectKube(t, a)
+	createNamespace(t, admin, "team")
+	inTeam := m.projectDynamic(t, a).Resource(things).Namespace("team")
+	if _, err := inTeam.Create(ctx, thing("doomed", map[string]any{}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.CoreV1().Namespaces().Delete(ctx, "team", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "namespace team of project "+a+" gone", func() error {
+		if _, err := admin.CoreV1().Namespaces().Get(ctx, "team", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+	createNamespace(t, admin, "team")
+	if list, err := inTeam.List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 0 {
+		t.Errorf("namespace team made again holds %v %v", err, list)
+	}
+
 	// Deleting A's CRD deletes A's Things, not B's; defined again, it starts empty.
 	if err := inA.Delete(ctx, "things.crd.example.net", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)

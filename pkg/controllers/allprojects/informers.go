@@ -48,7 +48,7 @@ func (c *Clients) MetadataInformer(ctx context.Context, gvr schema.GroupVersionR
 	if selector == nil {
 		selector = fields.Everything()
 	}
-	key := sharedKey{done: ctx.Done(), gvr: gvr, allProjects: allProjects, selector: selector.String()}
+	key := sharedKey{done: ctx.Done(), gvr: gvr, allProjects: allProjects, selector: selector.String(), kind: "metadata"}
 	c.sharedMu.Lock()
 	defer c.sharedMu.Unlock()
 	if inf, ok := c.shared[key]; ok {
@@ -70,6 +70,12 @@ func (c *Clients) MetadataInformer(ctx context.Context, gvr schema.GroupVersionR
 	}); err != nil {
 		return nil, err
 	}
+	return c.share(ctx, key, inf), nil
+}
+
+// share records inf as the informer of key for the term of ctx; the caller
+// holds sharedMu.
+func (c *Clients) share(ctx context.Context, key sharedKey, inf cache.SharedIndexInformer) cache.SharedIndexInformer {
 	if c.shared == nil {
 		c.shared = map[sharedKey]cache.SharedIndexInformer{}
 	}
@@ -82,15 +88,17 @@ func (c *Clients) MetadataInformer(ctx context.Context, gvr schema.GroupVersionR
 			c.sharedMu.Unlock()
 		})
 	}
-	return shared, nil
+	return shared
 }
 
-// sharedKey names a shared metadata informer: its term (ctx.Done()) and what it watches.
+// sharedKey names a shared informer: its term (ctx.Done()), what it watches
+// and what it keeps of each object (kind).
 type sharedKey struct {
 	done        <-chan struct{}
 	gvr         schema.GroupVersionResource
 	allProjects bool
 	selector    string
+	kind        string
 }
 
 // runOnce is a shared informer that the second and later Runs leave alone

@@ -95,34 +95,21 @@ func newREST(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
 	return c.RESTClient(), nil
 }
 
-// slim keeps of a CRD what naming decides on.
-func slim(obj any) (any, error) {
-	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
-	if !ok {
-		return obj, nil
+// platformGroupOnly keeps of a platform CRD its group.
+func platformGroupOnly(obj any) (any, error) {
+	if crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
+		return &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: crd.Name, ResourceVersion: crd.ResourceVersion},
+			Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: crd.Spec.Group}}, nil
 	}
-	out := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: crd.Name, Namespace: crd.Namespace, UID: crd.UID, ResourceVersion: crd.ResourceVersion,
-			CreationTimestamp: crd.CreationTimestamp, DeletionTimestamp: crd.DeletionTimestamp, Finalizers: crd.Finalizers},
-		Spec:   apiextensionsv1.CustomResourceDefinitionSpec{Group: crd.Spec.Group, Names: crd.Spec.Names, Scope: crd.Spec.Scope},
-		Status: apiextensionsv1.CustomResourceDefinitionStatus{AcceptedNames: crd.Status.AcceptedNames, Conditions: crd.Status.Conditions},
-	}
-	// Which versions are served, to delete the instances of a deleted CRD; not their schemas.
-	for _, v := range crd.Spec.Versions {
-		out.Spec.Versions = append(out.Spec.Versions, apiextensionsv1.CustomResourceDefinitionVersion{Name: v.Name, Served: v.Served, Storage: v.Storage})
-	}
-	return out, nil
+	return obj, nil
 }
 
 // Run works until ctx ends.
 func (ctl *Controller) Run(ctx context.Context, workers int) {
-	crds, err := ctl.clients.Informer(newREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, true, nil, slim)
-	if err == nil {
-		err = allprojects.IndexByProject(crds)
-	}
+	crds, err := ctl.clients.ProjectCRDs(ctx)
 	var platform cache.SharedIndexInformer
 	if err == nil {
-		platform, err = ctl.clients.Informer(newREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, false, nil, slim)
+		platform, err = ctl.clients.Informer(newREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, false, nil, platformGroupOnly)
 	}
 	if err == nil {
 		err = platform.AddIndexers(cache.Indexers{byGroup: func(obj any) ([]string, error) {
@@ -254,12 +241,7 @@ func (t *term) write(ctx context.Context, key allprojects.Key, name string, name
 // creates), and returns nil once none is left: instances with finalizers of
 // their own are waited for, as upstream's finalizer controller waits.
 func (t *term) deleteInstances(ctx context.Context, key allprojects.Key, crd *apiextensionsv1.CustomResourceDefinition) error {
-	version := ""
-	for _, v := range crd.Spec.Versions {
-		if v.Served && (version == "" || v.Storage) {
-			version = v.Name
-		}
-	}
+	version := allprojects.ServedVersion(crd)
 	if version == "" || crd.Status.AcceptedNames.Plural == "" {
 		return nil // never served: no instance was ever made
 	}

@@ -21,6 +21,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/metadata"
@@ -53,6 +54,13 @@ func New(clients *allprojects.Clients) *Controller {
 func (c *Controller) Run(ctx context.Context, workers int) {
 	queue := manager.NewQueue[allprojects.Key](Name)
 	defer queue.ShutDown()
+	// Projects' own kinds: a namespace of a project holds instances of the
+	// project's CRDs too, which the platform's discovery does not list.
+	crds, err := c.clients.ProjectCRDs(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Preparing informer", "controller", Name)
+		return
+	}
 	gvr := corev1.SchemeGroupVersion.WithResource("namespaces")
 	var informers []cache.SharedIndexInformer
 	for _, allProjects := range []bool{false, true} {
@@ -70,15 +78,16 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 			}
 		}
 	}
-	if !manager.StartInformers(ctx, Name, cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }}, informers...) {
+	if !manager.StartInformers(ctx, Name, cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }}, informers...) ||
+		!manager.StartInformers(ctx, Name, nil, crds) {
 		return
 	}
-	manager.Work(ctx, Name, queue, workers, c.sync)
+	manager.Work(ctx, Name, queue, workers, func(ctx context.Context, key allprojects.Key) error { return c.sync(ctx, key, crds) })
 }
 
 // sync deletes one namespace's contents and finalizes it, with clients of its
 // own project made for this work item.
-func (c *Controller) sync(ctx context.Context, key allprojects.Key) error {
+func (c *Controller) sync(ctx context.Context, key allprojects.Key, crds cache.SharedIndexInformer) error {
 	ctx = allprojects.Within(ctx, key)
 	cfg := c.clients.Config(key.Project)
 	core, err := corev1client.NewForConfigAndClient(cfg, c.clients.HTTPClient())
@@ -94,9 +103,21 @@ func (c *Controller) sync(ctx context.Context, key allprojects.Key) error {
 		lists = &c.platform
 	}
 	discover := func() ([]*metav1.APIResourceList, error) {
-		return lists.Get(func() (discovery.DiscoveryInterface, error) {
+		shared, err := lists.Get(func() (discovery.DiscoveryInterface, error) {
 			return discovery.NewDiscoveryClientForConfigAndClient(cfg, c.clients.HTTPClient())
 		})
+		if key.Project == "" {
+			return shared, err
+		}
+		// What every project is served (the kept answer may be any
+		// project's, with its own kinds: those go) and this project's own kinds.
+		out := make([]*metav1.APIResourceList, 0, len(shared))
+		for _, l := range shared {
+			if gv, perr := schema.ParseGroupVersion(l.GroupVersion); perr == nil && !allprojects.DefinedByProjects(crds, gv.Group) {
+				out = append(out, l)
+			}
+		}
+		return append(out, allprojects.OwnResources(crds, key.ID, true)...), err
 	}
 	// Upstream's deleter exits the process when discovery finds nothing at all.
 	if l, err := discover(); len(l) == 0 {

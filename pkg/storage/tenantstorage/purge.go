@@ -113,17 +113,24 @@ func (p *Prefixes) TenantKeyPrefixes(projectID string) []string {
 // not run; purging is what returns their space.
 //
 // Purge is idempotent and safe to re-run after a crash: a second run finds
-// nothing left. The range deletes of all resources go in as few etcd
+// nothing left. more are further resource key prefixes (as List returns them)
+// the server may not have built a storage for since it started — a project's
+// own CRDs'. The range deletes of all resources go in as few etcd
 // transactions as the server's limit on operations per transaction allows
 // (one for a server with the default limit and fewer than txnOps resources), so
 // a purge costs one consensus round and one disk sync rather than one per
 // resource. It reports how many keys it deleted. It refuses ids that are not
 // project storage ids, so it can never touch the platform's keys.
-func Purge(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, projectID string) (int64, error) {
+func Purge(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, projectID string, more ...string) (int64, error) {
 	if !tenancy.ValidProjectID(projectID) {
 		return 0, fmt.Errorf("purge: %q is not a project storage id", projectID)
 	}
 	all := prefixes.TenantKeyPrefixes(projectID)
+	for _, r := range more {
+		if p := r + "/" + projectID + "/"; !slices.Contains(all, p) {
+			all = append(all, p)
+		}
+	}
 	for _, prefix := range all {
 		if !strings.HasSuffix(prefix, "/"+projectID+"/") {
 			return 0, fmt.Errorf("purge: refusing unexpected prefix %q", prefix)

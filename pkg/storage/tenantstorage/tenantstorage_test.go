@@ -332,3 +332,24 @@ func nextEvent(w watch.Interface) watch.Event {
 	}
 	return watch.Event{}
 }
+
+// TestPurgeTakesFurtherPrefixes: the resources of a project's own CRDs, whose
+// storage the server may not have built since it started, are purged when
+// named, and only the project's keys of them.
+func TestPurgeTakesFurtherPrefixes(t *testing.T) {
+	ctx := context.Background()
+	id, other := idOf("with-crds"), idOf("with-crds-too")
+	for _, k := range []string{"/registry/crd.example.net/things/" + id + "/default/a", "/registry/crd.example.net/things/" + id + "/b",
+		"/registry/crd.example.net/things/" + other + "/default/a"} {
+		if _, err := etcdClient.Put(ctx, k, "{}"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleted, err := Purge(ctx, etcdClient, NewPrefixes(), id, "/registry/crd.example.net/things")
+	if err != nil || deleted != 2 {
+		t.Fatalf("purge: %d keys, %v; want the project's 2", deleted, err)
+	}
+	if keys := etcdKeys(t, "/registry/crd.example.net/things/"); len(keys) != 1 || !strings.Contains(keys[0], other) {
+		t.Fatalf("keys left: %v, want the other project's", keys)
+	}
+}
