@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -514,6 +515,57 @@ func TestProjectCRDInstances(t *testing.T) {
 	if r := m.kubectlWith(t, ka, "", "api-resources", "--api-group=crd.example.net", "-o", "name"); r.err != nil || strings.TrimSpace(r.stdout) != "things.crd.example.net" {
 		t.Errorf("kubectl api-resources in project %s: %q %v %s", a, r.stdout, r.err, r.stderr)
 	}
+
+	// A third project stores Things at another version, which A's and B's
+	// schemas do not know: their watch caches hold its objects without
+	// serving them, and go on serving their own.
+	d := m.newProject(t, "crd-instances-d")
+	v2 := projectCRD("things", "Thing", apiextensionsv1.NamespaceScoped, "boolean")
+	v2.Spec.Versions[0].Name = "v2"
+	if _, err := crdsAt(t, m.projectConfig(t, d)).Create(ctx, v2, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, crdsAt(t, m.projectConfig(t, d)), "things.crd.example.net", apiextensionsv1.ConditionTrue)
+	thingsD := m.projectDynamic(t, d).Resource(schema.GroupVersionResource{Group: "crd.example.net", Version: "v2", Resource: "things"}).Namespace("default")
+	eventually(t, "a v2 Thing in project "+d, func() error {
+		obj := thing("v2", map[string]any{"size": true})
+		obj.SetAPIVersion("crd.example.net/v2")
+		_, err := thingsD.Create(ctx, obj, metav1.CreateOptions{})
+		return err
+	})
+	if _, err := thingsA.Create(ctx, thing("after-v2", map[string]any{"size": int64(4)}), metav1.CreateOptions{}); err != nil {
+		t.Errorf("project %s's Thing after %s stored a v2 one: %v", a, d, err)
+	}
+	eventually(t, "project "+a+" lists its own Things", func() error {
+		list, err := thingsA.List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 2 || !slices.ContainsFunc(list.Items, func(u unstructured.Unstructured) bool { return u.GetName() == "after-v2" }) {
+			return fmt.Errorf("%v %v", err, list)
+		}
+		return nil
+	})
+	if list, err := thingsD.List(ctx, metav1.ListOptions{}); err != nil || len(list.Items) != 1 {
+		t.Errorf("project %s lists %v %v", d, err, list)
+	}
+
+	// A schema changed is served at once: A's Things gain a field.
+	current, err := inA.Get(ctx, "things.crd.example.net", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	current.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["color"] = apiextensionsv1.JSONSchemaProps{Type: "string"}
+	if _, err := inA.Update(ctx, current, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "project "+a+"'s new field", func() error {
+		got, err := thingsA.Create(ctx, thing(fmt.Sprintf("colored-%d", time.Now().UnixNano()), map[string]any{"color": "red"}), metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if c, _, _ := unstructured.NestedString(got.Object, "spec", "color"); c != "red" {
+			return fmt.Errorf("spec.color pruned: %v", got.Object)
+		}
+		return nil
+	})
 
 	// Another project that defines no Thing does not have the kind, nor its group in discovery.
 	c := m.newProject(t, "crd-instances-c")
