@@ -1,8 +1,9 @@
 // Package projectcrds holds what project-local CustomResourceDefinitions are
 // built on (docs/project-crds.md): the admission plugin that keeps a
-// project's CRDs to what a project may define, the naming rules, and the
-// schema class by which the same CRD defined in many projects will be served
-// by one storage and one watch cache (not yet used: instances are not served).
+// project's CRDs to what a project may define, the naming rules, the index of
+// every project's CRDs, the serving of their instances and their discovery.
+// CRDs of one schema class, in any number of projects, are served by one
+// upstream handler: one storage and one watch cache per version.
 package projectcrds
 
 import (

@@ -122,8 +122,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"more are refused with 429 and Retry-After until one closes. The server's superusers are not counted. "+
 		"0 leaves watches unbounded (see docs/fairness.md).")
 	fs.BoolVar(&o.ProjectCRDs.Enabled, "project-crds", o.ProjectCRDs.Enabled, ""+
-		"Let projects define their own CustomResourceDefinitions, each seen only in its project (alpha: the CRDs are "+
-		"stored and their names accepted, their instances are not served yet; see docs/project-crds.md).")
+		"Let projects define their own CustomResourceDefinitions, each seen and served only in its project "+
+		"(alpha; see docs/project-crds.md).")
 	fs.IntVar(&o.ProjectCRDs.MaxPerProject, "max-project-crds", o.ProjectCRDs.MaxPerProject, ""+
 		"With --project-crds, the most CustomResourceDefinitions one project defines; more are refused with 403. 0: no bound.")
 	fs.StringSliceVar(&o.ProjectCRDs.ConversionWebhookURLPrefixes, "project-crd-conversion-webhook-prefixes", o.ProjectCRDs.ConversionWebhookURLPrefixes, ""+
