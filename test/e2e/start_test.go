@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -213,7 +214,7 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	auditLog := filepath.Join(dataDir, "audit.log")
-	first, err := startMilo(dataDir, "--audit-policy-file", policy, "--audit-log-path", auditLog)
+	first, err := startMilo(dataDir, "--audit-policy-file", policy, "--audit-log-path", auditLog, "--project-crds")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,6 +234,18 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 		createNamespace(t, c, "keep")
 		createConfigMap(t, c, "keep", "survivor", map[string]string{"k": p}, nil)
 	}
+
+	// A project's own kind, and an instance of it, served again after the restart.
+	if _, err := crdsAt(t, first.projectConfig(t, "restart-a")).Create(context.Background(), projectCRD("things", "Thing", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, crdsAt(t, first.projectConfig(t, "restart-a")), "things.crd.example.net", apiextensionsv1.ConditionTrue)
+	restartThings := schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "things"}
+	eventually(t, "a Thing in project restart-a", func() error {
+		_, err := first.projectDynamic(t, "restart-a").Resource(restartThings).Namespace("keep").Create(context.Background(), &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "crd.example.net/v1", "kind": "Thing", "metadata": map[string]any{"name": "survivor"}, "spec": map[string]any{"size": int64(5)}}}, metav1.CreateOptions{})
+		return err
+	})
 
 	// A project deletion waiting on a finalizer when the server stops.
 	doomed := first.newProject(t, "restart-doomed")
@@ -322,11 +335,16 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 		t.Fatalf("audit log lacks project-annotated events (allowed %v, denied %v)", allowed, denied)
 	}
 
-	second, err := startMilo(dataDir)
+	second, err := startMilo(dataDir, "--project-crds")
 	if err != nil {
 		t.Fatal(err)
 	}
 	second.stopOnCleanup(t)
+	if got, err := second.projectDynamic(t, "restart-a").Resource(restartThings).Namespace("keep").Get(context.Background(), "survivor", metav1.GetOptions{}); err != nil {
+		t.Errorf("project restart-a's own kind after the restart: %v", err)
+	} else if size, _, _ := unstructured.NestedInt64(got.Object, "spec", "size"); size != 5 {
+		t.Errorf("project restart-a's Thing after the restart: %v", got.Object)
+	}
 	if out := second.mustKubectl(t, "", "-n", "keep", "get", "configmap", "survivor", "-o", "jsonpath={.data.k}"); out != "v" {
 		t.Fatalf("configmap after restart: %q", out)
 	}
