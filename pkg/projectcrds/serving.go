@@ -11,7 +11,6 @@ import (
 	apiextensionshelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
-	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apiextensionslisters "k8s.io/apiextensions-apiserver/pkg/client/listers/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,7 +24,6 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/util/webhook"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
@@ -66,31 +64,16 @@ type Index struct {
 	specs map[Class]apiextensionsv1.CustomResourceDefinitionSpec
 }
 
-// byGroup indexes projects' CRDs by API group.
-const byGroup = "group"
-
 // Init prepares the index; its informer reads the all-projects view through
 // clients and runs once Run is called.
 func (s *Index) Init(clients *allprojects.Clients) error {
 	s.specs = map[Class]apiextensionsv1.CustomResourceDefinitionSpec{}
-	newREST := func(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
-		c, err := apiextensionsclient.NewForConfigAndClient(cfg, hc)
-		if err != nil {
-			return nil, err
-		}
-		return c.RESTClient(), nil
-	}
-	crds, err := clients.Informer(newREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, true, nil, s.keep)
+	crds, err := clients.Informer(allprojects.CRDREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, true, nil, s.keep)
 	if err == nil {
 		err = allprojects.IndexByProject(crds)
 	}
 	if err == nil {
-		err = crds.AddIndexers(cache.Indexers{byGroup: func(obj any) ([]string, error) {
-			if crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
-				return []string{crd.Spec.Group}, nil
-			}
-			return nil, nil
-		}})
+		err = allprojects.IndexCRDsByGroup(crds)
 	}
 	if err != nil {
 		return err
@@ -129,7 +112,7 @@ func (s *Index) definesGroup(group string) bool {
 	if s == nil || s.crds == nil {
 		return false
 	}
-	objs, _ := s.crds.GetIndexer().ByIndex(byGroup, group)
+	objs, _ := s.crds.GetIndexer().ByIndex(allprojects.ByGroup, group)
 	for _, o := range objs {
 		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok && crd.Status.AcceptedNames.Plural != "" {
 			return true

@@ -29,29 +29,36 @@ func (c *Clients) ProjectCRDs(ctx context.Context) (cache.SharedIndexInformer, e
 	if inf, ok := c.shared[key]; ok {
 		return inf, nil
 	}
-	newREST := func(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
-		client, err := apiextensionsclient.NewForConfigAndClient(cfg, hc)
-		if err != nil {
-			return nil, err
-		}
-		return client.RESTClient(), nil
-	}
-	inf, err := c.Informer(newREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, true, nil, slimCRD)
+	inf, err := c.Informer(CRDREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, true, nil, slimCRD)
 	if err == nil {
 		err = IndexByProject(inf)
 	}
 	if err == nil {
-		err = inf.AddIndexers(cache.Indexers{ByGroup: func(obj any) ([]string, error) {
-			if crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
-				return []string{crd.Spec.Group}, nil
-			}
-			return nil, nil
-		}})
+		err = IndexCRDsByGroup(inf)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return c.share(ctx, key, inf), nil
+}
+
+// CRDREST is the REST client of apiextensions.k8s.io, for Informer.
+func CRDREST(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
+	client, err := apiextensionsclient.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, err
+	}
+	return client.RESTClient(), nil
+}
+
+// IndexCRDsByGroup indexes an informer of CRDs by API group (ByGroup).
+func IndexCRDsByGroup(inf cache.SharedIndexInformer) error {
+	return inf.AddIndexers(cache.Indexers{ByGroup: func(obj any) ([]string, error) {
+		if crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
+			return []string{crd.Spec.Group}, nil
+		}
+		return nil, nil
+	}})
 }
 
 // slimCRD keeps of a CRD what the controllers decide on.

@@ -25,7 +25,6 @@ package crdlifecycle
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -41,7 +40,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -87,14 +85,6 @@ type term struct {
 	queue    workqueue.TypedRateLimitingInterface[allprojects.Key]
 }
 
-func newREST(cfg *rest.Config, hc *http.Client) (rest.Interface, error) {
-	c, err := apiextensionsclient.NewForConfigAndClient(cfg, hc)
-	if err != nil {
-		return nil, err
-	}
-	return c.RESTClient(), nil
-}
-
 // platformGroupOnly keeps of a platform CRD its group.
 func platformGroupOnly(obj any) (any, error) {
 	if crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
@@ -109,15 +99,10 @@ func (ctl *Controller) Run(ctx context.Context, workers int) {
 	crds, err := ctl.clients.ProjectCRDs(ctx)
 	var platform cache.SharedIndexInformer
 	if err == nil {
-		platform, err = ctl.clients.Informer(newREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, false, nil, platformGroupOnly)
+		platform, err = ctl.clients.Informer(allprojects.CRDREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, false, nil, platformGroupOnly)
 	}
 	if err == nil {
-		err = platform.AddIndexers(cache.Indexers{byGroup: func(obj any) ([]string, error) {
-			if crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition); ok {
-				return []string{crd.Spec.Group}, nil
-			}
-			return nil, nil
-		}})
+		err = allprojects.IndexCRDsByGroup(platform)
 	}
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Preparing informers", "controller", Name)
@@ -314,11 +299,8 @@ type platformGroups struct {
 	at     time.Time
 }
 
-// byGroup indexes the platform's CRDs by group.
-const byGroup = "group"
-
 func (p *platformGroups) serves(group string) (bool, error) {
-	if objs, err := p.crds.GetIndexer().ByIndex(byGroup, group); err != nil || len(objs) > 0 {
+	if objs, err := p.crds.GetIndexer().ByIndex(allprojects.ByGroup, group); err != nil || len(objs) > 0 {
 		return len(objs) > 0, err
 	}
 	p.mu.Lock()
