@@ -66,6 +66,9 @@ type options struct {
 	DrainTimeout time.Duration
 	// MiloArgs are added to every start of `milo start`.
 	MiloArgs []string
+	// CRDs, when Projects > 0, measures projects' own CRDs after the last step
+	// (Milo only; its server runs with --project-crds).
+	CRDs crdOptions
 	// Noisy runs the noisy-neighbour measurement after the last step (Milo only).
 	Noisy        bool
 	NoisyOptions noisyOptions
@@ -94,10 +97,17 @@ func main() {
 	flag.BoolVar(&o.Noisy, "noisy", true, "after the last step, measure a quiet project's GETs while another project floods the server, with and without per-project flows (Milo only)")
 	flag.StringVar(&miloArgs, "milo-args", "", "flags added to every `milo start`, separated by spaces (e.g. --project-list-concurrency=4)")
 	probeRate := flag.Int("noisy-probe-rate", -1, "the quiet project's GETs per second in the noisy-neighbour measurement (-1: the default, 100; 0: back to back)")
+	flag.IntVar(&o.CRDs.Projects, "crd-projects", 0, "after the last step, this many projects each define --crd-per-project CRDs of the same schemas and one instance of each (Milo, with --project-crds); 0: not measured")
+	flag.IntVar(&o.CRDs.PerProject, "crd-per-project", 10, "CRDs each of --crd-projects defines")
+	flag.IntVar(&o.CRDs.Unique, "crd-unique", 0, "then this many further projects each define one CRD of a schema of its own")
+	flag.IntVar(&o.CRDs.Samples, "crd-samples", 200, "CRDs timed from create to Established")
 	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling, 300 projects deleted")
 	klog.InitFlags(nil)
 	flag.Parse()
 	o.MiloArgs = strings.Fields(miloArgs)
+	if o.CRDs.Projects > 0 {
+		o.MiloArgs = append(o.MiloArgs, "--project-crds", fmt.Sprintf("--max-project-crds=%d", max(o.CRDs.PerProject, 200)))
+	}
 	for _, s := range strings.Split(steps, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
@@ -321,6 +331,17 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		step.RestartSeconds = restart.Seconds()
 		progress("[%s] %d projects: restart to ready in %.1f s", name, n, step.RestartSeconds)
 		out.Steps = append(out.Steps, step)
+		if err := save(); err != nil {
+			return err
+		}
+	}
+	if s.isMilo() && o.CRDs.Projects > 0 {
+		if o.CRDs.Projects+o.CRDs.Unique > have {
+			return fmt.Errorf("--crd-projects and --crd-unique need %d projects, the last step has %d", o.CRDs.Projects+o.CRDs.Unique, have)
+		}
+		if out.CRDs, err = measureProjectCRDs(ctx, s, o.CRDs, o.Settle); err != nil {
+			return fmt.Errorf("project CRDs: %w", err)
+		}
 		if err := save(); err != nil {
 			return err
 		}

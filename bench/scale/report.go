@@ -41,6 +41,8 @@ type systemResult struct {
 	Deleted         int
 	DeleteSeconds   float64
 	DeletePerSecond float64
+	// CRDs is the measurement of projects' own CRDs at the last step (Milo only).
+	CRDs *crdResult `json:",omitempty"`
 	// Noisy is the noisy-neighbour measurement at the last step (Milo only),
 	// with and without per-project flows.
 	Noisy []noisyResult `json:",omitempty"`
@@ -303,6 +305,9 @@ func (r *results) markdown() string {
 	if milo != nil {
 		b.WriteString(milo.noisySection(r.Steps[len(r.Steps)-1]))
 	}
+	if milo != nil && milo.CRDs != nil {
+		b.WriteString(milo.CRDs.section())
+	}
 	if milo != nil && len(milo.Steps) > 0 {
 		b.WriteString(r.targets(milo, base))
 	}
@@ -492,4 +497,29 @@ func addLine(p *plot.Plot, name string, pts plotter.XYs, c color.Color, dashes [
 	p.Add(line, points)
 	p.Legend.Add(name, line, points)
 	return nil
+}
+
+// section reports the measurement of projects' own CRDs.
+func (c *crdResult) section() string {
+	var b strings.Builder
+	o := c.Options
+	fmt.Fprintf(&b, "## Projects' own CRDs\n\n%d projects each define the same %d CRDs (one schema class each) and one instance of each; then %d projects each define one CRD of a schema of its own. Heap after GC.\n\n",
+		o.Projects, o.PerProject, o.Unique)
+	b.WriteString("| | heap | goroutines | etcd watches (one per watch cache) |\n|---|---|---|---|\n")
+	row := func(what string, r resources) {
+		fmt.Fprintf(&b, "| %s | %.0f MiB | %.0f | %.0f |\n", what, r.HeapBytes/(1<<20), r.Goroutines, r.EtcdWatches)
+	}
+	row("before", c.Before)
+	row(fmt.Sprintf("%d projects × %d shared CRDs", o.Projects, o.PerProject), c.Shared)
+	if o.Unique > 0 {
+		row(fmt.Sprintf("+ %d unique schemas", o.Unique), c.Unique)
+	}
+	fmt.Fprintf(&b, "\nShared: %.2f KiB per project (%d CRDs and instances each), %.0f CRDs/s with their instances; create → Established p50 %.0f ms, p99 %.0f ms.\n",
+		(c.Shared.HeapBytes-c.Before.HeapBytes)/1024/float64(max(1, o.Projects)), o.PerProject, c.SharedPerSecond, c.Established.P50, c.Established.P99)
+	if o.Unique > 0 {
+		fmt.Fprintf(&b, "Unique: %.1f KiB and %.2f etcd watches per distinct schema, %.0f CRDs/s.\n",
+			(c.Unique.HeapBytes-c.Shared.HeapBytes)/1024/float64(o.Unique), (c.Unique.EtcdWatches-c.Shared.EtcdWatches)/float64(o.Unique), c.UniquePerSecond)
+	}
+	b.WriteString("\n")
+	return b.String()
 }
