@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -89,6 +91,28 @@ func (s *Index) ofProject(projectID string) []any {
 	}
 	objs, _ := s.crds.GetIndexer().ByIndex(allprojects.ByProject, projectID)
 	return objs
+}
+
+// liveClasses returns the classes some project's CRD has, and forgets the
+// interned specs of the others.
+func (s *Index) liveClasses() sets.Set[Class] {
+	live := sets.New[Class]()
+	if s == nil || s.crds == nil {
+		return live
+	}
+	for _, o := range s.crds.GetStore().List() {
+		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok {
+			live.Insert(Class(crd.Annotations[classAnnotation]))
+		}
+	}
+	s.mu.Lock()
+	for c := range s.specs {
+		if !live.Has(c) {
+			delete(s.specs, c)
+		}
+	}
+	s.mu.Unlock()
+	return live
 }
 
 // KeyPrefixes returns the etcd key prefixes of the resources one project's
@@ -166,13 +190,29 @@ type Serving struct {
 	index  *Index
 
 	mu      sync.Mutex
-	classes map[Class]http.Handler
+	classes map[Class]*classHandler
+	// sweepAt is how many classes may be built before those no CRD has any
+	// more are torn down: twice as many as were live at the last sweep, so
+	// a tenant changing its CRD's schema over and over keeps at most about
+	// as many handlers as there are live classes, each swept at a cost that
+	// doubling spreads thin.
+	sweepAt int
+}
+
+// classHandler is one schema class's upstream CRD handler and the informer
+// holding its one CRD.
+type classHandler struct {
+	http.Handler
+	crd *oneCRD
 }
 
 // NewServing prepares the serving of the CRDs of index.
 func NewServing(config ServingConfig, index *Index) *Serving {
-	return &Serving{config: config, index: index, classes: map[Class]http.Handler{}}
+	return &Serving{config: config, index: index, classes: map[Class]*classHandler{}, sweepAt: minSweep}
 }
+
+// minSweep is how many class handlers are built before the first sweep.
+const minSweep = 16
 
 // lookup returns the CRD named name of the project of t, if it has one.
 func (s *Index) lookup(t tenancy.Tenant, name string) *apiextensionsv1.CustomResourceDefinition {
@@ -229,6 +269,9 @@ func (s *Serving) class(crd *apiextensionsv1.CustomResourceDefinition) (http.Han
 	if h, ok := s.classes[class]; ok {
 		return h, nil
 	}
+	if len(s.classes) >= s.sweepAt {
+		s.sweepLocked()
+	}
 	// The class's canonical CRD: named as upstream names it, identified by
 	// its class (upstream keeps a handler's storage by CRD UID), served.
 	canonical := &apiextensionsv1.CustomResourceDefinition{
@@ -247,8 +290,27 @@ func (s *Serving) class(crd *apiextensionsv1.CustomResourceDefinition) (http.Han
 	if err != nil {
 		return nil, err
 	}
-	s.classes[class] = h
-	return h, nil
+	// Run only so that removing its CRD reaches the handler, which then
+	// tears its storage down (upstream's path for a deleted CRD).
+	if !one.start() {
+		return nil, fmt.Errorf("the informer of class %s did not start", class)
+	}
+	c := &classHandler{Handler: h, crd: one}
+	s.classes[class] = c
+	return c, nil
+}
+
+// sweepLocked tears down the handlers of the classes no project's CRD has
+// any more; the caller holds s.mu.
+func (s *Serving) sweepLocked() {
+	live := s.index.liveClasses()
+	for class, h := range s.classes {
+		if !live.Has(class) {
+			h.crd.remove()
+			delete(s.classes, class)
+		}
+	}
+	s.sweepAt = max(minSweep, 2*len(s.classes))
 }
 
 // notServed answers what the class handler does not serve (a version the
@@ -257,26 +319,50 @@ type notServed struct{ runtime.NegotiatedSerializer }
 
 func (notServed) ServeHTTP(w http.ResponseWriter, req *http.Request) { http.NotFound(w, req) }
 
-// oneCRD is an informer that holds one CRD and never runs: the class
-// handler reads its CRD from it.
+// oneCRD is an informer that holds one CRD, listed from memory, with a
+// watch that says nothing until the CRD is removed: the class handler reads
+// its CRD from it and tears its storage down when it goes.
 type oneCRD struct {
+	crd      *apiextensionsv1.CustomResourceDefinition
 	informer cache.SharedIndexInformer
+	events   *watch.RaceFreeFakeWatcher
+	stop     chan struct{}
 }
 
-func newOneCRD(crd *apiextensionsv1.CustomResourceDefinition) oneCRD {
-	never := &cache.ListWatch{
+func newOneCRD(crd *apiextensionsv1.CustomResourceDefinition) *oneCRD {
+	o := &oneCRD{crd: crd, events: watch.NewRaceFreeFake(), stop: make(chan struct{})}
+	lw := &cache.ListWatch{
 		ListFunc: func(metav1.ListOptions) (runtime.Object, error) {
-			return &apiextensionsv1.CustomResourceDefinitionList{}, nil
+			return &apiextensionsv1.CustomResourceDefinitionList{ListMeta: metav1.ListMeta{ResourceVersion: "1"},
+				Items: []apiextensionsv1.CustomResourceDefinition{*crd.DeepCopy()}}, nil
 		},
-		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return watch.NewEmptyWatch(), nil },
+		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return o.events, nil },
 	}
-	inf := cache.NewSharedIndexInformer(never, &apiextensionsv1.CustomResourceDefinition{}, 0, cache.Indexers{})
-	inf.GetStore().Add(crd) //nolint:errcheck // a store without indexers does not fail
-	return oneCRD{informer: inf}
+	o.informer = cache.NewSharedIndexInformer(lw, &apiextensionsv1.CustomResourceDefinition{}, 0, cache.Indexers{})
+	return o
 }
 
-func (o oneCRD) Informer() cache.SharedIndexInformer { return o.informer }
+// start runs the informer; false if it could not fill.
+func (o *oneCRD) start() bool {
+	go o.informer.Run(o.stop)
+	return cache.WaitForCacheSync(o.stop, o.informer.HasSynced)
+}
 
-func (o oneCRD) Lister() apiextensionslisters.CustomResourceDefinitionLister {
+// remove takes the CRD away, which makes the handler tear its storage down
+// once its requests are done, and stops the informer.
+func (o *oneCRD) remove() {
+	o.events.Delete(o.crd.DeepCopy())
+	go func() {
+		// The handler's DeleteFunc has run once the store is empty.
+		_ = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+			return len(o.informer.GetStore().List()) == 0, nil
+		})
+		close(o.stop)
+	}()
+}
+
+func (o *oneCRD) Informer() cache.SharedIndexInformer { return o.informer }
+
+func (o *oneCRD) Lister() apiextensionslisters.CustomResourceDefinitionLister {
 	return apiextensionslisters.NewCustomResourceDefinitionLister(o.informer.GetIndexer())
 }

@@ -585,3 +585,72 @@ func TestProjectCRDInstances(t *testing.T) {
 		t.Errorf("project %s's discovery document of another project's group: %v", c, err)
 	}
 }
+
+// etcdWatches is how many etcd watch streams the server holds open (one per watch cache).
+func etcdWatches(t *testing.T, m *milo) float64 {
+	t.Helper()
+	body, err := m.kube(t).Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started, handled float64
+	for _, line := range strings.Split(string(body), "\n") {
+		if !strings.Contains(line, `grpc_method="Watch"`) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscanf(line[strings.LastIndex(line, " ")+1:], "%g", &v); err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(line, "grpc_client_started_total"):
+			started += v
+		case strings.HasPrefix(line, "grpc_client_handled_total"):
+			handled += v
+		}
+	}
+	return started - handled
+}
+
+// TestProjectCRDSchemaChurnIsBounded: a tenant changing its CRD's schema over
+// and over, using the kind after each change, does not pile up the server's
+// handlers and watch caches: those of schemas no CRD has any more are torn down.
+func TestProjectCRDSchemaChurnIsBounded(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	p := m.newProject(t, "crd-churn")
+	crds := crdsAt(t, m.projectConfig(t, p))
+	if _, err := crds.Create(ctx, projectCRD("churns", "Churn", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, crds, "churns.crd.example.net", apiextensionsv1.ConditionTrue)
+	churns := m.projectDynamic(t, p).Resource(schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "churns"}).Namespace("default")
+	eventually(t, "the kind served", func() error { _, err := churns.List(ctx, metav1.ListOptions{}); return err })
+	before := etcdWatches(t, m)
+	const changes = 48
+	for i := range changes {
+		crd, err := crds.Get(ctx, "churns.crd.example.net", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each schema allows one more: a size of i is valid under the new one only.
+		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+		size := spec.Properties["size"]
+		limit := float64(i)
+		size.Maximum = &limit
+		spec.Properties["size"] = size
+		crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+		if _, err := crds.Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "the changed schema served", func() error {
+			obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.example.net/v1", "kind": "Churn",
+				"metadata": map[string]any{"generateName": "c-"}, "spec": map[string]any{"size": int64(i)}}}
+			_, err := churns.Create(ctx, obj, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		})
+	}
+	if grown := etcdWatches(t, m) - before; grown > changes/2 {
+		t.Errorf("%d schema changes left %.0f more watch caches, want at most %d: the handlers of old schemas are not torn down", changes, grown, changes/2)
+	}
+}
