@@ -27,6 +27,8 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/util/webhook"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
@@ -52,7 +54,7 @@ type ServingConfig struct {
 }
 
 // classAnnotation carries, on the informer's copy of a project CRD only, its
-// schema class.
+// schema class, computed by the server whatever the stored object says.
 const classAnnotation = "projectcrds.milo.internal/class"
 
 // Index holds every project's CRDs: one informer over the all-projects view,
@@ -159,9 +161,12 @@ func (s *Index) Run(ctx context.Context) bool {
 // CRD's class and makes its spec the class's shared one.
 func (s *Index) keep(obj any) (any, error) {
 	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
-	if !ok || crd.Annotations[classAnnotation] != "" {
+	if !ok {
 		return obj, nil
 	}
+	// Always computed, never read from the object: a tenant may write any
+	// annotation, and a class named by a tenant would hand another
+	// project's requests to a handler built from the tenant's schema.
 	class, err := ClassOf(crd)
 	if err != nil {
 		return nil, err
@@ -213,6 +218,16 @@ func NewServing(config ServingConfig, index *Index) *Serving {
 
 // minSweep is how many class handlers are built before the first sweep.
 const minSweep = 16
+
+// classHandlers is how many schema classes' handlers the server holds.
+var classHandlers = metrics.NewGauge(&metrics.GaugeOpts{
+	Subsystem:      "milo",
+	Name:           "project_crd_class_handlers",
+	Help:           "How many schema classes of projects' own CRDs the server holds a handler for.",
+	StabilityLevel: metrics.ALPHA,
+})
+
+func init() { legacyregistry.MustRegister(classHandlers) }
 
 // lookup returns the CRD named name of the project of t, if it has one.
 func (s *Index) lookup(t tenancy.Tenant, name string) *apiextensionsv1.CustomResourceDefinition {
@@ -285,7 +300,7 @@ func (s *Serving) class(crd *apiextensionsv1.CustomResourceDefinition) (http.Han
 	}
 	one := newOneCRD(canonical)
 	h, err := apiextensionsapiserver.NewCustomResourceDefinitionHandler(nil, nil, one, notServed{s.config.NegotiatedSerializer},
-		lenientRESTOptions{s.config.RESTOptions}, s.config.Admission, nil, s.config.ServiceResolver, s.config.AuthResolverWrapper, 1,
+		s.config.RESTOptions, s.config.Admission, nil, s.config.ServiceResolver, s.config.AuthResolverWrapper, 1,
 		s.config.Authorizer, s.config.RequestTimeout, s.config.MinRequestTimeout, s.config.StaticOpenAPISpec, s.config.MaxRequestBodyBytes)
 	if err != nil {
 		return nil, err
@@ -297,6 +312,7 @@ func (s *Serving) class(crd *apiextensionsv1.CustomResourceDefinition) (http.Han
 	}
 	c := &classHandler{Handler: h, crd: one}
 	s.classes[class] = c
+	classHandlers.Set(float64(len(s.classes)))
 	return c, nil
 }
 
@@ -311,6 +327,7 @@ func (s *Serving) sweepLocked() {
 		}
 	}
 	s.sweepAt = max(minSweep, 2*len(s.classes))
+	classHandlers.Set(float64(len(s.classes)))
 }
 
 // notServed answers what the class handler does not serve (a version the

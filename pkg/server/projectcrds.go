@@ -1,6 +1,7 @@
 package server
 
 import (
+	"fmt"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -12,13 +13,21 @@ import (
 
 // newProjectCRDServing prepares the serving of projects' own CRDs with the
 // apiextensions server's settings; nil without --project-crds.
-func newProjectCRDServing(c CompletedConfig) *projectcrds.Serving {
+func newProjectCRDServing(c CompletedConfig) (*projectcrds.Serving, error) {
 	if c.ProjectCRDs == nil {
-		return nil
+		return nil, nil
 	}
 	g, x := c.APIExtensions.GenericConfig, c.APIExtensions.ExtraConfig
+	// Projects' kinds are read and watched in etcd directly: a project's
+	// objects are one key range, and a watch cache per schema class would
+	// hold every project's objects of the resource once per class.
+	storage, ok := x.CRDRESTOptionsGetter.(tenantRESTOptions)
+	if !ok {
+		return nil, fmt.Errorf("the storage of custom resources is not tenant-keyed")
+	}
+	storage.uncached = true
 	return projectcrds.NewServing(projectcrds.ServingConfig{
-		RESTOptions:          x.CRDRESTOptionsGetter,
+		RESTOptions:          storage,
 		Admission:            g.AdmissionControl,
 		ServiceResolver:      x.ServiceResolver,
 		AuthResolverWrapper:  x.AuthResolverWrapper,
@@ -28,7 +37,7 @@ func newProjectCRDServing(c CompletedConfig) *projectcrds.Serving {
 		StaticOpenAPISpec:    crdStaticOpenAPISpec(c),
 		MaxRequestBodyBytes:  g.MaxRequestBodyBytes,
 		NegotiatedSerializer: c.ControlPlane.Generic.Serializer,
-	}, c.ProjectCRDs)
+	}, c.ProjectCRDs), nil
 }
 
 // crdStaticOpenAPISpec is the OpenAPI the apiextensions server builds its

@@ -54,7 +54,10 @@ type Server struct {
 func NewServer(c CompletedConfig) (*Server, error) {
 	var notFound http.Handler = notfoundhandler.New(c.ControlPlane.Generic.Serializer, genericapifilters.NoMuxAndDiscoveryIncompleteKey)
 	// Projects' own CRDs are served where the platform's CRD handler finds no CRD of the name.
-	projectCRDs := newProjectCRDServing(c)
+	projectCRDs, err := newProjectCRDServing(c)
+	if err != nil {
+		return nil, err
+	}
 	if projectCRDs != nil {
 		notFound = projectCRDs.Handler(notFound)
 	}

@@ -25,12 +25,17 @@ type tenantRESTOptions struct {
 	inner    generic.RESTOptionsGetter
 	prefixes *tenantstorage.Prefixes
 	maxList  int64
+	// uncached storage reads and watches etcd directly, without a watch cache.
+	uncached bool
 }
 
 func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
 	opts, err := g.inner.GetRESTOptions(resource, example)
 	if err != nil {
 		return opts, err
+	}
+	if g.uncached {
+		opts.Decorator = generic.UndecoratedStorage
 	}
 	opts.Decorator = tenantstorage.Decorate(opts.Decorator, g.prefixes, g.maxList)
 	return opts, nil

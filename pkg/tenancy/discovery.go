@@ -63,9 +63,16 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 		if filtered, ok := filterDiscovery(body, v); ok {
 			body = filtered
 		}
-		if len(own) > 0 && (req.URL.Path == "/apis" || req.URL.Path == "/apis/") {
+		if len(own.groups) > 0 {
+			var add func(map[string]json.RawMessage) bool
+			switch req.URL.Path {
+			case "/apis", "/apis/":
+				add = own.addTo
+			case "/openapi/v3", "/openapi/v3/":
+				add = own.addToOpenAPIIndex
+			}
 			var doc map[string]json.RawMessage
-			if json.Unmarshal(body, &doc) == nil && own.addTo(doc) {
+			if add != nil && json.Unmarshal(body, &doc) == nil && add(doc) {
 				if out, err := json.Marshal(doc); err == nil {
 					body = out
 				}

@@ -153,7 +153,7 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 			}
 			var own ownGroups
 			if tenant.IsProject() && tenant.ID != "" && r.ProjectAPIs != nil {
-				own = r.ProjectAPIs.Groups(tenant.ID)
+				own = ownGroups{groups: r.ProjectAPIs.Groups(tenant.ID), apis: r.ProjectAPIs, projectID: tenant.ID}
 			}
 			serveFilteredDiscovery(handler, w, inner, v, own)
 			return

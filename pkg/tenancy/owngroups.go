@@ -3,6 +3,7 @@ package tenancy
 import (
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 
 	apidiscoveryv2 "k8s.io/api/apidiscovery/v2"
@@ -16,15 +17,24 @@ type ProjectAPIs interface {
 	// describes them, versions in order of preference; none for a project
 	// that defines none.
 	Groups(projectID string) []apidiscoveryv2.APIGroupDiscovery
+	// OpenAPIV3 returns the OpenAPI v3 document of one of the project's own
+	// group versions; false if it has none there.
+	OpenAPIV3(projectID, group, version string) ([]byte, bool)
+	// OpenAPIV3Hash names that document's content, for the index.
+	OpenAPIV3Hash(projectID, group, version string) string
 }
 
 // ownGroups is what a project's discovery adds to the platform's documents.
-type ownGroups []apidiscoveryv2.APIGroupDiscovery
+type ownGroups struct {
+	groups    []apidiscoveryv2.APIGroupDiscovery
+	apis      ProjectAPIs
+	projectID string
+}
 
 func (o ownGroups) group(name string) *apidiscoveryv2.APIGroupDiscovery {
-	for i := range o {
-		if o[i].Name == name {
-			return &o[i]
+	for i := range o.groups {
+		if o.groups[i].Name == name {
+			return &o.groups[i]
 		}
 	}
 	return nil
@@ -40,12 +50,12 @@ func (o ownGroups) addTo(doc map[string]json.RawMessage) bool {
 	switch kind {
 	case "APIGroupList":
 		field = "groups"
-		for _, g := range o {
+		for _, g := range o.groups {
 			add = append(add, legacyGroup(g))
 		}
 	case "APIGroupDiscoveryList":
 		field = "items"
-		for _, g := range o {
+		for _, g := range o.groups {
 			add = append(add, g)
 		}
 	default:
@@ -125,16 +135,58 @@ func (o ownGroups) document(path string) any {
 // serveOwnDocument answers a discovery request for one of the project's own
 // groups; false when path is none of them.
 func (o ownGroups) serveOwnDocument(w http.ResponseWriter, path string) bool {
-	doc := o.document(path)
-	if doc == nil {
-		return false
-	}
-	body, err := json.Marshal(doc)
-	if err != nil {
-		return false
+	var body []byte
+	if rest, ok := strings.CutPrefix(path, "/openapi/v3/apis/"); ok {
+		name, version, _ := strings.Cut(rest, "/")
+		if o.group(name) == nil || o.apis == nil {
+			return false
+		}
+		doc, ok := o.apis.OpenAPIV3(o.projectID, name, version)
+		if !ok {
+			return false
+		}
+		body = doc
+	} else {
+		doc := o.document(path)
+		if doc == nil {
+			return false
+		}
+		var err error
+		if body, err = json.Marshal(doc); err != nil {
+			return false
+		}
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	w.Write(body) //nolint:errcheck // the client went away
+	return true
+}
+
+// addToOpenAPIIndex names the project's own group versions in the OpenAPI
+// v3 index (already filtered), as the apiserver names its own.
+func (o ownGroups) addToOpenAPIIndex(doc map[string]json.RawMessage) bool {
+	if o.apis == nil {
+		return false
+	}
+	var paths map[string]json.RawMessage
+	if err := json.Unmarshal(doc["paths"], &paths); err != nil {
+		return false
+	}
+	for _, g := range o.groups {
+		for _, v := range g.Versions {
+			u := url.URL{Path: "/openapi/v3/apis/" + g.Name + "/" + v.Version,
+				RawQuery: url.Values{"hash": {o.apis.OpenAPIV3Hash(o.projectID, g.Name, v.Version)}}.Encode()}
+			entry, err := json.Marshal(map[string]string{"serverRelativeURL": u.String()})
+			if err != nil {
+				return false
+			}
+			paths["apis/"+g.Name+"/"+v.Version] = entry
+		}
+	}
+	raw, err := json.Marshal(paths)
+	if err != nil {
+		return false
+	}
+	doc["paths"] = raw
 	return true
 }

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
+	"go.miloapis.com/milo/pkg/projectcrds"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -515,6 +516,13 @@ func TestProjectCRDInstances(t *testing.T) {
 	if r := m.kubectlWith(t, ka, "", "api-resources", "--api-group=crd.example.net", "-o", "name"); r.err != nil || strings.TrimSpace(r.stdout) != "things.crd.example.net" {
 		t.Errorf("kubectl api-resources in project %s: %q %v %s", a, r.stdout, r.err, r.stderr)
 	}
+	// kubectl explain reads the project's own OpenAPI v3: A's schema, not B's.
+	if r := m.kubectlWith(t, ka, "", "explain", "things.spec.size"); r.err != nil || !strings.Contains(r.stdout, "<integer>") {
+		t.Errorf("kubectl explain in project %s: %q %v %s", a, r.stdout, r.err, r.stderr)
+	}
+	if r := m.kubectlWith(t, m.projectKubeconfig(t, b), "", "explain", "things.spec.size"); r.err != nil || !strings.Contains(r.stdout, "<string>") {
+		t.Errorf("kubectl explain in project %s: %q %v %s", b, r.stdout, r.err, r.stderr)
+	}
 
 	// A third project stores Things at another version, which A's and B's
 	// schemas do not know: their watch caches hold its objects without
@@ -586,35 +594,28 @@ func TestProjectCRDInstances(t *testing.T) {
 	}
 }
 
-// etcdWatches is how many etcd watch streams the server holds open (one per watch cache).
-func etcdWatches(t *testing.T, m *milo) float64 {
+// classHandlers is how many schema classes' handlers the server holds.
+func classHandlers(t *testing.T, m *milo) float64 {
 	t.Helper()
 	body, err := m.kube(t).Discovery().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	var started, handled float64
 	for _, line := range strings.Split(string(body), "\n") {
-		if !strings.Contains(line, `grpc_method="Watch"`) {
-			continue
-		}
 		var v float64
-		if _, err := fmt.Sscanf(line[strings.LastIndex(line, " ")+1:], "%g", &v); err != nil {
-			continue
-		}
-		switch {
-		case strings.HasPrefix(line, "grpc_client_started_total"):
-			started += v
-		case strings.HasPrefix(line, "grpc_client_handled_total"):
-			handled += v
+		if rest, ok := strings.CutPrefix(line, "milo_project_crd_class_handlers "); ok {
+			if _, err := fmt.Sscanf(rest, "%g", &v); err == nil {
+				return v
+			}
 		}
 	}
-	return started - handled
+	t.Fatal("no milo_project_crd_class_handlers in /metrics")
+	return 0
 }
 
 // TestProjectCRDSchemaChurnIsBounded: a tenant changing its CRD's schema over
 // and over, using the kind after each change, does not pile up the server's
-// handlers and watch caches: those of schemas no CRD has any more are torn down.
+// handlers: those of schemas no CRD has any more are torn down.
 func TestProjectCRDSchemaChurnIsBounded(t *testing.T) {
 	m := shared
 	ctx := context.Background()
@@ -626,7 +627,7 @@ func TestProjectCRDSchemaChurnIsBounded(t *testing.T) {
 	waitNames(t, crds, "churns.crd.example.net", apiextensionsv1.ConditionTrue)
 	churns := m.projectDynamic(t, p).Resource(schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "churns"}).Namespace("default")
 	eventually(t, "the kind served", func() error { _, err := churns.List(ctx, metav1.ListOptions{}); return err })
-	before := etcdWatches(t, m)
+	before := classHandlers(t, m)
 	const changes = 48
 	for i := range changes {
 		crd, err := crds.Get(ctx, "churns.crd.example.net", metav1.GetOptions{})
@@ -650,7 +651,49 @@ func TestProjectCRDSchemaChurnIsBounded(t *testing.T) {
 			return err
 		})
 	}
-	if grown := etcdWatches(t, m) - before; grown > changes/2 {
-		t.Errorf("%d schema changes left %.0f more watch caches, want at most %d: the handlers of old schemas are not torn down", changes, grown, changes/2)
+	if grown := classHandlers(t, m) - before; grown > changes/2 {
+		t.Errorf("%d schema changes left %.0f more class handlers, want at most %d: the handlers of old schemas are not torn down", changes, grown, changes/2)
+	}
+}
+
+// TestProjectCRDClassIsTheServers: a tenant cannot choose which schema
+// class serves it — a class named in its CRD's annotations is ignored — so
+// it cannot have another project's requests served by a handler built from
+// its own schema.
+func TestProjectCRDClassIsTheServers(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	victim, attacker := m.newProject(t, "crd-victim"), m.newProject(t, "crd-attacker")
+	inVictim, inAttacker := crdsAt(t, m.projectConfig(t, victim)), crdsAt(t, m.projectConfig(t, attacker))
+	if _, err := inVictim.Create(ctx, projectCRD("poisons", "Poison", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	target, err := projectcrds.ClassOf(waitNames(t, inVictim, "poisons.crd.example.net", apiextensionsv1.ConditionTrue))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poisoned := projectCRD("poisons", "Poison", apiextensionsv1.NamespaceScoped, "string")
+	poisoned.Annotations = map[string]string{"projectcrds.milo.internal/class": string(target)}
+	if _, err := inAttacker.Create(ctx, poisoned, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, inAttacker, "poisons.crd.example.net", apiextensionsv1.ConditionTrue)
+	gvr := schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "poisons"}
+	poison := func(name string, size any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.example.net/v1", "kind": "Poison",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"size": size}}}
+	}
+	// The attacker's request comes first, so its handler is built first.
+	eventually(t, "the attacker's Poison", func() error {
+		_, err := m.projectDynamic(t, attacker).Resource(gvr).Namespace("default").Create(ctx, poison("a", "text"), metav1.CreateOptions{})
+		return err
+	})
+	inV := m.projectDynamic(t, victim).Resource(gvr).Namespace("default")
+	eventually(t, "the victim's Poison", func() error {
+		_, err := inV.Create(ctx, poison("v", int64(3)), metav1.CreateOptions{})
+		return err
+	})
+	if _, err := inV.Create(ctx, poison("w", "text"), metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("the victim's Poison validated by the attacker's schema: %v, want 422", err)
 	}
 }
