@@ -525,8 +525,8 @@ func TestProjectCRDInstances(t *testing.T) {
 	}
 
 	// A third project stores Things at another version, which A's and B's
-	// schemas do not know: their watch caches hold its objects without
-	// serving them, and go on serving their own.
+	// schemas do not know: each project's storage reads its own objects only,
+	// so both kinds go on serving side by side.
 	d := m.newProject(t, "crd-instances-d")
 	v2 := projectCRD("things", "Thing", apiextensionsv1.NamespaceScoped, "boolean")
 	v2.Spec.Versions[0].Name = "v2"
