@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"go.miloapis.com/milo/pkg/projectcrds"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -366,14 +367,26 @@ func TestProjectCRDsAdmission(t *testing.T) {
 	cfg = rest.AnonymousClientConfig(m.projectConfig(t, p))
 	cfg.BearerToken = token.Status.Token
 	asOwner := crdsAt(t, cfg)
-	mine, err := asOwner.Create(ctx, projectCRD("owned", "Owned", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{})
-	if err != nil {
+	if _, err := asOwner.Create(ctx, projectCRD("owned", "Owned", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the project's cluster-admin's CRD: %v", err)
 	}
-	mine.Status.AcceptedNames = apiextensionsv1.CustomResourceDefinitionNames{Plural: "owned", Kind: "Owned"}
-	if _, err := asOwner.UpdateStatus(ctx, mine, metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
-		t.Errorf("a tenant's write of its CRD's status: %v, want 403", err)
-	}
+	// The controller writes the status meanwhile: a conflict is tried again.
+	eventually(t, "a tenant's write of its CRD's status refused", func() error {
+		mine, err := asOwner.Get(ctx, "owned.crd.example.net", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		mine.Status.AcceptedNames = apiextensionsv1.CustomResourceDefinitionNames{Plural: "owned", Kind: "Owned"}
+		_, err = asOwner.UpdateStatus(ctx, mine, metav1.UpdateOptions{})
+		switch {
+		case apierrors.IsForbidden(err):
+			return nil
+		case apierrors.IsConflict(err):
+			return err
+		}
+		t.Fatalf("a tenant's write of its CRD's status: %v, want 403", err)
+		return nil
+	})
 }
 
 // TestProjectCRDInstances: a project's kinds are served to it alone, each
@@ -556,12 +569,16 @@ func TestProjectCRDInstances(t *testing.T) {
 	}
 
 	// A schema changed is served at once: A's Things gain a field.
-	current, err := inA.Get(ctx, "things.crd.example.net", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	current.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["color"] = apiextensionsv1.JSONSchemaProps{Type: "string"}
-	if _, err := inA.Update(ctx, current, metav1.UpdateOptions{}); err != nil {
+	// The controller may write the CRD's status meanwhile: a conflict is tried again.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current, err := inA.Get(ctx, "things.crd.example.net", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		current.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"].Properties["color"] = apiextensionsv1.JSONSchemaProps{Type: "string"}
+		_, err = inA.Update(ctx, current, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "project "+a+"'s new field", func() error {
@@ -630,18 +647,21 @@ func TestProjectCRDSchemaChurnIsBounded(t *testing.T) {
 	before := classHandlers(t, m)
 	const changes = 48
 	for i := range changes {
-		crd, err := crds.Get(ctx, "churns.crd.example.net", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// Each schema allows one more: a size of i is valid under the new one only.
-		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-		size := spec.Properties["size"]
-		limit := float64(i)
-		size.Maximum = &limit
-		spec.Properties["size"] = size
-		crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
-		if _, err := crds.Update(ctx, crd, metav1.UpdateOptions{}); err != nil {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			crd, err := crds.Get(ctx, "churns.crd.example.net", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			// Each schema allows one more: a size of i is valid under the new one only.
+			spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+			size := spec.Properties["size"]
+			limit := float64(i)
+			size.Maximum = &limit
+			spec.Properties["size"] = size
+			crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+			_, err = crds.Update(ctx, crd, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 		eventually(t, "the changed schema served", func() error {
