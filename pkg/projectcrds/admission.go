@@ -40,6 +40,10 @@ type Rules struct {
 // what the server holds.
 const DefaultMaxPerProject = 200
 
+// MaxVersions is the most versions a project's CRD lists: the server builds
+// a storage for each version of a CRD it serves.
+const MaxVersions = 8
+
 // Register registers the plugin; it reads rules when the server builds it,
 // after the flags are parsed, and projects' CRDs from index.
 func Register(plugins *admission.Plugins, rules *Rules, index *Index) {
@@ -101,6 +105,10 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		return admission.NewForbidden(a, fmt.Errorf("project %s defines %d CustomResourceDefinitions, the most one project may define", t.Name, p.rules.MaxPerProject))
 	}
 	errs := ReservedGroup(crd.Spec.Group, field.NewPath("spec", "group"))
+	if len(crd.Spec.Versions) > MaxVersions {
+		// Each version of a served class is a storage of the server's.
+		errs = append(errs, field.TooMany(field.NewPath("spec", "versions"), len(crd.Spec.Versions), MaxVersions))
+	}
 	errs = append(errs, p.conversion(crd.Spec.Conversion, field.NewPath("spec", "conversion"))...)
 	if len(errs) > 0 {
 		return apierrors.NewInvalid(apiextensions.Kind("CustomResourceDefinition"), crd.Name, errs)

@@ -2,6 +2,7 @@ package projectcrds
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -48,6 +49,7 @@ func TestAdmission(t *testing.T) {
 		"the platform's CRD in a reserved group":     {rules: on, tenant: tenancy.Tenant{}, crd: crdOf("x.miloapis.com", webhookTo("https://anywhere/"))},
 		"a project CRD on a server that serves none": {rules: Rules{}, tenant: project, crd: crdOf("example.com", nil), code: 403, message: "--project-crds"},
 		"a k8s.io group (upstream's approval rule)":  {rules: on, tenant: project, crd: crdOf("gateway.networking.k8s.io", nil)},
+		"too many versions":                          {rules: on, tenant: project, crd: withVersions(crdOf("example.com", nil), MaxVersions+1), code: 422, message: "spec.versions"},
 		"a Milo group":                               {rules: on, tenant: project, crd: crdOf("iam.miloapis.com", nil), code: 422, message: "reserved"},
 		"miloapis.com itself":                        {rules: on, tenant: project, crd: crdOf("miloapis.com", nil), code: 422, message: "reserved"},
 		"a group that merely ends like one":          {rules: on, tenant: project, crd: crdOf("notmiloapis.com", nil)},
@@ -83,4 +85,11 @@ func TestAdmission(t *testing.T) {
 			}
 		})
 	}
+}
+
+func withVersions(crd *apiextensions.CustomResourceDefinition, n int) *apiextensions.CustomResourceDefinition {
+	for i := range n {
+		crd.Spec.Versions = append(crd.Spec.Versions, apiextensions.CustomResourceDefinitionVersion{Name: fmt.Sprintf("v%d", i+1)})
+	}
+	return crd
 }

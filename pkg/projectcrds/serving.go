@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/klog/v2"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
@@ -169,7 +170,10 @@ func (s *Index) keep(obj any) (any, error) {
 	// project's requests to a handler built from the tenant's schema.
 	class, err := ClassOf(crd)
 	if err != nil {
-		return nil, err
+		// A class of its own, rather than an error that would stop the
+		// index for every project.
+		klog.ErrorS(err, "Hashing a project CRD's schema class", "crd", crd.Name)
+		class = Class(classPrefix + "uid-" + string(crd.UID))
 	}
 	s.mu.Lock()
 	if spec, ok := s.specs[class]; ok {

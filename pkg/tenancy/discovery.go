@@ -41,16 +41,22 @@ func (v visibility) hiddenDiscoveryPath(path string) bool {
 // removed. It asks for JSON, uncompressed and without caching validators, so the
 // body can be rewritten; the result carries no ETag, so clients never reuse a
 // platform-wide document for a project.
-func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *http.Request, v visibility, own ownGroups) {
-	if own.serveOwnDocument(w, req.URL.Path) {
-		return
-	}
+//
+// own returns the project's own groups, once the chain has confirmed the
+// request: a document of one of them, which the apiserver does not know
+// (404), is answered from them, and they are added to /apis and the OpenAPI
+// v3 index.
+func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *http.Request, v visibility, ownOf func() ownGroups) {
 	req.Header = req.Header.Clone()
 	req.Header.Set("Accept", jsonOnly(req.Header.Get("Accept")))
 	req.Header.Del("Accept-Encoding")
 	req.Header.Del("If-None-Match")
 	rec := &recorder{header: http.Header{}, code: http.StatusOK}
 	handler.ServeHTTP(rec, req)
+	own := ownOf()
+	if rec.code == http.StatusNotFound && own.serveOwnDocument(w, req.URL.Path) {
+		return
+	}
 
 	body := rec.body.Bytes()
 	if rec.code == http.StatusOK && strings.HasPrefix(req.URL.Path, "/openapi/") && !json.Valid(body) {

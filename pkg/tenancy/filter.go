@@ -151,9 +151,16 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 				notServed(w, req)
 				return
 			}
-			var own ownGroups
-			if tenant.IsProject() && tenant.ID != "" && r.ProjectAPIs != nil {
-				own = ownGroups{groups: r.ProjectAPIs.Groups(tenant.ID), apis: r.ProjectAPIs, projectID: tenant.ID}
+			// The project's own groups are added once the chain has
+			// authenticated and authorized the request and confirmed the
+			// project: CheckExistence records the tenant it confirmed.
+			confirmed := &Tenant{}
+			inner = inner.WithContext(context.WithValue(inner.Context(), confirmedTenantKey{}, confirmed))
+			own := func() ownGroups {
+				if !confirmed.IsProject() || confirmed.ID == "" || r.ProjectAPIs == nil {
+					return ownGroups{}
+				}
+				return ownGroups{groups: r.ProjectAPIs.Groups(confirmed.ID), apis: r.ProjectAPIs, projectID: confirmed.ID}
 			}
 			serveFilteredDiscovery(handler, w, inner, v, own)
 			return
@@ -316,9 +323,17 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 			}
 			defer release()
 		}
+		if c, ok := ctx.Value(confirmedTenantKey{}).(*Tenant); ok {
+			*c = From(ctx)
+		}
 		handler.ServeHTTP(w, req)
 	})
 }
+
+// confirmedTenantKey holds, for a discovery request the router rewrites, the
+// tenant CheckExistence confirmed: set only once the request has passed
+// authentication, authorization and the existence check.
+type confirmedTenantKey struct{}
 
 // readOnlyAcrossProjects allows list and watch of resources, and the GETs of
 // discovery and OpenAPI documents, in the all-projects view.

@@ -609,6 +609,15 @@ func TestProjectCRDInstances(t *testing.T) {
 	if err := m.projectKube(t, c).Discovery().RESTClient().Get().AbsPath("/apis/crd.example.net/v1").Do(ctx).Error(); !apierrors.IsNotFound(err) {
 		t.Errorf("project %s's discovery document of another project's group: %v", c, err)
 	}
+	// An outsider and an anonymous client get none of A's own documents.
+	for _, token := range []string{"carol-token", ""} {
+		for _, path := range []string{"/apis/crd.example.net", "/apis/crd.example.net/v1", "/openapi/v3/apis/crd.example.net/v1"} {
+			body, err := m.as(t, token, tenancy.ProjectPath(a)).Discovery().RESTClient().Get().AbsPath(path).DoRaw(ctx)
+			if err == nil || strings.Contains(string(body), "things") {
+				t.Errorf("%q reads %s of project %s: %v %s", token, path, a, err, body)
+			}
+		}
+	}
 }
 
 // classHandlers is how many schema classes' handlers the server holds.
