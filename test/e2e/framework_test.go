@@ -27,6 +27,8 @@ var (
 	kubectlBin string
 	// shared is one server for every test that does not restart or reconfigure it.
 	shared *milo
+	// sharedArgs are the shared server's flags.
+	sharedArgs []string
 	// sharedIssuer is the OIDC issuer the shared server trusts.
 	sharedIssuer *oidcIssuer
 )
@@ -66,7 +68,8 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer sharedIssuer.server.Close()
-	shared, err = startMilo(dataDir, append([]string{"--token-auth-file", tokens, fmt.Sprintf("--max-project-list-items=%d", sharedMaxListItems), fmt.Sprintf("--project-list-concurrency=%d", sharedListConcurrency), fmt.Sprintf("--max-project-watches=%d", sharedMaxWatches), "--project-crds", "--project-crd-conversion-webhook-prefixes=" + sharedConversionPrefix}, sharedIssuer.flags()...)...)
+	sharedArgs = append([]string{"--token-auth-file", tokens, fmt.Sprintf("--max-project-list-items=%d", sharedMaxListItems), fmt.Sprintf("--project-list-concurrency=%d", sharedListConcurrency), fmt.Sprintf("--max-project-watches=%d", sharedMaxWatches), "--project-crds", "--project-crd-conversion-webhook-prefixes=" + sharedConversionPrefix}, sharedIssuer.flags()...)
+	shared, err = startMilo(dataDir, sharedArgs...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the shared server: %v\n", err)
 		return 1
@@ -77,6 +80,12 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	code := m.Run()
+	if exit, err := stopCRDServer(); err != nil || exit != 0 {
+		fmt.Fprintf(os.Stderr, "stopping the project CRDs' server: exit %d, %v\n", exit, err)
+		if code == 0 {
+			code = 1
+		}
+	}
 	if exit, err := shared.stop(); err != nil || exit != 0 {
 		fmt.Fprintf(os.Stderr, "stopping the shared server: exit %d, %v\n%s", exit, err, shared.logTail())
 		if code == 0 {

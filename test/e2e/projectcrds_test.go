@@ -3,8 +3,10 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -27,6 +29,42 @@ import (
 // sharedConversionPrefix is the one conversion webhook URL prefix the shared
 // server allows project CRDs.
 const sharedConversionPrefix = "https://convert.example.net/"
+
+// The project CRD tests share a server of their own, with the shared
+// server's flags: the handlers and admission instances their schemas leave
+// behind would otherwise be counted by the shared server's measurement of
+// what projects cost (TestThousandProjectsCostNoGoroutinesOrWatches).
+var (
+	crdServerOnce sync.Once
+	crdShared     *milo
+	crdServerDir  string
+	crdServerErr  error
+)
+
+func crdServer(t *testing.T) *milo {
+	t.Helper()
+	crdServerOnce.Do(func() {
+		if crdServerDir, crdServerErr = os.MkdirTemp("", "milo-e2e-crds-"); crdServerErr != nil {
+			return
+		}
+		if crdShared, crdServerErr = startMilo(crdServerDir, sharedArgs...); crdServerErr == nil {
+			crdServerErr = crdShared.ensureOrganization("acme")
+		}
+	})
+	if crdServerErr != nil {
+		t.Fatalf("starting the project CRDs' server: %v", crdServerErr)
+	}
+	return crdShared
+}
+
+// stopCRDServer stops the project CRDs' server, if a test started it.
+func stopCRDServer() (int, error) {
+	if crdShared == nil {
+		return 0, nil
+	}
+	defer os.RemoveAll(crdServerDir)
+	return crdShared.stop()
+}
 
 func crdsAt(t testing.TB, cfg *rest.Config) apiextensionsclient.CustomResourceDefinitionInterface {
 	t.Helper()
@@ -90,7 +128,7 @@ func condition(crd *apiextensionsv1.CustomResourceDefinition, typ apiextensionsv
 // touches no other project's; a project created again under a deleted one's
 // name starts without them.
 func TestProjectCRDsAreTheProjectsOwn(t *testing.T) {
-	m := shared
+	m := crdServer(t)
 	ctx := context.Background()
 	a, b := m.newProject(t, "crds-a"), m.newProject(t, "crds-b")
 	inA, inB := crdsAt(t, m.projectConfig(t, a)), crdsAt(t, m.projectConfig(t, b))
@@ -311,7 +349,7 @@ spec:
 // and a message that says why; a project member needs the permission for
 // CRDs in the project.
 func TestProjectCRDsAdmission(t *testing.T) {
-	m := shared
+	m := crdServer(t)
 	ctx := context.Background()
 	p := m.newProject(t, "crds-admission")
 	crds := crdsAt(t, m.projectConfig(t, p))
@@ -392,7 +430,7 @@ func TestProjectCRDsAdmission(t *testing.T) {
 // TestProjectCRDInstances: a project's kinds are served to it alone, each
 // project's instances validated and defaulted by its own CRD's schema.
 func TestProjectCRDInstances(t *testing.T) {
-	m := shared
+	m := crdServer(t)
 	ctx := context.Background()
 	a, b := m.newProject(t, "crd-instances-a"), m.newProject(t, "crd-instances-b")
 	inA, inB := crdsAt(t, m.projectConfig(t, a)), crdsAt(t, m.projectConfig(t, b))
@@ -643,7 +681,7 @@ func classHandlers(t *testing.T, m *milo) float64 {
 // and over, using the kind after each change, does not pile up the server's
 // handlers: those of schemas no CRD has any more are torn down.
 func TestProjectCRDSchemaChurnIsBounded(t *testing.T) {
-	m := shared
+	m := crdServer(t)
 	ctx := context.Background()
 	p := m.newProject(t, "crd-churn")
 	crds := crdsAt(t, m.projectConfig(t, p))
@@ -690,7 +728,7 @@ func TestProjectCRDSchemaChurnIsBounded(t *testing.T) {
 // it cannot have another project's requests served by a handler built from
 // its own schema.
 func TestProjectCRDClassIsTheServers(t *testing.T) {
-	m := shared
+	m := crdServer(t)
 	ctx := context.Background()
 	victim, attacker := m.newProject(t, "crd-victim"), m.newProject(t, "crd-attacker")
 	inVictim, inAttacker := crdsAt(t, m.projectConfig(t, victim)), crdsAt(t, m.projectConfig(t, attacker))
