@@ -114,20 +114,11 @@ func Classify(ctx context.Context, digest utilflowcontrol.RequestDigest, members
 // work), lending half of it when idle, queuing each project's requests in its
 // own shuffle-sharded queues.
 func PriorityLevel() *flowcontrolv1.PriorityLevelConfiguration {
-	return &flowcontrolv1.PriorityLevelConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: ProjectsName, Annotations: map[string]string{AutoUpdateAnnotation: "true"}},
-		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
-			Type: flowcontrolv1.PriorityLevelEnablementLimited,
-			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-				NominalConcurrencyShares: ptr.To[int32](100),
-				LendablePercent:          ptr.To[int32](50),
-				LimitResponse: flowcontrolv1.LimitResponse{
-					Type:    flowcontrolv1.LimitResponseTypeQueue,
-					Queuing: &flowcontrolv1.QueuingConfiguration{Queues: 128, HandSize: 6, QueueLengthLimit: 50},
-				},
-			},
-		},
-	}
+	return priorityLevel(ProjectsName, flowcontrolv1.LimitedPriorityLevelConfiguration{
+		NominalConcurrencyShares: ptr.To[int32](100),
+		LendablePercent:          ptr.To[int32](50),
+		LimitResponse:            queuing(128, 6),
+	})
 }
 
 // FlowSchema selects every project request (ProjectRequestsGroup) that
@@ -136,22 +127,8 @@ func PriorityLevel() *flowcontrolv1.PriorityLevelConfiguration {
 // that a project's service accounts in its own kube-system never borrow the
 // platform's system priority levels.
 func FlowSchema() *flowcontrolv1.FlowSchema {
-	return &flowcontrolv1.FlowSchema{
-		ObjectMeta: metav1.ObjectMeta{Name: ProjectsName, Annotations: map[string]string{AutoUpdateAnnotation: "true"}},
-		Spec: flowcontrolv1.FlowSchemaSpec{
-			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: ProjectsName},
-			MatchingPrecedence:         3,
-			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByNamespaceType},
-			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
-				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: ProjectRequestsGroup}}},
-				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{
-					Verbs: []string{"*"}, APIGroups: []string{"*"}, Resources: []string{"*"},
-					ClusterScope: true, Namespaces: []string{"*"},
-				}},
-				NonResourceRules: []flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}},
-			}},
-		},
-	}
+	return projectsFlowSchema(ProjectsName, 3, []string{"*"},
+		[]flowcontrolv1.NonResourcePolicyRule{{Verbs: []string{"*"}, NonResourceURLs: []string{"*"}}})
 }
 
 // Lists sizes the priority level of projects' LIST requests.
@@ -189,39 +166,52 @@ func (l Lists) shares(others int) int32 {
 // core from the requests of other projects and of the platform; each project
 // is a flow of its own in the level's queues.
 func ListsPriorityLevel(shares int32) *flowcontrolv1.PriorityLevelConfiguration {
-	return &flowcontrolv1.PriorityLevelConfiguration{
-		ObjectMeta: metav1.ObjectMeta{Name: ProjectListsName, Annotations: map[string]string{AutoUpdateAnnotation: "true"}},
-		Spec: flowcontrolv1.PriorityLevelConfigurationSpec{
-			Type: flowcontrolv1.PriorityLevelEnablementLimited,
-			Limited: &flowcontrolv1.LimitedPriorityLevelConfiguration{
-				NominalConcurrencyShares: ptr.To(shares),
-				LendablePercent:          ptr.To[int32](0),
-				BorrowingLimitPercent:    ptr.To[int32](0),
-				LimitResponse: flowcontrolv1.LimitResponse{
-					Type:    flowcontrolv1.LimitResponseTypeQueue,
-					Queuing: &flowcontrolv1.QueuingConfiguration{Queues: 64, HandSize: 4, QueueLengthLimit: 50},
-				},
-			},
-		},
-	}
+	return priorityLevel(ProjectListsName, flowcontrolv1.LimitedPriorityLevelConfiguration{
+		NominalConcurrencyShares: ptr.To(shares),
+		LendablePercent:          ptr.To[int32](0),
+		BorrowingLimitPercent:    ptr.To[int32](0),
+		LimitResponse:            queuing(64, 4),
+	})
 }
 
 // ListsFlowSchema selects projects' LIST requests (ProjectRequestsGroup, verb
 // list) into ListsPriorityLevel, one flow per project. Its precedence, 2, is
 // above FlowSchema's, which takes every other project request.
 func ListsFlowSchema() *flowcontrolv1.FlowSchema {
+	return projectsFlowSchema(ProjectListsName, 2, []string{"list"}, nil)
+}
+
+// priorityLevel is one of Milo's limited priority levels.
+func priorityLevel(name string, limited flowcontrolv1.LimitedPriorityLevelConfiguration) *flowcontrolv1.PriorityLevelConfiguration {
+	return &flowcontrolv1.PriorityLevelConfiguration{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{AutoUpdateAnnotation: "true"}},
+		Spec:       flowcontrolv1.PriorityLevelConfigurationSpec{Type: flowcontrolv1.PriorityLevelEnablementLimited, Limited: &limited},
+	}
+}
+
+// queuing queues what a level cannot run yet, in shuffle-sharded queues.
+func queuing(queues, handSize int32) flowcontrolv1.LimitResponse {
+	return flowcontrolv1.LimitResponse{Type: flowcontrolv1.LimitResponseTypeQueue,
+		Queuing: &flowcontrolv1.QueuingConfiguration{Queues: queues, HandSize: handSize, QueueLengthLimit: 50}}
+}
+
+// projectsFlowSchema selects project requests (ProjectRequestsGroup) of the
+// given verbs on every resource, and the given non-resource rules, into the
+// priority level of the same name, one flow per project.
+func projectsFlowSchema(name string, precedence int32, verbs []string, nonResource []flowcontrolv1.NonResourcePolicyRule) *flowcontrolv1.FlowSchema {
 	return &flowcontrolv1.FlowSchema{
-		ObjectMeta: metav1.ObjectMeta{Name: ProjectListsName, Annotations: map[string]string{AutoUpdateAnnotation: "true"}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{AutoUpdateAnnotation: "true"}},
 		Spec: flowcontrolv1.FlowSchemaSpec{
-			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: ProjectListsName},
-			MatchingPrecedence:         2,
+			PriorityLevelConfiguration: flowcontrolv1.PriorityLevelConfigurationReference{Name: name},
+			MatchingPrecedence:         precedence,
 			DistinguisherMethod:        &flowcontrolv1.FlowDistinguisherMethod{Type: flowcontrolv1.FlowDistinguisherMethodByNamespaceType},
 			Rules: []flowcontrolv1.PolicyRulesWithSubjects{{
 				Subjects: []flowcontrolv1.Subject{{Kind: flowcontrolv1.SubjectKindGroup, Group: &flowcontrolv1.GroupSubject{Name: ProjectRequestsGroup}}},
 				ResourceRules: []flowcontrolv1.ResourcePolicyRule{{
-					Verbs: []string{"list"}, APIGroups: []string{"*"}, Resources: []string{"*"},
+					Verbs: verbs, APIGroups: []string{"*"}, Resources: []string{"*"},
 					ClusterScope: true, Namespaces: []string{"*"},
 				}},
+				NonResourceRules: nonResource,
 			}},
 		},
 	}

@@ -3,7 +3,7 @@
 // project's CRDs to what a project may define, the naming rules, the index of
 // every project's CRDs, the serving of their instances and their discovery.
 // CRDs of one schema class, in any number of projects, are served by one
-// upstream handler: one storage and one watch cache per version.
+// upstream handler: one storage per version.
 package projectcrds
 
 import (
@@ -19,8 +19,8 @@ import (
 )
 
 // Class names a schema class: CRDs of one class, in any number of projects,
-// are served identically, so one handler, one storage and one tenant-keyed
-// watch cache per version can serve all of them.
+// are served identically, so one handler and one tenant-keyed storage per
+// version serve all of them.
 type Class string
 
 // classPrefix starts every Class, so a class is never mistaken for another

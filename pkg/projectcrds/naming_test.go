@@ -23,6 +23,12 @@ func taken(held ...apiextensionsv1.CustomResourceDefinitionNames) Taken {
 // its group; names it holds stay its own; conditions as upstream sets them.
 func TestAcceptNames(t *testing.T) {
 	widgets := names("widgets", "widget", "Widget", "wd")
+	// widgetsWith is the widgets' names changed by change.
+	widgetsWith := func(change func(*apiextensionsv1.CustomResourceDefinitionNames)) apiextensionsv1.CustomResourceDefinitionNames {
+		n := widgets
+		change(&n)
+		return n
+	}
 	established := apiextensionsv1.CustomResourceDefinitionCondition{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue, Reason: "InitialNamesAccepted"}
 	for _, tc := range []struct {
 		name            string
@@ -39,29 +45,13 @@ func TestAcceptNames(t *testing.T) {
 		{name: "another CRD of the group holds other names", want: widgets, taken: taken(names("gadgets", "gadget", "Gadget", "gd")),
 			wantAccepted: widgets, wantReason: "NoConflicts", wantEstablished: apiextensionsv1.ConditionFalse, wantEstReason: "Installing"},
 		{name: "the plural is another's", want: widgets, taken: taken(names("widgets", "other", "Other")),
-			wantAccepted: func() apiextensionsv1.CustomResourceDefinitionNames {
-				n := widgets
-				n.Plural = ""
-				return n
-			}(), wantReason: "PluralConflict", wantEstablished: apiextensionsv1.ConditionFalse, wantEstReason: "NotAccepted"},
+			wantAccepted: widgetsWith(func(n *apiextensionsv1.CustomResourceDefinitionNames) { n.Plural = "" }), wantReason: "PluralConflict", wantEstablished: apiextensionsv1.ConditionFalse, wantEstReason: "NotAccepted"},
 		{name: "the singular is another's short name", want: widgets, taken: taken(names("others", "other", "Other", "widget")),
-			wantAccepted: func() apiextensionsv1.CustomResourceDefinitionNames {
-				n := widgets
-				n.Singular = ""
-				return n
-			}(), wantReason: "SingularConflict", wantEstablished: apiextensionsv1.ConditionFalse, wantEstReason: "NotAccepted"},
+			wantAccepted: widgetsWith(func(n *apiextensionsv1.CustomResourceDefinitionNames) { n.Singular = "" }), wantReason: "SingularConflict", wantEstablished: apiextensionsv1.ConditionFalse, wantEstReason: "NotAccepted"},
 		{name: "a short name is another's", want: widgets, taken: taken(names("wds", "wdx", "Wd", "wd")),
-			wantAccepted: func() apiextensionsv1.CustomResourceDefinitionNames {
-				n := widgets
-				n.ShortNames = nil
-				return n
-			}(), wantReason: "ShortNamesConflict", wantEstablished: apiextensionsv1.ConditionFalse, wantEstReason: "NotAccepted"},
+			wantAccepted: widgetsWith(func(n *apiextensionsv1.CustomResourceDefinitionNames) { n.ShortNames = nil }), wantReason: "ShortNamesConflict", wantEstablished: apiextensionsv1.ConditionFalse, wantEstReason: "NotAccepted"},
 		{name: "the kind is another's", want: widgets, taken: taken(names("others", "other", "Widget")),
-			wantAccepted: func() apiextensionsv1.CustomResourceDefinitionNames {
-				n := widgets
-				n.Kind, n.ListKind = "", ""
-				return n
-			}(), wantReason: "ListKindConflict", wantEstablished: apiextensionsv1.ConditionFalse, wantEstReason: "NotAccepted"},
+			wantAccepted: widgetsWith(func(n *apiextensionsv1.CustomResourceDefinitionNames) { n.Kind, n.ListKind = "", "" }), wantReason: "ListKindConflict", wantEstablished: apiextensionsv1.ConditionFalse, wantEstReason: "NotAccepted"},
 		{name: "the names it holds are its own", want: widgets, held: widgets, conditions: []apiextensionsv1.CustomResourceDefinitionCondition{established},
 			taken:        taken(widgets),
 			wantAccepted: widgets, wantReason: "NoConflicts", wantEstablished: apiextensionsv1.ConditionTrue, wantEstReason: "InitialNamesAccepted"},

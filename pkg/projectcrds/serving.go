@@ -193,7 +193,7 @@ func (s *Index) keep(obj any) (any, error) {
 // Serving serves the instances of the CRDs projects define: a request for a
 // project's kind is handed to the handler of its CRD's class — upstream's CRD
 // handler, built over an informer holding the class's one canonical CRD, so
-// one storage and one watch cache per version serve every project of the class.
+// one storage per version (reading etcd directly) serves every project of the class.
 type Serving struct {
 	config ServingConfig
 	index  *Index
