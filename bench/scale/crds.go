@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sync"
 	"time"
@@ -69,10 +70,10 @@ func crdFor(i int, unique string) *apiextensionsv1.CustomResourceDefinition {
 // measureProjectCRDs makes projects [0, Projects) define the same CRDs with
 // one instance each, then projects [Projects, Projects+Unique) one CRD of a
 // schema of their own, measuring the server after each.
-func measureProjectCRDs(ctx context.Context, s *system, o crdOptions, settle time.Duration) (*crdResult, error) {
+func measureProjectCRDs(ctx context.Context, s *system, o crdOptions, settle time.Duration, dir string) (*crdResult, error) {
 	r := &crdResult{Options: o}
 	var err error
-	if r.Before, err = s.measure(ctx, ""); err != nil {
+	if r.Before, err = s.measure(ctx, filepath.Join(dir, "crds-heap-before.pprof")); err != nil {
 		return nil, err
 	}
 	var mu sync.Mutex
@@ -138,7 +139,7 @@ func measureProjectCRDs(ctx context.Context, s *system, o crdOptions, settle tim
 	if settle > 0 {
 		time.Sleep(settle)
 	}
-	if r.Shared, err = s.measure(ctx, ""); err != nil {
+	if r.Shared, err = s.measure(ctx, filepath.Join(dir, "crds-heap-shared.pprof")); err != nil {
 		return nil, err
 	}
 	progress("[milo] %d projects × %d CRDs: heap %.0f → %.0f MiB (%.2f KiB per project), %v → %v goroutines, %v → %v etcd watches; %.0f CRDs/s; Established p50 %.0f / p99 %.0f ms",
@@ -156,7 +157,7 @@ func measureProjectCRDs(ctx context.Context, s *system, o crdOptions, settle tim
 		if settle > 0 {
 			time.Sleep(settle)
 		}
-		if r.Unique, err = s.measure(ctx, ""); err != nil {
+		if r.Unique, err = s.measure(ctx, filepath.Join(dir, "crds-heap-unique.pprof")); err != nil {
 			return nil, err
 		}
 		progress("[milo] %d projects with a schema of their own: heap %.0f → %.0f MiB (%.1f KiB per schema), %v → %v goroutines, %v → %v etcd watches",

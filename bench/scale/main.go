@@ -339,7 +339,7 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		if o.CRDs.Projects+o.CRDs.Unique > have {
 			return fmt.Errorf("--crd-projects and --crd-unique need %d projects, the last step has %d", o.CRDs.Projects+o.CRDs.Unique, have)
 		}
-		if out.CRDs, err = measureProjectCRDs(ctx, s, o.CRDs, o.Settle); err != nil {
+		if out.CRDs, err = measureProjectCRDs(ctx, s, o.CRDs, o.Settle, dir); err != nil {
 			return fmt.Errorf("project CRDs: %w", err)
 		}
 		if err := save(); err != nil {

@@ -44,16 +44,21 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 // makeStorageTenantKeyed wraps the storage of every server in the chain:
 // built-in APIs, CRDs and their instances, and APIServices.
 func makeStorageTenantKeyed(c *Config, prefixes *tenantstorage.Prefixes) {
-	wrap := func(g generic.RESTOptionsGetter) generic.RESTOptionsGetter {
+	wrap := func(g generic.RESTOptionsGetter, uncached bool) generic.RESTOptionsGetter {
 		if g == nil {
 			return nil
 		}
-		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems}
+		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems, uncached: uncached}
 	}
-	c.ControlPlane.Generic.RESTOptionsGetter = wrap(c.ControlPlane.Generic.RESTOptionsGetter)
-	c.APIExtensions.GenericConfig.RESTOptionsGetter = wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter)
-	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = wrap(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter)
-	c.Aggregator.GenericConfig.RESTOptionsGetter = wrap(c.Aggregator.GenericConfig.RESTOptionsGetter)
+	c.ControlPlane.Generic.RESTOptionsGetter = wrap(c.ControlPlane.Generic.RESTOptionsGetter, false)
+	// CustomResourceDefinitions themselves have no watch cache: it would
+	// hold every project's CRDs decoded with their schemas, nothing shared
+	// between projects (about 16 KiB a CRD), while every reader of all of
+	// them (the CRD index, the lifecycle controller) keeps its own slimmer
+	// cache and a project's CRDs are one key range in etcd.
+	c.APIExtensions.GenericConfig.RESTOptionsGetter = wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter, true)
+	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = wrap(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter, false)
+	c.Aggregator.GenericConfig.RESTOptionsGetter = wrap(c.Aggregator.GenericConfig.RESTOptionsGetter, false)
 }
 
 // authorizeProjects puts Milo IAM first in every authorizer of the chain, makes
