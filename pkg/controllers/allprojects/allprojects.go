@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"go.miloapis.com/milo/pkg/client"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -54,18 +55,15 @@ func (c *Clients) HTTPClient() *http.Client { return c.http }
 // Config is the configuration of the control plane of project ("" for the
 // platform). Its host carries the project's URL prefix.
 func (c *Clients) Config(project string) *rest.Config {
-	cfg := rest.CopyConfig(c.base)
-	if project != "" {
-		cfg.Host = strings.TrimSuffix(cfg.Host, "/") + tenancy.ProjectPath(project)
+	if project == "" {
+		return rest.CopyConfig(c.base)
 	}
-	return cfg
+	return client.ProjectConfig(c.base, project)
 }
 
 // AllProjectsConfig is the configuration of the all-projects view (list and watch only).
 func (c *Clients) AllProjectsConfig() *rest.Config {
-	cfg := rest.CopyConfig(c.base)
-	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + tenancy.AllProjectsPath
-	return cfg
+	return client.AllProjectsConfig(c.base)
 }
 
 // Within returns a context whose requests through these clients are refused

@@ -39,6 +39,7 @@ import (
 
 	iamv1alpha1 "go.miloapis.com/milo/pkg/apis/iam/v1alpha1"
 	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+	"go.miloapis.com/milo/pkg/client"
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -108,9 +109,7 @@ func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFacto
 
 // projectConfig returns a client configuration of one project's control plane.
 func (c *Controllers) projectConfig(name string) *rest.Config {
-	cfg := rest.CopyConfig(c.config)
-	cfg.Host = strings.TrimSuffix(cfg.Host, "/") + tenancy.ProjectPath(name)
-	return cfg
+	return client.ProjectConfig(c.config, name)
 }
 
 // Run works until ctx ends, along with the Role controller (effective

@@ -1,0 +1,273 @@
+package mcprovider
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// configMap is a ConfigMap as the all-projects view serves it: with the
+// annotations naming its project.
+func configMap(project, namespace, name, rv string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, ResourceVersion: rv,
+		Annotations: map[string]string{tenancy.AnnotationKey: project, tenancy.IDAnnotationKey: "p." + project}}}
+}
+
+// seen records what one handler was handed.
+type seen struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (s *seen) add(e string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.events = append(s.events, e)
+}
+
+// get returns the distinct events seen: a handler registered while the
+// dispatcher's own first list is delivered may be handed an object twice.
+func (s *seen) get() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := append([]string(nil), s.events...)
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+func (s *seen) handler() toolscache.ResourceEventHandler {
+	name := func(obj any) string {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		m := obj.(metav1.Object)
+		return m.GetNamespace() + "/" + m.GetName()
+	}
+	return toolscache.ResourceEventHandlerDetailedFuncs{
+		AddFunc:    func(obj any, _ bool) { s.add("add " + name(obj)) },
+		UpdateFunc: func(_, obj any) { s.add("update " + name(obj)) },
+		DeleteFunc: func(obj any) { s.add("delete " + name(obj)) },
+	}
+}
+
+// runInformer runs a real shared informer, with the provider's transform,
+// over a list of objs and a watch the test feeds. (A fake source keyed by
+// namespace and name could not hold two projects' objects of the same name.)
+func runInformer(t *testing.T, objs ...*corev1.ConfigMap) (*watch.FakeWatcher, toolscache.SharedIndexInformer) {
+	t.Helper()
+	w := watch.NewFakeWithChanSize(100, false)
+	lw := &toolscache.ListWatch{
+		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
+			list := &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "1"}}
+			for _, o := range objs {
+				list.Items = append(list.Items, *o.DeepCopy())
+			}
+			return list, nil
+		},
+		WatchFuncWithContext: func(context.Context, metav1.ListOptions) (watch.Interface, error) { return w, nil },
+	}
+	inf := toolscache.NewSharedIndexInformer(noWatchList{lw}, &corev1.ConfigMap{}, 0, toolscache.Indexers{toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc})
+	if err := inf.SetTransform(func(obj any) (any, error) { return qualify(obj) }); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go inf.Run(ctx.Done())
+	if !toolscache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		t.Fatal("informer did not sync")
+	}
+	return w, inf
+}
+
+// noWatchList makes the reflector list, then watch: the fake watch cannot
+// stream a list.
+type noWatchList struct{ *toolscache.ListWatch }
+
+func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
+
+func waitSeen(t *testing.T, s *seen, want ...string) {
+	t.Helper()
+	sort.Strings(want)
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return fmt.Sprint(s.get()) == fmt.Sprint(want), nil
+	})
+	if err != nil {
+		t.Fatalf("handler saw %v, want %v", s.get(), want)
+	}
+}
+
+// An event of project A reaches A's handlers only, as A serves the object
+// (its own namespace); a handler registered later is handed its project's
+// existing objects, and no other project's.
+func TestEventsReachTheirProjectOnly(t *testing.T) {
+	source, inf := runInformer(t, configMap("a", "default", "x", "1"), configMap("b", "default", "x", "1"))
+	d, err := newDispatcher(inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sa, sb, sa2 seen
+	ra, err := projectInformer{d: d, id: "p.a"}.AddEventHandler(sa.handler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := (projectInformer{d: d, id: "p.b"}).AddEventHandler(sb.handler()); err != nil {
+		t.Fatal(err)
+	}
+	waitSeen(t, &sa, "add default/x")
+	waitSeen(t, &sb, "add default/x")
+
+	source.Modify(configMap("a", "default", "x", "2"))
+	source.Add(configMap("a", "team", "y", "3"))
+	waitSeen(t, &sa, "add default/x", "update default/x", "add team/y")
+	if _, err := (projectInformer{d: d, id: "p.a"}).AddEventHandler(sa2.handler()); err != nil {
+		t.Fatal(err)
+	}
+	waitSeen(t, &sa2, "add default/x", "add team/y")
+
+	source.Delete(configMap("a", "default", "x", "4"))
+	waitSeen(t, &sa, "add default/x", "update default/x", "add team/y", "delete default/x")
+
+	// Removed handlers see nothing more; removing twice is no error, and a
+	// registration of another informer is refused.
+	if err := (projectInformer{d: d, id: "p.a"}).RemoveEventHandler(ra); err != nil {
+		t.Fatal(err)
+	}
+	if err := (projectInformer{d: d, id: "p.a"}).RemoveEventHandler(ra); err != nil {
+		t.Fatal(err)
+	}
+	if err := (projectInformer{d: d, id: "p.a"}).RemoveEventHandler(struct {
+		toolscache.ResourceEventHandlerRegistration
+	}{}); err == nil {
+		t.Fatal("a foreign registration was accepted")
+	}
+	source.Add(configMap("a", "default", "z", "5"))
+	waitSeen(t, &sa2, "add default/x", "add team/y", "delete default/x", "add default/z")
+	if got := sa.get(); len(got) != 4 {
+		t.Fatalf("a removed handler saw %v", got)
+	}
+	if got := sb.get(); fmt.Sprint(got) != "[add default/x]" {
+		t.Fatalf("project b's handler saw %v", got)
+	}
+}
+
+// A project's list reads the shared indexes: by project, by namespace, and
+// by a field indexed for every project, never another project's objects.
+func TestProjectListsReadTheSharedIndexes(t *testing.T) {
+	field := func(obj any) ([]string, error) { // as controller-runtime keys a field index
+		m := obj.(metav1.Object)
+		v := m.GetName()[:1]
+		return []string{m.GetNamespace() + "/" + v, "__all_namespaces/" + v}, nil
+	}
+	indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{
+		toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc, projectIndex: indexByProject, "field:first": field})
+	for _, o := range []*corev1.ConfigMap{configMap("a", "default", "x1", "1"), configMap("a", "team", "x2", "1"),
+		configMap("a", "team", "y1", "1"), configMap("b", "default", "x1", "1"), configMap("b", "team", "x3", "1")} {
+		q, _ := qualify(o)
+		if err := indexer.Add(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := func(items []any, err error) string {
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, i := range items {
+			out = append(out, i.(metav1.Object).GetName())
+		}
+		sort.Strings(out)
+		return fmt.Sprint(out)
+	}
+	a := projectCache{id: "p.a"}
+	for _, c := range []struct {
+		opts client.ListOptions
+		want string
+	}{
+		{client.ListOptions{}, "[x1 x2 y1]"},
+		{client.ListOptions{Namespace: "team"}, "[x2 y1]"},
+		{client.ListOptions{FieldSelector: fields.OneTermEqualSelector("first", "x")}, "[x1 x2]"},
+		{client.ListOptions{Namespace: "team", FieldSelector: fields.OneTermEqualSelector("first", "x")}, "[x2]"},
+	} {
+		if got := names(a.candidates(indexer, c.opts)); got != c.want {
+			t.Errorf("list %+v: %s, want %s", c.opts, got, c.want)
+		}
+	}
+	if _, err := a.candidates(indexer, client.ListOptions{FieldSelector: fields.OneTermNotEqualSelector("first", "x")}); err == nil {
+		t.Error("a list by a field that is not an exact match was accepted")
+	}
+}
+
+// What one event costs the dispatcher does not grow with the number of
+// engaged projects: compare 10 with 100,000 projects, each with a handler.
+func BenchmarkDispatch(b *testing.B) {
+	for _, projects := range []int{10, 100000} {
+		b.Run(fmt.Sprintf("projects=%d", projects), func(b *testing.B) {
+			d := &dispatcher{handlers: map[string]map[*registration]toolscache.ResourceEventHandler{}}
+			var calls int
+			h := toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(_, _ any) { calls++ }}
+			for i := range projects {
+				id := fmt.Sprintf("p.%d", i)
+				d.handlers[id] = map[*registration]toolscache.ResourceEventHandler{{d: d, id: id}: h}
+			}
+			oldObj, _ := qualify(configMap("7", "default", "x", "1"))
+			newObj, _ := qualify(configMap("7", "default", "x", "2"))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				d.OnUpdate(oldObj, newObj)
+			}
+			if calls != b.N {
+				b.Fatalf("%d handler calls for %d events", calls, b.N)
+			}
+		})
+	}
+}
+
+// The same event handed to one filtering handler per engaged project on the
+// shared informer, as a provider that registers each project's watch there
+// directly would: its cost grows with the number of projects.
+func BenchmarkDispatchOneHandlerPerProject(b *testing.B) {
+	for _, projects := range []int{10, 100000} {
+		b.Run(fmt.Sprintf("projects=%d", projects), func(b *testing.B) {
+			var calls int
+			handlers := make([]toolscache.ResourceEventHandler, projects)
+			for i := range projects {
+				id := fmt.Sprintf("p.%d", i)
+				handlers[i] = toolscache.FilteringResourceEventHandler{
+					FilterFunc: func(obj any) bool { got, _ := idOf(obj); return got == id },
+					Handler: toolscache.ResourceEventHandlerFuncs{UpdateFunc: func(o, n any) {
+						_, _ = unqualifiedEvent(o), unqualifiedEvent(n)
+						calls++
+					}},
+				}
+			}
+			oldObj, _ := qualify(configMap("7", "default", "x", "1"))
+			newObj, _ := qualify(configMap("7", "default", "x", "2"))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				for _, h := range handlers {
+					h.OnUpdate(oldObj, newObj)
+				}
+			}
+			if calls != b.N {
+				b.Fatalf("%d handler calls for %d events", calls, b.N)
+			}
+		})
+	}
+}
