@@ -72,6 +72,12 @@ type options struct {
 	// Noisy runs the noisy-neighbour measurement after the last step (Milo only).
 	Noisy        bool
 	NoisyOptions noisyOptions
+	// Service runs the sample service (bench/service) with this provider
+	// ("shared" or "naive") from the first step on and measures it at each
+	// step (Milo only); ServiceSamples Widgets are timed per step.
+	Service        string
+	ServiceSamples int
+	ServiceBin     string
 }
 
 func main() {
@@ -101,6 +107,8 @@ func main() {
 	flag.IntVar(&o.CRDs.PerProject, "crd-per-project", 10, "CRDs each of --crd-projects defines")
 	flag.IntVar(&o.CRDs.Unique, "crd-unique", 0, "then this many further projects each define one CRD of a schema of its own")
 	flag.IntVar(&o.CRDs.Samples, "crd-samples", 200, "CRDs timed from create to Established")
+	flag.StringVar(&o.Service, "service", "", "run the sample service with this provider (shared: pkg/mcprovider; naive: a cluster per project) and measure it at each step: one Widget per project (Milo only)")
+	flag.IntVar(&o.ServiceSamples, "service-samples", 100, "Widgets timed from create to Ready per step")
 	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling, 300 projects deleted")
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -184,8 +192,8 @@ func buildBinaries(o *options) error {
 	for _, b := range []struct {
 		path *string
 		pkg  string
-	}{{&o.MiloBin, "./cmd/milo"}, {&o.BaselineBin, "./bench/baseline"}} {
-		if *b.path != "" {
+	}{{&o.MiloBin, "./cmd/milo"}, {&o.BaselineBin, "./bench/baseline"}, {&o.ServiceBin, "./bench/service"}} {
+		if *b.path != "" || (b.path == &o.ServiceBin && o.Service == "") {
 			continue
 		}
 		*b.path = filepath.Join(bin, filepath.Base(b.pkg))
@@ -246,6 +254,15 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 	}
 	out.Empty = empty
 	rng := rand.New(rand.NewPCG(1, 2))
+	var service *serviceProcess
+	if s.isMilo() && o.Service != "" {
+		progress("[%s] starting the sample service (%s provider)", name, o.Service)
+		if service, err = startService(ctx, s, o.ServiceBin, o.Service, o.Repo); err != nil {
+			return fmt.Errorf("the sample service: %w", err)
+		}
+		defer service.stop()
+	}
+	widgets := 0
 	have := 0
 	for _, n := range steps {
 		step := stepResult{Projects: n}
@@ -323,6 +340,19 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 			step.DeletionSamples, step.DeletionTimeouts = len(del["owner"]), timedOut
 			progress("[%s] %d projects: namespace deletion p50 %.0f / p99 %.0f ms, owner deletion p50 %.0f / p99 %.0f ms (%d samples, %d timed out)", name, n,
 				step.Deletion["namespace"].P50, step.Deletion["namespace"].P99, step.Deletion["owner"].P50, step.Deletion["owner"].P99, step.DeletionSamples, timedOut)
+		}
+		if service != nil {
+			st, err := measureService(ctx, s, service, widgets, n, o.ServiceSamples, o.Workers*2, filepath.Join(dir, fmt.Sprintf("service-heap-%d.pprof", n)))
+			if err != nil {
+				return fmt.Errorf("the sample service at %d projects: %w", n, err)
+			}
+			st.Provider, widgets = o.Service, n
+			out.Service = append(out.Service, st)
+			progress("[%s] %d projects: service (%s) heap %.1f MiB, %v goroutines; widget create → Ready p50 %.0f / p99 %.0f ms; %.0f widgets/s",
+				name, n, o.Service, st.HeapBytes/(1<<20), st.Goroutines, st.Ready.P50, st.Ready.P99, st.WidgetsPerSecond)
+			if err := save(); err != nil {
+				return err
+			}
 		}
 		restart, err := s.restart(ctx)
 		if err != nil {

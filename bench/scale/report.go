@@ -46,6 +46,8 @@ type systemResult struct {
 	// Noisy is the noisy-neighbour measurement at the last step (Milo only),
 	// with and without per-project flows.
 	Noisy []noisyResult `json:",omitempty"`
+	// Service is the sample service's measurement at each step (--service).
+	Service []serviceStep `json:",omitempty"`
 	// NoisyOptions sized its floods.
 	NoisyOptions *noisyOptions `json:",omitempty"`
 }
@@ -308,6 +310,9 @@ func (r *results) markdown() string {
 	if milo != nil && milo.CRDs != nil {
 		b.WriteString(milo.CRDs.section())
 	}
+	if milo != nil && len(milo.Service) > 0 {
+		b.WriteString(serviceSection(milo.Service))
+	}
 	if milo != nil && len(milo.Steps) > 0 {
 		b.WriteString(r.targets(milo, base))
 	}
@@ -519,6 +524,25 @@ func (c *crdResult) section() string {
 	if o.Unique > 0 {
 		fmt.Fprintf(&b, "Unique: %.1f KiB and %.2f etcd watches per distinct schema, %.0f CRDs/s.\n",
 			(c.Unique.HeapBytes-c.Shared.HeapBytes)/1024/float64(o.Unique), (c.Unique.EtcdWatches-c.Shared.EtcdWatches)/float64(o.Unique), c.UniquePerSecond)
+	}
+	b.WriteString("\n")
+	return b.String()
+}
+
+// serviceSection reports the sample service at each step: its heap after GC
+// and goroutines, the heap it added per project since the first step, and
+// Widgets from create to Ready.
+func serviceSection(steps []serviceStep) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "## The sample service (%s provider)\n\nOne Widget per project, reconciled into a ConfigMap; the service caches every project's Widgets and ConfigMaps.\n\n", steps[0].Provider)
+	b.WriteString("| projects | heap | per project since the first step | goroutines | create → Ready p50 | p99 | widgets/s |\n|---|---|---|---|---|---|---|\n")
+	first := steps[0]
+	for _, st := range steps {
+		per := "–"
+		if st.Projects > first.Projects {
+			per = fmt.Sprintf("%.2f KiB", (st.HeapBytes-first.HeapBytes)/1024/float64(st.Projects-first.Projects))
+		}
+		fmt.Fprintf(&b, "| %d | %.1f MiB | %s | %.0f | %.0f ms | %.0f ms | %.0f |\n", st.Projects, st.HeapBytes/(1<<20), per, st.Goroutines, st.Ready.P50, st.Ready.P99, st.WidgetsPerSecond)
 	}
 	b.WriteString("\n")
 	return b.String()

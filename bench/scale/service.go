@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/yaml"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// The service measurement (--service): the sample service of examples/widgets
+// (bench/service) runs beside Milo from the first step on, each project gets
+// one Widget, and at each step the harness reads the service's heap and
+// goroutines and times Widgets from create to Ready.
+
+var widgetsGVR = schema.GroupVersionResource{Group: "widgets.samples.miloapis.example", Version: "v1alpha1", Resource: "widgets"}
+
+// serviceStep is the service's measurement at one step.
+type serviceStep struct {
+	Projects               int
+	HeapBytes, Goroutines  float64
+	Ready                  quantiles
+	WidgetsPerSecond       float64
+	ReadyWaitSeconds       float64
+	Engaged, ReadyWidgets  int
+	Provider               string
+	ObjectsPerProjectBytes float64 `json:",omitempty"`
+}
+
+// serviceProcess is the service running for the harness.
+type serviceProcess struct {
+	cmd    *exec.Cmd
+	exited chan error
+	log    *os.File
+	// pprof and metrics are the bases of its endpoints.
+	pprof, metrics string
+	http           *http.Client
+}
+
+// startService installs the Widget CRD on the platform and starts the service.
+func startService(ctx context.Context, s *system, bin, provider, repo string) (*serviceProcess, error) {
+	data, err := os.ReadFile(filepath.Join(repo, "examples/widgets/config/crd/widgets.samples.miloapis.example_widgets.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(data, crd); err != nil {
+		return nil, err
+	}
+	ext, err := apiextensionsclient.NewForConfigAndClient(s.config, s.http)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ext.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	if err := poll(ctx, time.Minute, func() (bool, error) {
+		got, err := ext.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, crd.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, c := range got.Status.Conditions {
+			if c.Type == apiextensionsv1.Established && c.Status == apiextensionsv1.ConditionTrue {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		return nil, fmt.Errorf("the Widget CRD is not established: %w", err)
+	}
+	ports := make([]int, 3)
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return nil, err
+		}
+	}
+	p := &serviceProcess{exited: make(chan error, 1), http: &http.Client{Timeout: 2 * time.Minute},
+		pprof: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), metrics: fmt.Sprintf("http://127.0.0.1:%d", ports[1])}
+	if p.log, err = os.OpenFile(filepath.Join(filepath.Dir(s.dataDir), "service-"+provider+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+		return nil, err
+	}
+	p.cmd = exec.Command(bin, "--kubeconfig", filepath.Join(s.dataDir, "admin.kubeconfig"), "--provider", provider,
+		"--pprof-address", fmt.Sprintf("127.0.0.1:%d", ports[0]), "--metrics-address", fmt.Sprintf("127.0.0.1:%d", ports[1]),
+		"--health-address", fmt.Sprintf("127.0.0.1:%d", ports[2]))
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	if err := p.cmd.Start(); err != nil {
+		return nil, err
+	}
+	go func() { p.exited <- p.cmd.Wait() }()
+	health := fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[2])
+	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			return false, fmt.Errorf("the service exited: %v (see %s)", err, p.log.Name())
+		default:
+		}
+		resp, err := p.http.Get(health)
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, nil
+	}); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// stop ends the service.
+func (p *serviceProcess) stop() {
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+	case <-time.After(time.Minute):
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	p.log.Close()
+}
+
+// footprint forces a GC in the service and reads its heap and goroutines.
+func (p *serviceProcess) footprint(ctx context.Context, profile string) (heap, goroutines float64, err error) {
+	get := func(url string) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := p.http.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		var b strings.Builder
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := resp.Body.Read(buf)
+			b.Write(buf[:n])
+			if err != nil {
+				break
+			}
+		}
+		return []byte(b.String()), nil
+	}
+	prof, err := get(p.pprof + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return 0, 0, err
+	}
+	if profile != "" {
+		if err := os.WriteFile(profile, prof, 0o644); err != nil {
+			return 0, 0, err
+		}
+	}
+	body, err := get(p.metrics + "/metrics")
+	if err != nil {
+		return 0, 0, err
+	}
+	m := parseMetrics(string(body))
+	return m.sum("go_memstats_heap_inuse_bytes"), m.sum("go_goroutines"), nil
+}
+
+// widget is the one Widget of a project (name "bench"), or a timed sample.
+func widget(name string) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "widgets.samples.miloapis.example/v1alpha1", "kind": "Widget",
+		"metadata": map[string]any{"name": name, "namespace": "default"},
+		"spec":     map[string]any{"message": "hello from the benchmark", "size": int64(3)}}}
+}
+
+func isReady(u *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" && m["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+// measureService gives projects [from, n) their Widget, waits until every
+// Widget is Ready, times samples more from create to Ready, and reads the
+// service's footprint.
+func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, samples, workers int, profile string) (serviceStep, error) {
+	r := serviceStep{Projects: n}
+	projectDyn := func(project string) (dynamic.Interface, error) {
+		return dynamic.NewForConfigAndClient(s.projectConfig(project), s.http)
+	}
+	began := time.Now()
+	if err := parallel(ctx, "widgets created", from, n, workers, func(i int) error {
+		dyn, err := projectDyn(projectName(i))
+		if err != nil {
+			return err
+		}
+		_, err = dyn.Resource(widgetsGVR).Namespace("default").Create(ctx, widget("bench"), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+		return err
+	}); err != nil {
+		return r, err
+	}
+	// Every project's Widget Ready, read from the all-projects view.
+	all := rest.CopyConfig(s.config)
+	all.Host = strings.TrimSuffix(all.Host, "/") + tenancy.AllProjectsPath
+	allDyn, err := dynamic.NewForConfigAndClient(all, s.http)
+	if err != nil {
+		return r, err
+	}
+	if err := poll(ctx, 30*time.Minute, func() (bool, error) {
+		ready, cont := 0, ""
+		for {
+			list, err := allDyn.Resource(widgetsGVR).List(ctx, metav1.ListOptions{Limit: 5000, Continue: cont})
+			if err != nil {
+				return false, err
+			}
+			for i := range list.Items {
+				if list.Items[i].GetName() == "bench" && isReady(&list.Items[i]) {
+					ready++
+				}
+			}
+			if cont = list.GetContinue(); cont == "" {
+				break
+			}
+		}
+		r.ReadyWidgets = ready
+		progress("  widgets Ready: %d/%d", ready, n)
+		return ready >= n, nil
+	}); err != nil {
+		return r, fmt.Errorf("widgets not Ready: %w", err)
+	}
+	r.ReadyWaitSeconds = time.Since(began).Seconds()
+	r.WidgetsPerSecond = float64(n-from) / r.ReadyWaitSeconds
+	// Timed samples, one at a time, spread over the projects.
+	var lat latencies
+	for k := range samples {
+		project := projectName(k * n / samples)
+		dyn, err := projectDyn(project)
+		if err != nil {
+			return r, err
+		}
+		name := fmt.Sprintf("sample-%d", n)
+		w, err := dyn.Resource(widgetsGVR).Namespace("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+		if err != nil {
+			return r, err
+		}
+		start := time.Now()
+		if _, err := dyn.Resource(widgetsGVR).Namespace("default").Create(ctx, widget(name), metav1.CreateOptions{}); err != nil {
+			w.Stop()
+			return r, err
+		}
+		timeout := time.After(2 * time.Minute)
+	wait:
+		for {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					return r, fmt.Errorf("sample widget in %s: the watch ended", project)
+				}
+				if u, isU := ev.Object.(*unstructured.Unstructured); isU && isReady(u) {
+					break wait
+				}
+			case <-timeout:
+				w.Stop()
+				return r, fmt.Errorf("sample widget in %s not Ready within 2 minutes", project)
+			}
+		}
+		w.Stop()
+		lat = append(lat, time.Since(start))
+		if err := dyn.Resource(widgetsGVR).Namespace("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			return r, err
+		}
+	}
+	r.Ready = quantiles{P50: ms(lat.quantile(0.5)), P99: ms(lat.quantile(0.99))}
+	if r.HeapBytes, r.Goroutines, err = p.footprint(ctx, profile); err != nil {
+		return r, err
+	}
+	return r, nil
+}
