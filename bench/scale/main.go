@@ -350,9 +350,6 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 			out.Service = append(out.Service, st)
 			progress("[%s] %d projects: service (%s) heap %.1f MiB, %v goroutines; widget create → Ready p50 %.0f / p99 %.0f ms; %.0f widgets/s",
 				name, n, o.Service, st.HeapBytes/(1<<20), st.Goroutines, st.Ready.P50, st.Ready.P99, st.WidgetsPerSecond)
-			if err := save(); err != nil {
-				return err
-			}
 		}
 		restart, err := s.restart(ctx)
 		if err != nil {

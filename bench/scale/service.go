@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -286,6 +287,7 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 			return r, err
 		}
 	}
+	slices.Sort(lat)
 	r.Ready = quantiles{P50: ms(lat.quantile(0.5)), P99: ms(lat.quantile(0.99))}
 	if r.HeapBytes, r.Goroutines, err = p.footprint(ctx, profile); err != nil {
 		return r, err

@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
@@ -38,22 +37,22 @@ import (
 
 func main() {
 	klog.InitFlags(nil)
-	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the Milo platform")
 	provider := flag.String("provider", "shared", "shared (pkg/mcprovider) or naive (a cluster per project)")
 	metrics := flag.String("metrics-address", "127.0.0.1:0", "metrics endpoint")
 	pprof := flag.String("pprof-address", "", "profiling endpoint")
 	health := flag.String("health-address", "", "health endpoint (/healthz)")
 	workers := flag.Int("workers", 4, "reconciles at once")
 	flag.Parse()
-	if err := run(*kubeconfig, *provider, *metrics, *pprof, *health, *workers); err != nil {
+	if err := run(*provider, *metrics, *pprof, *health, *workers); err != nil {
 		fmt.Fprintln(os.Stderr, "service:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, providerName, metrics, pprof, health string, workers int) error {
+func run(providerName, metrics, pprof, health string, workers int) error {
 	ctrl.SetLogger(klog.NewKlogr())
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	// controller-runtime's --kubeconfig flag, else $KUBECONFIG.
+	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return err
 	}

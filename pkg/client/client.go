@@ -11,11 +11,13 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -103,6 +105,9 @@ func (r router) RoundTrip(req *http.Request) (*http.Response, error) {
 	p, ok := ProjectFrom(req.Context())
 	if !ok {
 		return r.rt.RoundTrip(req)
+	}
+	if errs := validation.IsDNS1123Label(p.Name); len(errs) > 0 {
+		return nil, fmt.Errorf("project %q: %s", p.Name, strings.Join(errs, "; "))
 	}
 	req = req.Clone(req.Context())
 	prefix := r.hostPath + tenancy.ProjectPath(p.Name)

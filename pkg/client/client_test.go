@@ -43,6 +43,10 @@ func TestRoutedClientReachesTheProjectOfTheContext(t *testing.T) {
 		if _, err := cms.Get(ctx, "x", metav1.GetOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		// A name that is not a project's (a DNS label) never reaches the wire.
+		if _, err := cms.Get(WithProject(ctx, Project{Name: "../../api/v1"}), "x", metav1.GetOptions{}); err == nil {
+			t.Error("a request to project ../../api/v1 was sent")
+		}
 		prefix := ""
 		if host != srv.URL {
 			prefix = "/proxy"

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -20,18 +19,18 @@ import (
 
 func main() {
 	klog.InitFlags(nil)
-	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the Milo platform (an identity that may list and watch Projects, and Widgets and ConfigMaps in the all-projects view, and write them in projects)")
 	metrics := flag.String("metrics-bind-address", "127.0.0.1:8089", "address of the controller's metrics endpoint (0: none)")
 	flag.Parse()
-	if err := run(*kubeconfig, *metrics); err != nil {
+	if err := run(*metrics); err != nil {
 		fmt.Fprintln(os.Stderr, "widgets:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig, metrics string) error {
+func run(metrics string) error {
 	ctrl.SetLogger(klog.NewKlogr())
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	// controller-runtime's --kubeconfig flag, else $KUBECONFIG.
+	cfg, err := ctrl.GetConfig()
 	if err != nil {
 		return err
 	}
