@@ -107,7 +107,7 @@ func main() {
 	flag.IntVar(&o.CRDs.PerProject, "crd-per-project", 10, "CRDs each of --crd-projects defines")
 	flag.IntVar(&o.CRDs.Unique, "crd-unique", 0, "then this many further projects each define one CRD of a schema of its own")
 	flag.IntVar(&o.CRDs.Samples, "crd-samples", 200, "CRDs timed from create to Established")
-	flag.StringVar(&o.Service, "service", "", "run the sample service with this provider (shared: pkg/mcprovider; naive: a cluster per project) and measure it at each step: one Widget per project (Milo only)")
+	flag.StringVar(&o.Service, "service", "", "run the sample service with this provider (shared: pkg/mcprovider with the builder's watches; sources: pkg/mcprovider's Sources, projects not engaged; naive: a cluster per project) and measure it at each step: one Widget per project (Milo only)")
 	flag.IntVar(&o.ServiceSamples, "service-samples", 100, "Widgets timed from create to Ready per step")
 	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling, 300 projects deleted")
 	klog.InitFlags(nil)

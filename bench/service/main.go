@@ -37,7 +37,7 @@ import (
 
 func main() {
 	klog.InitFlags(nil)
-	provider := flag.String("provider", "shared", "shared (pkg/mcprovider) or naive (a cluster per project)")
+	provider := flag.String("provider", "shared", "shared (pkg/mcprovider, projects engaged: the builder's For and Owns), sources (pkg/mcprovider, projects not engaged: the provider's Sources) or naive (a cluster per project)")
 	metrics := flag.String("metrics-address", "127.0.0.1:0", "metrics endpoint")
 	pprof := flag.String("pprof-address", "", "profiling endpoint")
 	health := flag.String("health-address", "", "health endpoint (/healthz)")
@@ -65,15 +65,21 @@ func run(providerName, metrics, pprof, health string, workers int) error {
 		return err
 	}
 	var provider multicluster.Provider
+	var sources *mcprovider.Provider
 	switch providerName {
-	case "shared":
-		if provider, err = mcprovider.New(cfg, mcprovider.Options{Scheme: scheme}); err != nil {
+	case "shared", "sources":
+		p, err := mcprovider.New(cfg, mcprovider.Options{Scheme: scheme, DoNotEngage: providerName == "sources"})
+		if err != nil {
 			return err
+		}
+		provider = p
+		if providerName == "sources" {
+			sources = p
 		}
 	case "naive":
 		provider = &naive{config: cfg, scheme: scheme, clusters: map[string]cluster.Cluster{}}
 	default:
-		return fmt.Errorf("--provider %q: shared or naive", providerName)
+		return fmt.Errorf("--provider %q: shared, sources or naive", providerName)
 	}
 	mgr, err := mcmanager.New(cfg, provider, manager.Options{Scheme: scheme,
 		Metrics: metricsserver.Options{BindAddress: metrics}, PprofBindAddress: pprof, HealthProbeBindAddress: health})
@@ -85,7 +91,7 @@ func run(providerName, metrics, pprof, health string, workers int) error {
 			return err
 		}
 	}
-	r := &controller.Reconciler{Options: mccontroller.Options{MaxConcurrentReconciles: workers}}
+	r := &controller.Reconciler{Options: mccontroller.Options{MaxConcurrentReconciles: workers}, Sources: sources}
 	if err := r.SetupWithManager(mgr); err != nil {
 		return err
 	}

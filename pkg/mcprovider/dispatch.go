@@ -22,13 +22,16 @@ type dispatcher struct {
 	real toolscache.ResourceEventHandlerRegistration // nil until a project registers
 	// handlers by project storage id.
 	handlers map[string]map[*registration]toolscache.ResourceEventHandler
+	// everyProject are handlers of every project's events (Provider.Source).
+	everyProject map[*registration]func(id string, obj any)
 }
 
 func newDispatcher(informer toolscache.SharedIndexInformer) (*dispatcher, error) {
 	if err := informer.AddIndexers(toolscache.Indexers{projectIndex: indexByProject}); err != nil {
 		return nil, err
 	}
-	return &dispatcher{informer: informer, handlers: map[string]map[*registration]toolscache.ResourceEventHandler{}}, nil
+	return &dispatcher{informer: informer, handlers: map[string]map[*registration]toolscache.ResourceEventHandler{},
+		everyProject: map[*registration]func(string, any){}}, nil
 }
 
 // registration is one handler of one project's view of the informer.
@@ -61,12 +64,8 @@ func (d *dispatcher) realRegistration() toolscache.ResourceEventHandlerRegistrat
 func (d *dispatcher) add(id string, h toolscache.ResourceEventHandler) (*registration, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.real == nil {
-		real, err := d.informer.AddEventHandler(d)
-		if err != nil {
-			return nil, err
-		}
-		d.real = real
+	if err := d.ensureRegistered(); err != nil {
+		return nil, err
 	}
 	r := &registration{d: d, id: id}
 	if d.handlers[id] == nil {
@@ -95,6 +94,7 @@ func (d *dispatcher) remove(handle toolscache.ResourceEventHandlerRegistration) 
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	delete(d.everyProject, r)
 	if hs := d.handlers[r.id]; hs != nil {
 		delete(hs, r)
 		if len(hs) == 0 {
@@ -104,59 +104,107 @@ func (d *dispatcher) remove(handle toolscache.ResourceEventHandlerRegistration) 
 	return nil
 }
 
-// handlersOf returns the handlers of obj's project.
-func (d *dispatcher) handlersOf(obj any) []toolscache.ResourceEventHandler {
+// ensureRegistered puts the dispatcher's one handler on the informer. Its
+// caller holds d.mu.
+func (d *dispatcher) ensureRegistered() error {
+	if d.real != nil {
+		return nil
+	}
+	real, err := d.informer.AddEventHandler(d)
+	if err != nil {
+		return err
+	}
+	d.real = real
+	return nil
+}
+
+// addEveryProject registers f for every project's events, each with its
+// project's storage id and the object as its project serves it, and hands it
+// the objects already in the informer.
+func (d *dispatcher) addEveryProject(f func(id string, obj any)) (*registration, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.ensureRegistered(); err != nil {
+		return nil, err
+	}
+	r := &registration{d: d}
+	d.everyProject[r] = f
+	for _, obj := range d.informer.GetStore().List() {
+		if o, ok := obj.(runtime.Object); ok {
+			if id, ok := idOf(o); ok {
+				f(id, unqualified(o))
+			}
+		}
+	}
+	return r, nil
+}
+
+// targets returns the handlers of obj's project and of every project.
+func (d *dispatcher) targets(obj any) (string, []toolscache.ResourceEventHandler, []func(string, any)) {
 	id, ok := idOf(obj)
 	if !ok {
-		return nil
+		return "", nil, nil
 	}
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	hs := d.handlers[id]
-	if len(hs) == 0 {
-		return nil
+	if len(hs) == 0 && len(d.everyProject) == 0 {
+		return id, nil, nil
 	}
 	out := make([]toolscache.ResourceEventHandler, 0, len(hs))
 	for _, h := range hs {
 		out = append(out, h)
 	}
-	return out
+	all := make([]func(string, any), 0, len(d.everyProject))
+	for _, f := range d.everyProject {
+		all = append(all, f)
+	}
+	return id, out, all
 }
 
 // OnAdd hands an added object to its project's handlers.
 func (d *dispatcher) OnAdd(obj any, isInInitialList bool) {
-	hs := d.handlersOf(obj)
-	if len(hs) == 0 {
+	id, hs, all := d.targets(obj)
+	if len(hs) == 0 && len(all) == 0 {
 		return
 	}
 	o := unqualifiedEvent(obj)
 	for _, h := range hs {
 		h.OnAdd(o, isInInitialList)
 	}
+	for _, f := range all {
+		f(id, o)
+	}
 }
 
 // OnUpdate hands an updated object to its project's handlers (an object never
 // changes project: its namespace, which holds the project, is immutable).
 func (d *dispatcher) OnUpdate(oldObj, newObj any) {
-	hs := d.handlersOf(newObj)
-	if len(hs) == 0 {
+	id, hs, all := d.targets(newObj)
+	if len(hs) == 0 && len(all) == 0 {
 		return
 	}
 	o, n := unqualifiedEvent(oldObj), unqualifiedEvent(newObj)
 	for _, h := range hs {
 		h.OnUpdate(o, n)
 	}
+	for _, f := range all {
+		f(id, n)
+	}
 }
 
 // OnDelete hands a deleted object (or its tombstone) to its project's handlers.
 func (d *dispatcher) OnDelete(obj any) {
-	hs := d.handlersOf(obj)
-	if len(hs) == 0 {
+	id, hs, all := d.targets(obj)
+	if len(hs) == 0 && len(all) == 0 {
 		return
 	}
 	o := unqualifiedEvent(obj)
 	for _, h := range hs {
 		h.OnDelete(o)
+	}
+	for _, f := range all {
+		f(id, o)
 	}
 }
 

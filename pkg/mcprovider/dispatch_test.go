@@ -94,12 +94,6 @@ func runInformer(t *testing.T, objs ...*corev1.ConfigMap) (*watch.FakeWatcher, t
 	return w, inf
 }
 
-// noWatchList makes the reflector list, then watch: the fake watch cannot
-// stream a list.
-type noWatchList struct{ *toolscache.ListWatch }
-
-func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
-
 func waitSeen(t *testing.T, s *seen, want ...string) {
 	t.Helper()
 	sort.Strings(want)

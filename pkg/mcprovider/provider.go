@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,6 +47,14 @@ type Options struct {
 	Scheme *runtime.Scheme
 	// Engage, if set, decides which Ready projects are engaged.
 	Engage func(*resourcemanagerv1alpha1.Project) bool
+	// DoNotEngage keeps Ready projects from being engaged with the
+	// manager's controllers: they are clusters (the manager's GetCluster
+	// finds them) whose events reach controllers through Provider.Source
+	// only. multicluster-runtime starts goroutines for every engaged
+	// cluster (one per controller and two per watch of it); a controller
+	// that watches through Sources on a provider that does not engage
+	// costs nothing per project but its cached objects.
+	DoNotEngage bool
 }
 
 // Provider makes every Ready project of a Milo server a cluster.
@@ -59,10 +68,13 @@ type Provider struct {
 	shared, projects crcache.Cache
 	// client reaches every project (miloclient.Routed).
 	client client.Client
-	engage func(*resourcemanagerv1alpha1.Project) bool
+	engage      func(*resourcemanagerv1alpha1.Project) bool
+	doNotEngage bool
 
 	mu          sync.Mutex
 	clusters    map[string]*projectCluster // by project name
+	names       map[string]string          // project names by storage id, of clusters
+	sources     map[*projectSource]bool
 	cancels     map[string]context.CancelFunc
 	indexed     map[string]bool // IndexField's object kind and field
 	dispatchers map[toolscache.SharedIndexInformer]*dispatcher
@@ -100,7 +112,7 @@ func New(platform *rest.Config, o Options) (*Provider, error) {
 	}
 	shared, err := crcache.New(miloclient.AllProjectsConfig(routed), crcache.Options{
 		HTTPClient: hc, Scheme: scheme, Mapper: mapper,
-		DefaultTransform: qualify,
+		DefaultTransform: qualify, NewInformer: listThenWatch,
 	})
 	if err != nil {
 		return nil, err
@@ -116,11 +128,27 @@ func New(platform *rest.Config, o Options) (*Provider, error) {
 	}
 	return &Provider{
 		platform: rest.CopyConfig(platform), http: hc, scheme: scheme, mapper: mapper,
-		shared: shared, projects: projects, client: cl, engage: o.Engage,
+		shared: shared, projects: projects, client: cl, engage: o.Engage, doNotEngage: o.DoNotEngage,
 		clusters: map[string]*projectCluster{}, cancels: map[string]context.CancelFunc{},
+		names: map[string]string{}, sources: map[*projectSource]bool{},
 		indexed: map[string]bool{}, dispatchers: map[toolscache.SharedIndexInformer]*dispatcher{},
 	}, nil
 }
+
+// listThenWatch makes the shared cache's informers list, then watch. A
+// streamed list (client-go's watch-list) keys the objects it receives before
+// the informer's transform has qualified them, so two projects' objects of
+// the same namespace and name would be one: all but one project's would be
+// missing from the cache.
+func listThenWatch(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+	return toolscache.NewSharedIndexInformer(noWatchList{lw}, obj, resync, indexers)
+}
+
+// noWatchList is a ListerWatcher that does not stream lists.
+type noWatchList struct{ toolscache.ListerWatcher }
+
+// IsWatchListSemanticsUnSupported tells client-go to list, then watch.
+func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
 
 // Get returns the engaged project of that name.
 func (p *Provider) Get(_ context.Context, name multicluster.ClusterName) (cluster.Cluster, error) {
@@ -214,8 +242,18 @@ func (p *Provider) sync(ctx context.Context, aware multicluster.Aware, project *
 	c := &projectCluster{p: p, project: miloclient.Project{Name: project.Name, ID: id}}
 	engaged, cancel := context.WithCancel(ctx)
 	p.mu.Lock()
-	p.clusters[project.Name], p.cancels[project.Name] = c, cancel
+	p.clusters[project.Name], p.cancels[project.Name], p.names[id] = c, cancel, project.Name
+	sources := make([]*projectSource, 0, len(p.sources))
+	for s := range p.sources {
+		sources = append(sources, s)
+	}
 	p.mu.Unlock()
+	for _, s := range sources {
+		s.replay(id)
+	}
+	if p.doNotEngage {
+		return
+	}
 	if err := aware.Engage(engaged, multicluster.ClusterName(project.Name), c); err != nil {
 		klog.ErrorS(err, "Engaging a project", "project", project.Name)
 		p.disengage(project.Name, id)
@@ -234,6 +272,27 @@ func (p *Provider) disengage(name, id string) {
 	p.cancels[name]()
 	delete(p.clusters, name)
 	delete(p.cancels, name)
+	delete(p.names, c.project.ID)
+}
+
+// projectByID returns the name of the Ready project with storage id id.
+func (p *Provider) projectByID(id string) (string, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	name, ok := p.names[id]
+	return name, ok
+}
+
+func (p *Provider) addSource(s *projectSource) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.sources[s] = true
+}
+
+func (p *Provider) removeSource(s *projectSource) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.sources, s)
 }
 
 // ready tells whether a project's control plane is initialized and the

@@ -32,13 +32,16 @@ type widgetsService struct {
 	done     chan error
 }
 
-func startWidgets(t *testing.T, cfg *rest.Config) *widgetsService {
+// startWidgets starts the service: with sources, its controller watches
+// through the provider's Sources and projects are not engaged; without, it
+// watches with the builder's For and Owns, once per engaged project.
+func startWidgets(t *testing.T, cfg *rest.Config, sources bool) *widgetsService {
 	t.Helper()
 	scheme, err := controller.Scheme()
 	if err != nil {
 		t.Fatal(err)
 	}
-	provider, err := mcprovider.New(cfg, mcprovider.Options{Scheme: scheme})
+	provider, err := mcprovider.New(cfg, mcprovider.Options{Scheme: scheme, DoNotEngage: sources})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,6 +52,9 @@ func startWidgets(t *testing.T, cfg *rest.Config) *widgetsService {
 	// A restarted service is a second controller of the same name in this
 	// process, which controller-runtime refuses unless told.
 	r := &controller.Reconciler{Options: mccontroller.Options{SkipNameValidation: ptr.To(true)}}
+	if sources {
+		r.Sources = provider
+	}
 	if err := r.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
@@ -116,16 +122,22 @@ func waitReconciled(t *testing.T, c client.Client, name, message string) {
 // A service built on the multicluster-runtime provider reconciles each
 // project's objects in that project only: two projects' widgets of the same
 // name are reconciled apart; a deleted project is disengaged and the service
-// stops acting there; a restarted service resumes.
+// stops acting there; a restarted service resumes. Both ways of watching:
+// the builder's watches on engaged projects, and the provider's Sources.
 func TestServiceReconcilesEachProjectApart(t *testing.T) {
 	m := shared
-	ctx := context.Background()
 	m.mustKubectl(t, "", "apply", "-f", "../../examples/widgets/config/crd", "-f", "../../examples/widgets/config/protectedresource.yaml")
 	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/widgets.widgets.samples.miloapis.example", "--timeout=60s")
+	t.Run("engaged", func(t *testing.T) { testServiceReconcilesEachProjectApart(t, m, false) })
+	t.Run("sources", func(t *testing.T) { testServiceReconcilesEachProjectApart(t, m, true) })
+}
+
+func testServiceReconcilesEachProjectApart(t *testing.T, m *milo, sources bool) {
+	ctx := context.Background()
 	a, b := m.newProject(t, "widgets-a"), m.newProject(t, "widgets-b")
 	ca, cb := widgetClient(t, m, a), widgetClient(t, m, b)
 
-	s := startWidgets(t, m.restConfig(t))
+	s := startWidgets(t, m.restConfig(t), sources)
 	for _, c := range []struct {
 		cl      client.Client
 		message string
@@ -224,7 +236,18 @@ func TestServiceReconcilesEachProjectApart(t *testing.T) {
 	if err := ca.Get(ctx, client.ObjectKey{Namespace: "default", Name: controller.ConfigMapName("w2")}, cm); !apierrors.IsNotFound(err) {
 		t.Fatalf("w2's ConfigMap before the service restarted: %v", err)
 	}
-	startWidgets(t, m.restConfig(t))
+	s = startWidgets(t, m.restConfig(t), sources)
 	waitReconciled(t, ca, "w2", "while down")
 	waitReconciled(t, ca, "w", "changed in a")
+	// The restarted service's cache holds every project's objects of the
+	// same namespace and name (its first list must not fold them into one).
+	for _, p := range []string{a, b} {
+		eventually(t, "project "+p+"'s kube-root-ca.crt in the service's cache", func() error {
+			cl, err := s.provider.Get(ctx, multicluster.ClusterName(p))
+			if err != nil {
+				return err
+			}
+			return cl.GetClient().Get(ctx, client.ObjectKey{Namespace: "default", Name: "kube-root-ca.crt"}, &corev1.ConfigMap{})
+		})
+	}
 }

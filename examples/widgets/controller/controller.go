@@ -23,6 +23,7 @@ import (
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	widgetsv1alpha1 "go.miloapis.com/milo/examples/widgets/api/v1alpha1"
+	"go.miloapis.com/milo/pkg/mcprovider"
 )
 
 // Name is the controller's name, also its field manager and event source.
@@ -43,24 +44,30 @@ func Scheme() (*runtime.Scheme, error) {
 // ConfigMapName names the ConfigMap kept for a Widget.
 func ConfigMapName(widget string) string { return widget + "-widget" }
 
-// Reconciler reconciles Widgets in every engaged project.
+// Reconciler reconciles Widgets in every project.
 type Reconciler struct {
 	// Manager is set by SetupWithManager.
 	Manager mcmanager.Manager
 	// Options of the controller (concurrency, name validation, ...).
 	Options controller.TypedOptions[mcreconcile.Request]
+	// Sources, if set, is Milo's provider, whose Sources the controller
+	// watches through: registered once for every project, rather than once
+	// per engaged project as the builder's For and Owns are (use it with
+	// the provider's DoNotEngage).
+	Sources *mcprovider.Provider
 }
 
 // SetupWithManager registers the reconciler: it watches Widgets and the
-// ConfigMaps they own, in every project the manager's provider engages.
+// ConfigMaps they own, in every project.
 func (r *Reconciler) SetupWithManager(mgr mcmanager.Manager) error {
 	r.Manager = mgr
-	return mcbuilder.ControllerManagedBy(mgr).
-		Named(Name).
-		For(&widgetsv1alpha1.Widget{}).
-		Owns(&corev1.ConfigMap{}).
-		WithOptions(r.Options).
-		Complete(r)
+	b := mcbuilder.ControllerManagedBy(mgr).Named(Name).WithOptions(r.Options)
+	if r.Sources != nil {
+		return b.WatchesRawSource(r.Sources.Source(&widgetsv1alpha1.Widget{}, mcprovider.EnqueueObject)).
+			WatchesRawSource(r.Sources.Source(&corev1.ConfigMap{}, mcprovider.EnqueueControllerOf(widgetsv1alpha1.SchemeGroupVersion.WithKind("Widget").GroupKind()))).
+			Complete(r)
+	}
+	return b.For(&widgetsv1alpha1.Widget{}).Owns(&corev1.ConfigMap{}).Complete(r)
 }
 
 // Reconcile brings one Widget's ConfigMap and status up to date, in the

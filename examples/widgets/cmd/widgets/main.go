@@ -38,7 +38,9 @@ func run(metrics string) error {
 	if err != nil {
 		return err
 	}
-	provider, err := mcprovider.New(cfg, mcprovider.Options{Scheme: scheme})
+	// Projects are not engaged: the controller watches every project through
+	// the provider's Sources, with nothing per project but cached objects.
+	provider, err := mcprovider.New(cfg, mcprovider.Options{Scheme: scheme, DoNotEngage: true})
 	if err != nil {
 		return err
 	}
@@ -46,7 +48,7 @@ func run(metrics string) error {
 	if err != nil {
 		return err
 	}
-	if err := (&controller.Reconciler{}).SetupWithManager(mgr); err != nil {
+	if err := (&controller.Reconciler{Sources: provider}).SetupWithManager(mgr); err != nil {
 		return err
 	}
 	return mgr.Start(ctrl.SetupSignalHandler())
