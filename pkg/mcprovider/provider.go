@@ -67,7 +67,7 @@ type Provider struct {
 	// projects caches the platform's Projects.
 	shared, projects crcache.Cache
 	// client reaches every project (miloclient.Routed).
-	client client.Client
+	client      client.Client
 	engage      func(*resourcemanagerv1alpha1.Project) bool
 	doNotEngage bool
 
