@@ -13,10 +13,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -264,4 +268,70 @@ func BenchmarkDispatchOneHandlerPerProject(b *testing.B) {
 			}
 		})
 	}
+}
+
+// A Source enqueues each event as a request of its own project, only while
+// the project is Ready (engaged in the provider), and a project that becomes
+// Ready has its objects enqueued.
+func TestSourceEnqueuesInTheEventsProject(t *testing.T) {
+	owned := configMap("b", "default", "w-widget", "1")
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "widgets.samples.miloapis.example/v1alpha1", Kind: "Widget", Name: "w", Controller: ptr.To(true)}}
+	w, inf := runInformer(t, configMap("a", "default", "x", "1"), owned)
+	d, err := newDispatcher(inf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Provider{names: map[string]string{"p.a": "a"}, sources: map[*projectSource]bool{}}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[mcreconcile.Request]())
+	defer q.ShutDown()
+	objects := &projectSource{p: p, obj: &corev1.ConfigMap{}, enqueue: EnqueueObject, queue: q, informer: inf}
+	owners := &projectSource{p: p, obj: &corev1.ConfigMap{}, queue: q, informer: inf,
+		enqueue: EnqueueControllerOf(schema.GroupKind{Group: "widgets.samples.miloapis.example", Kind: "Widget"})}
+	for _, s := range []*projectSource{objects, owners} {
+		p.sources[s] = true
+		if _, err := d.addEveryProject(s.handle); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// seen drains the queue until want has all come (repeats are allowed:
+	// an object may be handed over by a replay and by the informer's first
+	// list), failing on anything else.
+	seen := map[string]bool{}
+	expect := func(want ...string) {
+		t.Helper()
+		wanted := map[string]bool{}
+		for _, w := range want {
+			wanted[w] = true
+		}
+		err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			for q.Len() > 0 {
+				r, _ := q.Get()
+				q.Done(r)
+				q.Forget(r)
+				if !wanted[r.String()] && !seen[r.String()] {
+					return false, fmt.Errorf("enqueued %s", r)
+				}
+				seen[r.String()] = true
+			}
+			for w := range wanted {
+				if !seen[w] {
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+		if err != nil {
+			t.Fatalf("waiting for %v: %v (seen %v)", want, err, seen)
+		}
+	}
+	// Project b is not Ready: nothing of it is enqueued.
+	expect("cluster://a/default/x")
+	w.Add(configMap("a", "team", "y", "2"))
+	expect("cluster://a/team/y")
+	// b becomes Ready: its objects are enqueued, its owned object as its owner.
+	p.names["p.b"] = "b"
+	for _, s := range []*projectSource{objects, owners} {
+		s.replay("p.b")
+	}
+	expect("cluster://b/default/w", "cluster://b/default/w-widget")
 }
