@@ -138,28 +138,7 @@ func (p *serviceProcess) stop() {
 
 // footprint forces a GC in the service and reads its heap and goroutines.
 func (p *serviceProcess) footprint(ctx context.Context, profile string) (heap, goroutines float64, err error) {
-	get := func(url string) ([]byte, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := p.http.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		var b strings.Builder
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := resp.Body.Read(buf)
-			b.Write(buf[:n])
-			if err != nil {
-				break
-			}
-		}
-		return []byte(b.String()), nil
-	}
-	prof, err := get(p.pprof + "/debug/pprof/heap?gc=1")
+	prof, err := getURL(ctx, p.http, p.pprof+"/debug/pprof/heap?gc=1")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -168,7 +147,7 @@ func (p *serviceProcess) footprint(ctx context.Context, profile string) (heap, g
 			return 0, 0, err
 		}
 	}
-	body, err := get(p.metrics + "/metrics")
+	body, err := getURL(ctx, p.http, p.metrics+"/metrics")
 	if err != nil {
 		return 0, 0, err
 	}

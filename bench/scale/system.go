@@ -198,18 +198,23 @@ func (s *system) startControllers(ctx context.Context) error {
 
 // get reads a path of the controller process.
 func (c *controllerProcess) get(ctx context.Context, path string) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.url+path, nil)
+	return getURL(ctx, c.http, c.url+path)
+}
+
+// getURL reads url, an error unless it answers 200.
+func getURL(ctx context.Context, hc *http.Client, url string) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.http.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("GET %s: %s", path, resp.Status)
+		err = fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
 	return body, err
 }
