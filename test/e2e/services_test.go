@@ -1,10 +1,15 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,6 +27,7 @@ import (
 	widgetsv1alpha1 "go.miloapis.com/milo/examples/widgets/api/v1alpha1"
 	"go.miloapis.com/milo/examples/widgets/controller"
 	"go.miloapis.com/milo/pkg/mcprovider"
+	"go.miloapis.com/milo/test/framework"
 )
 
 // widgetsService is the sample service's controller, run in the test process
@@ -249,5 +255,53 @@ func testServiceReconcilesEachProjectApart(t *testing.T, m *milo, sources bool) 
 			}
 			return cl.GetClient().Get(ctx, client.ObjectKey{Namespace: "default", Name: "kube-root-ca.crt"}, &corev1.ConfigMap{})
 		})
+	}
+}
+
+// The sample service as its own binary, the way a provider runs it against
+// `milo start`: it reconciles a Widget in a project and exits 0 on SIGTERM.
+func TestWidgetsBinary(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	bin := filepath.Join(t.TempDir(), "widgets")
+	build := exec.Command("go", "build", "-o", bin, "./examples/widgets/cmd/widgets")
+	build.Dir = framework.RepoRoot()
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the sample service: %v\n%s", err, out)
+	}
+	m.mustKubectl(t, "", "apply", "-f", "../../examples/widgets/config/crd", "-f", "../../examples/widgets/config/protectedresource.yaml")
+	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/widgets.widgets.samples.miloapis.example", "--timeout=60s")
+	p := m.newProject(t, "widgets-bin")
+	var log bytes.Buffer
+	cmd := exec.Command(bin, "--kubeconfig", m.Kubeconfig, "--metrics-bind-address", "0")
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	stopped := false
+	defer func() {
+		if !stopped {
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+	c := widgetClient(t, m, p)
+	if err := c.Create(ctx, newWidget("from-the-binary", "hello")); err != nil {
+		t.Fatal(err)
+	}
+	waitReconciled(t, c, "from-the-binary", "hello")
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		stopped = true
+		if err != nil {
+			t.Fatalf("the sample service exited with %v\n%s", err, log.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("the sample service did not stop on SIGTERM\n%s", log.String())
 	}
 }
