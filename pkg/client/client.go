@@ -13,7 +13,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,8 +67,8 @@ type projectKey struct{}
 
 // WithProject returns a context whose requests through a Routed client go to
 // project p's control plane; with p.ID set, the server refuses them (404)
-// unless the project of that name still has that storage id, so work queued
-// for a deleted project never reaches a later one of the same name.
+// unless the project of that name still has that storage id, so a request
+// made for a deleted project never reaches a later one of the same name.
 func WithProject(ctx context.Context, p Project) context.Context {
 	return context.WithValue(ctx, projectKey{}, p)
 }
@@ -88,7 +87,7 @@ func Routed(base *rest.Config) *rest.Config {
 	// A host may carry a path of its own (a server behind a proxy): the
 	// project's prefix goes after it.
 	var hostPath string
-	if u, err := url.Parse(cfg.Host); err == nil && u.Scheme != "" {
+	if u, _, err := rest.DefaultServerUrlFor(cfg); err == nil {
 		hostPath = strings.TrimSuffix(u.Path, "/")
 	}
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return router{rt: rt, hostPath: hostPath} })

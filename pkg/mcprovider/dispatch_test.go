@@ -335,3 +335,38 @@ func TestSourceEnqueuesInTheEventsProject(t *testing.T) {
 	}
 	expect("cluster://b/default/w", "cluster://b/default/w-widget")
 }
+
+// Qualified namespaces are unambiguous: a namespace named like its project's
+// storage id (a project stored before storage ids has its name as its id) is
+// qualified like any other, a cluster-scoped object gets "<id>/", and an
+// object of no project is never taken for one.
+func TestQualifiedNamespacesAreUnambiguous(t *testing.T) {
+	legacy := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "foo",
+		Annotations: map[string]string{tenancy.AnnotationKey: "foo"}}}
+	clusterScoped := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team",
+		Annotations: map[string]string{tenancy.AnnotationKey: "foo"}}}
+	platform := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "foo"}}
+	for _, c := range []struct {
+		obj    metav1.Object
+		ns, id string
+	}{{legacy, "foo/foo", "foo"}, {clusterScoped, "foo/", "foo"}, {platform, "foo", ""}} {
+		for range 2 { // applying it twice changes nothing
+			if _, err := qualify(c.obj); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if c.obj.GetNamespace() != c.ns {
+			t.Errorf("%s qualified into namespace %q, want %q", c.obj.GetName(), c.obj.GetNamespace(), c.ns)
+		}
+		if id, ok := idOf(c.obj); id != c.id && (ok || c.id != "") {
+			t.Errorf("%s: project %q %v, want %q", c.obj.GetName(), id, ok, c.id)
+		}
+	}
+	if got := unqualified(legacy).(metav1.Object).GetNamespace(); got != "foo" {
+		t.Errorf("unqualified namespace %q, want foo", got)
+	}
+	tomb := unqualifiedEvent(toolscache.DeletedFinalStateUnknown{Key: "foo//team", Obj: clusterScoped}).(toolscache.DeletedFinalStateUnknown)
+	if tomb.Key != "team" || tomb.Obj.(metav1.Object).GetNamespace() != "" {
+		t.Errorf("tombstone of a cluster-scoped object: %q %q", tomb.Key, tomb.Obj.(metav1.Object).GetNamespace())
+	}
+}

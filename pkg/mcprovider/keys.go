@@ -13,10 +13,11 @@ import (
 // The shared cache holds every project's objects, and two projects' objects
 // may share a namespace and name. Its transform (qualify) puts the project's
 // storage id in front of each object's namespace — "<id>/<namespace>", or
-// "<id>" for a cluster-scoped object — so that store keys never collide and
+// "<id>/" for a cluster-scoped object — so that store keys never collide and
 // an object's key alone names its project. A project's view takes the id off
 // again (unqualify) on a copy before anything outside the provider sees it.
-// No namespace or project id contains "/".
+// No namespace or project id contains "/", so a namespace holding one is
+// qualified, and one without is not (an object of no project).
 
 // projectIndex indexes the shared informers by project storage id.
 const projectIndex = "milo.project"
@@ -30,14 +31,10 @@ func qualify(obj any) (any, error) {
 		return obj, nil
 	}
 	p, ok := miloclient.ProjectOf(m)
-	if !ok || strings.Contains(m.GetNamespace(), "/") || m.GetNamespace() == p.ID {
+	if !ok || strings.Contains(m.GetNamespace(), "/") {
 		return obj, nil
 	}
-	if ns := m.GetNamespace(); ns != "" {
-		m.SetNamespace(p.ID + "/" + ns)
-	} else {
-		m.SetNamespace(p.ID)
-	}
+	m.SetNamespace(qualifiedNamespace(p.ID, m.GetNamespace()))
 	// Managed fields are the largest part of most objects' metadata and no
 	// reconciler reads them from a cache.
 	m.SetManagedFields(nil)
@@ -53,8 +50,8 @@ func idOf(obj any) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	id, _, _ := strings.Cut(m.GetNamespace(), "/")
-	return id, id != ""
+	id, _, qualified := strings.Cut(m.GetNamespace(), "/")
+	return id, qualified && id != ""
 }
 
 // indexByProject is projectIndex's function.
@@ -67,12 +64,7 @@ func indexByProject(obj any) ([]string, error) {
 
 // qualifiedNamespace is where the shared cache keeps namespace ns of the
 // project with storage id id ("" for cluster-scoped objects).
-func qualifiedNamespace(id, ns string) string {
-	if ns == "" {
-		return id
-	}
-	return id + "/" + ns
-}
+func qualifiedNamespace(id, ns string) string { return id + "/" + ns }
 
 // unqualified returns a deep copy of a qualified object as its project serves it.
 func unqualified(obj runtime.Object) runtime.Object {
@@ -94,7 +86,7 @@ func unqualifiedEvent(obj any) any {
 			return o
 		}
 		_, key, _ := strings.Cut(o.Key, "/")
-		return toolscache.DeletedFinalStateUnknown{Key: key, Obj: unqualified(inner)}
+		return toolscache.DeletedFinalStateUnknown{Key: strings.TrimPrefix(key, "/"), Obj: unqualified(inner)}
 	case runtime.Object:
 		return unqualified(o)
 	}

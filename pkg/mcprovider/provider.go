@@ -25,6 +25,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -144,8 +145,20 @@ func listThenWatch(lw toolscache.ListerWatcher, obj runtime.Object, resync time.
 	return toolscache.NewSharedIndexInformer(noWatchList{lw}, obj, resync, indexers)
 }
 
-// noWatchList is a ListerWatcher that does not stream lists.
+// noWatchList is a ListerWatcher that does not stream lists. It keeps the
+// context of controller-runtime's lists and watches, so that stopping an
+// informer cancels them.
 type noWatchList struct{ toolscache.ListerWatcher }
+
+// ListWithContext lists with ctx.
+func (l noWatchList) ListWithContext(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+	return toolscache.ToListerWatcherWithContext(l.ListerWatcher).ListWithContext(ctx, options)
+}
+
+// WatchWithContext watches with ctx.
+func (l noWatchList) WatchWithContext(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+	return toolscache.ToListerWatcherWithContext(l.ListerWatcher).WatchWithContext(ctx, options)
+}
 
 // IsWatchListSemanticsUnSupported tells client-go to list, then watch.
 func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
@@ -174,7 +187,16 @@ func (p *Provider) IndexField(ctx context.Context, obj client.Object, field stri
 	if p.indexed[key] {
 		return nil
 	}
-	if err := p.shared.IndexField(ctx, obj, field, extract); err != nil {
+	// The extractor sees objects as their project serves them, not as the
+	// shared cache keeps them (a namespace with the project's id in front).
+	unqualifiedExtract := func(o client.Object) []string {
+		c, ok := unqualified(o).(client.Object)
+		if !ok {
+			return nil
+		}
+		return extract(c)
+	}
+	if err := p.shared.IndexField(ctx, obj, field, unqualifiedExtract); err != nil {
 		return err
 	}
 	p.indexed[key] = true
@@ -210,7 +232,7 @@ func (p *Provider) Start(ctx context.Context, aware multicluster.Aware) error {
 				obj = d.Obj
 			}
 			if project, ok := obj.(*resourcemanagerv1alpha1.Project); ok {
-				p.disengage(project.Name, "")
+				p.disengage(project.Name, tenancy.StorageIDOf(project))
 			}
 		},
 	}); err != nil {
