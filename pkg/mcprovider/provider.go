@@ -9,8 +9,10 @@
 // in each request's context (pkg/client). Each shared informer has one event
 // handler, which hands an event to the handlers engaged for the event's
 // project only: an event costs the same with 10 engaged projects as with
-// 100,000, and engaging a project costs its name and storage id, not an
-// informer, a watch, a client or a goroutine.
+// 100,000, and engaging a project costs the provider its name and storage
+// id, not an informer, a watch, a client or a goroutine. (multicluster-
+// runtime's controllers start goroutines for each cluster engaged with them:
+// Provider.Source with Options.DoNotEngage avoids that.)
 package mcprovider
 
 import (
