@@ -17,6 +17,7 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
+	"go.miloapis.com/milo/pkg/catalog"
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/evaluator"
@@ -65,6 +66,9 @@ type Tenancy struct {
 	IAM *evaluator.Evaluator
 	// Users records the identities that authenticate as User objects.
 	Users *users.Recorder
+	// Catalog says where the resources of Services are served: read by the
+	// router, the all-projects view and admission; fed once the CRDs exist.
+	Catalog *catalog.Catalog
 }
 
 // CompletedConfig is a Config whose parts have been completed.
@@ -129,8 +133,11 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 
 	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Tenancy: Tenancy{
 		Prefixes: prefixes, Tenant: tenant, RBAC: projectrbac.NewStorage(tenant), EtcdClient: etcdClient,
-		IAM: opts.IAM, Users: users.NewRecorder(),
+		IAM: opts.IAM, Users: users.NewRecorder(), Catalog: opts.Catalog,
 	}}
+	if c.Catalog == nil {
+		c.Catalog = &catalog.Catalog{}
+	}
 	if c.IAM == nil {
 		c.IAM = evaluator.New()
 	}

@@ -20,6 +20,7 @@ import (
 	authzmodes "k8s.io/kubernetes/pkg/kubeapiserver/authorizer/modes"
 	netutils "k8s.io/utils/net"
 
+	"go.miloapis.com/milo/pkg/catalog"
 	"go.miloapis.com/milo/pkg/controllers"
 	"go.miloapis.com/milo/pkg/controllers/manager"
 	"go.miloapis.com/milo/pkg/hierarchy"
@@ -69,6 +70,9 @@ type Options struct {
 	// projectCRDs is what the ProjectCustomResourceDefinitions admission
 	// plugin, the router and the CRD handler read; the server fills it.
 	projectCRDs *projectcrds.Index
+	// catalog is what the MiloServices admission plugin, the router and the
+	// all-projects view read; the server feeds it.
+	catalog *catalog.Catalog
 }
 
 // NewOptions returns options with Milo's defaults: loopback on port 6443, RBAC
@@ -84,10 +88,11 @@ func NewOptions() *Options {
 	iam := evaluator.New()
 	iamadmission.Register(cp.Admission.GenericAdmission.Plugins, iam, tree)
 	o := &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches,
-		ProjectCRDs: projectcrds.Rules{MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}}
+		ProjectCRDs: projectcrds.Rules{MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}, catalog: &catalog.Catalog{}}
 	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs, o.projectCRDs)
+	catalog.Register(cp.Admission.GenericAdmission.Plugins, o.catalog)
 	// Milo's own plugins run first: webhooks and policies see stamped objects.
-	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin, hierarchy.PluginName, iamadmission.PluginName, projectcrds.PluginName},
+	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin, hierarchy.PluginName, iamadmission.PluginName, projectcrds.PluginName, catalog.PluginName},
 		cp.Admission.GenericAdmission.RecommendedPluginOrder...)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
 	cp.Authentication.ServiceAccounts.OptionalTokenGetter = satokens.PlatformGetter
@@ -170,6 +175,8 @@ type CompletedOptions struct {
 	ProjectCRDs bool
 	// ProjectCRDIndex holds projects' CRDs once the server fills it.
 	ProjectCRDIndex *projectcrds.Index
+	// Catalog is the service catalog's index, which the server feeds.
+	Catalog *catalog.Catalog
 }
 
 // Complete prepares the data directory (PKI, admin.kubeconfig), binds the serving
@@ -239,7 +246,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {

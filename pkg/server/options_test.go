@@ -181,6 +181,8 @@ func TestMiloCRDsCoverTheAPIContract(t *testing.T) {
 		"iam.miloapis.com/GroupMembership":                    "Namespaced",
 		"iam.miloapis.com/ServiceAccount":                     "Namespaced",
 		"iam.miloapis.com/ProtectedResource":                  "Cluster",
+		"services.miloapis.com/Service":                       "Cluster",
+		"services.miloapis.com/ServiceActivation":             "Cluster",
 	}
 	for kind, scope := range want {
 		if got[kind] != scope {

@@ -23,6 +23,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -31,7 +32,9 @@ import (
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 
+	servicesv1alpha1 "go.miloapis.com/milo/pkg/apis/services/v1alpha1"
 	"go.miloapis.com/milo/pkg/controllers"
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/controllers/crdcleanup"
 	hierarchycontrollers "go.miloapis.com/milo/pkg/controllers/hierarchy"
 	"go.miloapis.com/milo/pkg/controllers/manager"
@@ -174,6 +177,24 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			informersSynced.done()
 			return nil
 		}},
+		// The service catalog's index: until it has synced, tenants' resource
+		// requests answer 503 (the router cannot tell what Services hide).
+		{"milo-service-catalog", func(ctx genericapiserver.PostStartHookContext) error {
+			if !crdsInstalled.wait(ctx) {
+				return nil
+			}
+			services, activations, err := catalogInformers(ctx, loopback)
+			if err != nil {
+				return err
+			}
+			crds := apiExtensions.Informers.Apiextensions().V1().CustomResourceDefinitions().Informer()
+			go services.RunWithContext(ctx)
+			go activations.RunWithContext(ctx)
+			if !c.Catalog.Run(ctx, services, crds, activations) && ctx.Err() == nil {
+				return errors.New("the service catalog's informers did not sync")
+			}
+			return nil
+		}},
 		{"milo-iam-roles", func(ctx genericapiserver.PostStartHookContext) error {
 			if !informersSynced.wait(ctx) {
 				return nil
@@ -314,6 +335,23 @@ func announceReady(ctx context.Context, opts CompletedOptions, loopback *rest.Co
 	klog.InfoS("Milo is ready", "url", opts.URL, "after", time.Since(start).Round(time.Millisecond))
 	fmt.Fprintf(out, "Milo is ready at %s\n  admin kubeconfig: %s\n  try: kubectl --kubeconfig %s api-resources\n",
 		opts.URL, opts.AdminKubeconfig, opts.AdminKubeconfig)
+}
+
+// catalogInformers are the informers the service catalog's index reads:
+// Services of the platform (whole: they are few), and ServiceActivations of
+// every project (metadata only: one per enablement).
+func catalogInformers(ctx context.Context, loopback *rest.Config) (services, activations cache.SharedIndexInformer, err error) {
+	dyn, err := dynamic.NewForConfig(loopback)
+	if err != nil {
+		return nil, nil, err
+	}
+	services = dynamicinformer.NewFilteredDynamicInformer(dyn, servicesv1alpha1.ServicesResource, "", 0, cache.Indexers{}, nil).Informer()
+	clients, err := allprojects.NewClients(loopback)
+	if err != nil {
+		return nil, nil, err
+	}
+	activations, err = clients.MetadataInformer(ctx, servicesv1alpha1.ActivationsResource, true, nil)
+	return services, activations, err
 }
 
 // controllerIdentity is the lease identity of the in-process controllers,

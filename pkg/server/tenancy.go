@@ -27,6 +27,7 @@ type tenantRESTOptions struct {
 	maxList  int64
 	// uncached storage reads and watches etcd directly, without a watch cache.
 	uncached bool
+	shown    tenantstorage.Shown
 }
 
 func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
@@ -37,7 +38,7 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 	if g.uncached {
 		opts.Decorator = generic.UndecoratedStorage
 	}
-	opts.Decorator = tenantstorage.Decorate(opts.Decorator, g.prefixes, g.maxList)
+	opts.Decorator = tenantstorage.Decorate(opts.Decorator, g.prefixes, g.maxList, g.shown)
 	return opts, nil
 }
 
@@ -48,7 +49,7 @@ func makeStorageTenantKeyed(c *Config, prefixes *tenantstorage.Prefixes) {
 		if g == nil {
 			return nil
 		}
-		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems, uncached: uncached}
+		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems, uncached: uncached, shown: c.Catalog}
 	}
 	c.ControlPlane.Generic.RESTOptionsGetter = wrap(c.ControlPlane.Generic.RESTOptionsGetter, false)
 	// CustomResourceDefinitions themselves have no watch cache: it would
@@ -127,15 +128,17 @@ func routeTenants(c *Config, tree *hierarchy.Tree) error {
 		return err
 	}
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
-		router := &tenancy.Router{Projects: tree, Hierarchy: tree, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer, Lifetimes: lifetimes, Watches: watches, ProjectCRDs: c.Options.ProjectCRDs}
+		router := &tenancy.Router{Projects: tree, Hierarchy: tree, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer, Lifetimes: lifetimes, Watches: watches, ProjectCRDs: c.Options.ProjectCRDs,
+			Services: c.Catalog}
 		if c.ProjectCRDs != nil {
 			router.ProjectAPIs = c.ProjectCRDs
 		}
 		sa := c.ControlPlane.Extra
 		issuers := satokens.NewDiscovery(sa.ServiceAccountIssuerURL, sa.ServiceAccountJWKSURI, sa.ServiceAccountPublicKeysGetter, gc.Serializer)
 		// Outermost: route by URL. Innermost, after authentication and
-		// authorization: check the project or organization exists.
-		chain := genericapiserver.DefaultBuildHandlerChain(router.CheckExistence(issuers.Wrap(apiHandler)), gc)
+		// authorization: check the project or organization exists, then
+		// that the tenant is served what it asks for.
+		chain := genericapiserver.DefaultBuildHandlerChain(router.CheckExistence(router.CheckServices(issuers.Wrap(apiHandler))), gc)
 		return router.Wrap(chain)
 	}
 	return nil

@@ -42,19 +42,24 @@ func (v visibility) hiddenDiscoveryPath(path string) bool {
 // body can be rewritten; the result carries no ETag, so clients never reuse a
 // platform-wide document for a project.
 //
-// own returns the project's own groups, once the chain has confirmed the
-// request: a document of one of them, which the apiserver does not know
-// (404), is answered from them, and they are added to /apis and the OpenAPI
-// v3 index.
-func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *http.Request, v visibility, ownOf func() ownGroups) {
+// viewOf returns, once the chain has confirmed the request, what the tenant
+// sees — v with the Services' gates of the confirmed tenant — and the
+// project's own groups: a document of one of them, which the apiserver does
+// not know (404), is answered from them, and they are added to /apis and the
+// OpenAPI v3 index.
+func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *http.Request, v visibility, viewOf func() (visibility, ownGroups)) {
 	req.Header = req.Header.Clone()
 	req.Header.Set("Accept", jsonOnly(req.Header.Get("Accept")))
 	req.Header.Del("Accept-Encoding")
 	req.Header.Del("If-None-Match")
 	rec := &recorder{header: http.Header{}, code: http.StatusOK}
 	handler.ServeHTTP(rec, req)
-	own := ownOf()
+	v, own := viewOf()
 	if rec.code == http.StatusNotFound && own.serveOwnDocument(w, req.URL.Path) {
+		return
+	}
+	if rec.code == http.StatusOK && v.hiddenDiscoveryPath(req.URL.Path) {
+		notServed(w, req)
 		return
 	}
 

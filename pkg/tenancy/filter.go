@@ -73,6 +73,9 @@ type Router struct {
 	// ProjectAPIs lists the groups projects define for themselves in their
 	// discovery; nil lists none.
 	ProjectAPIs ProjectAPIs
+	// Services hides the resources Services list from the tenants they are
+	// not served to (CheckServices, discovery); nil hides none.
+	Services ServiceGates
 }
 
 // Wrap returns handler behind the router.
@@ -136,6 +139,17 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 			notServed(w, req)
 			return
 		}
+		if info.IsResourceRequest && info.APIGroup == Catalog.Group && info.Resource == Catalog.Resource {
+			// Services are the platform's: a project reads them as the catalog.
+			if p.tenant.Kind == AllProjects {
+				notServed(w, req)
+				return
+			}
+			if !catalogRead(info) {
+				responsewriters.ErrorNegotiated(apierrors.NewMethodNotSupported(Catalog, info.Verb), r.Serializer, schema.GroupVersion{}, w, req)
+				return
+			}
+		}
 		if p.tenant.Kind == AllProjects && !readOnlyAcrossProjects(info) {
 			responsewriters.ErrorNegotiated(apierrors.NewMethodNotSupported(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, info.Verb),
 				r.Serializer, schema.GroupVersion{}, w, req)
@@ -151,18 +165,26 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 				notServed(w, req)
 				return
 			}
-			// The project's own groups are added once the chain has
-			// authenticated and authorized the request and confirmed the
-			// project: CheckExistence records the tenant it confirmed.
-			confirmed := &Tenant{}
+			// The project's own groups are added, and what its Services
+			// hide from it removed, once the chain has authenticated and
+			// authorized the request and confirmed the project:
+			// CheckExistence records the tenant it confirmed.
+			confirmed := &confirmedTenant{}
 			inner = inner.WithContext(context.WithValue(inner.Context(), confirmedTenantKey{}, confirmed))
-			own := func() ownGroups {
-				if !confirmed.IsProject() || confirmed.ID == "" || r.ProjectAPIs == nil {
-					return ownGroups{}
+			view := func() (visibility, ownGroups) {
+				if !confirmed.ok {
+					return v, ownGroups{}
 				}
-				return ownGroups{groups: r.ProjectAPIs.Groups(confirmed.ID), apis: r.ProjectAPIs, projectID: confirmed.ID}
+				v := v
+				if r.Services != nil && !confirmed.superuser {
+					v.gates, v.tenant = r.Services, confirmed.tenant
+				}
+				if !confirmed.tenant.IsProject() || confirmed.tenant.ID == "" || r.ProjectAPIs == nil {
+					return v, ownGroups{}
+				}
+				return v, ownGroups{groups: r.ProjectAPIs.Groups(confirmed.tenant.ID), apis: r.ProjectAPIs, projectID: confirmed.tenant.ID}
 			}
-			serveFilteredDiscovery(handler, w, inner, v, own)
+			serveFilteredDiscovery(handler, w, inner, v, view)
 			return
 		}
 		handler.ServeHTTP(w, inner)
@@ -323,8 +345,8 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 			}
 			defer release()
 		}
-		if c, ok := ctx.Value(confirmedTenantKey{}).(*Tenant); ok {
-			*c = From(ctx)
+		if c, ok := ctx.Value(confirmedTenantKey{}).(*confirmedTenant); ok {
+			*c = confirmedTenant{ok: true, tenant: From(ctx), superuser: superuser(ctx)}
 		}
 		handler.ServeHTTP(w, req)
 	})
@@ -335,6 +357,12 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 // authentication, authorization and the existence check.
 type confirmedTenantKey struct{}
 
+type confirmedTenant struct {
+	ok        bool
+	tenant    Tenant
+	superuser bool
+}
+
 // readOnlyAcrossProjects allows list and watch of resources, and the GETs of
 // discovery and OpenAPI documents, in the all-projects view.
 func readOnlyAcrossProjects(info *request.RequestInfo) bool {
@@ -343,6 +371,10 @@ func readOnlyAcrossProjects(info *request.RequestInfo) bool {
 	}
 	return info.Verb == "list" || info.Verb == "watch"
 }
+
+// Superuser reports whether the request comes from a platform superuser
+// (group system:masters), such as the server's own controllers.
+func Superuser(ctx context.Context) bool { return superuser(ctx) }
 
 // superuser reports whether the request comes from a platform superuser
 // (group system:masters), such as the controllers bootstrapping a project.

@@ -58,7 +58,8 @@ func IsOrganizationScoped(gr schema.GroupResource) bool {
 //     the label selector added, single objects of another organization are not
 //     found, and new ones are labelled by admission (TenantAnnotation);
 //   - access and identity reviews (kubectl auth can-i, kubectl auth whoami),
-//     answered for the organization.
+//     answered for the organization;
+//   - the catalog of Services consumers may enable (get, list, watch).
 //
 // Everything else answers 404, as if it did not exist.
 func (r *Router) routeOrganization(w http.ResponseWriter, req *http.Request, org string) *http.Request {
@@ -96,6 +97,16 @@ func (r *Router) routeOrganization(w http.ResponseWriter, req *http.Request, org
 		return req
 	case reviews[gr] && info.Verb == "create":
 		return req
+	case gr == Catalog:
+		// The catalog of Services, read as a consumer (CheckServices).
+		if !catalogRead(info) {
+			responsewriters.ErrorNegotiated(apierrors.NewMethodNotSupported(gr, info.Verb), r.Serializer, schema.GroupVersion{}, w, req)
+			return nil
+		}
+		return req
+	case gr.Group == ServicesGroup:
+		// Services are enabled in projects, not in an organization.
+		return notFound(gr, info.Name)
 	case gr == namespacesResource:
 		if info.Name != orgNamespace || info.Verb != "get" {
 			return notFound(gr, info.Name)

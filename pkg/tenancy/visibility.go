@@ -50,6 +50,10 @@ type visibility struct {
 	// server that serves project-local CRDs, so apiextensions.k8s.io is
 	// served there, with its one resource.
 	projectCRDs bool
+	// gates, once the tenant is confirmed, hide what Services do not serve
+	// to tenant; nil hides nothing.
+	gates  ServiceGates
+	tenant Tenant
 }
 
 // platformOnly reports whether gr is hidden.
@@ -57,7 +61,10 @@ func (v visibility) platformOnly(gr schema.GroupResource) bool {
 	if projectResourcesOfPlatformGroups.Has(gr) || (v.projectCRDs && gr == CRDs) {
 		return false
 	}
-	return platformOnlyGroups.Has(gr.Group) || platformOnlyResources.Has(gr)
+	if platformOnlyGroups.Has(gr.Group) || platformOnlyResources.Has(gr) {
+		return true
+	}
+	return v.gates != nil && !v.gates.Served(v.tenant, gr)
 }
 
 // platformOnlyGroup reports whether the whole group is hidden.
@@ -65,5 +72,8 @@ func (v visibility) platformOnlyGroup(group string) bool {
 	if group == "iam.miloapis.com" || (v.projectCRDs && group == CRDs.Group) {
 		return false
 	}
-	return platformOnlyGroups.Has(group)
+	if platformOnlyGroups.Has(group) {
+		return true
+	}
+	return v.gates != nil && v.gates.GroupHidden(v.tenant, group)
 }

@@ -36,17 +36,21 @@ func permissions(group string, resources, verbs []string) []string {
 
 // BootstrapRoles are the platform roles in milo-system, reconciled at every start:
 //
-//   - viewer reads the hierarchy (organizations, folders, projects) and a
-//     project's contents, except secrets and RBAC;
+//   - viewer reads the hierarchy (organizations, folders, projects), a
+//     project's contents, except secrets and RBAC, the catalog of services
+//     and the services a project enabled;
 //   - editor also writes them, reads secrets, and creates folders and projects;
-//   - owner may do everything, including IAM (roles, bindings, memberships) and
-//     the project's RBAC.
+//   - owner may do everything, including IAM (roles, bindings, memberships),
+//     the project's RBAC and enabling services in a project.
 func BootstrapRoles() []iamv1alpha1.Role {
 	hierarchy := []string{"organizations", "folders", "projects"}
 	contents := []string{"configmaps", "namespaces", "serviceaccounts", "events", "limitranges", "resourcequotas"}
 	viewer := append(permissions("resourcemanager.miloapis.com", hierarchy, readVerbs), permissions("core", contents, readVerbs)...)
 	viewer = append(viewer, permissions("coordination.k8s.io", []string{"leases"}, readVerbs)...)
 	viewer = append(viewer, permissions("events.k8s.io", []string{"events"}, readVerbs)...)
+	// The catalog of services, and which ones a project enabled; enabling
+	// one (creating a ServiceActivation) is the owner's.
+	viewer = append(viewer, permissions("services.miloapis.com", []string{"services", "serviceactivations"}, readVerbs)...)
 	editor := append(permissions("core", append(contents, "secrets"), writeVerbs), permissions("core", []string{"secrets"}, readVerbs)...)
 	editor = append(editor, permissions("resourcemanager.miloapis.com", []string{"folders", "projects"}, writeVerbs)...)
 	editor = append(editor, permissions("coordination.k8s.io", []string{"leases"}, writeVerbs)...)
@@ -94,6 +98,8 @@ func BootstrapProtectedResources() []iamv1alpha1.ProtectedResource {
 		{"iam.miloapis.com", "GroupMembership", "groupmemberships", org},
 		{"iam.miloapis.com", "User", "users", nil},
 		{"iam.miloapis.com", "ProtectedResource", "protectedresources", nil},
+		{"services.miloapis.com", "Service", "services", nil},
+		{"services.miloapis.com", "ServiceActivation", "serviceactivations", project},
 		{"iam.miloapis.com", "ServiceAccount", "serviceaccounts", project},
 		{"core", "Namespace", "namespaces", project},
 		{"core", "ConfigMap", "configmaps", project},

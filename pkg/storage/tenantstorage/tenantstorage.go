@@ -44,10 +44,20 @@ import (
 // validates field selectors before they reach storage.
 const TenantField = "milo.tenant"
 
+// Shown tells the all-projects view which projects' objects of a resource it
+// shows (package catalog: those that enabled the Service listing it).
+type Shown interface {
+	// ProjectsShown returns whether a project's objects of gr are shown, by
+	// its storage id; nil when every project's are.
+	ProjectsShown(gr schema.GroupResource) func(projectID string) bool
+}
+
 // Decorate returns a storage decorator that makes inner's storage tenant-keyed.
 // Every resource prefix it decorates is recorded in prefixes, for Purge. A
 // tenant's LIST returns at most maxListItems items (see boundedList; 0: no bound).
-func Decorate(inner generic.StorageDecorator, prefixes *Prefixes, maxListItems int64) generic.StorageDecorator {
+// shown, if not nil, narrows what the all-projects view shows to anyone but
+// the server's superusers.
+func Decorate(inner generic.StorageDecorator, prefixes *Prefixes, maxListItems int64, shown Shown) generic.StorageDecorator {
 	return func(
 		config *storagebackend.ConfigForResource,
 		resourcePrefix string,
@@ -61,7 +71,7 @@ func Decorate(inner generic.StorageDecorator, prefixes *Prefixes, maxListItems i
 		if prefixes != nil {
 			prefixes.add(config.Config.Prefix, resourcePrefix, config.GroupResource)
 		}
-		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: maxListItems}
+		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: maxListItems, shown: shown}
 		tenantKeyFunc := func(obj runtime.Object) (string, error) {
 			key, err := keyFunc(obj)
 			if err != nil {
@@ -87,6 +97,7 @@ type store struct {
 	prefix       string
 	resource     schema.GroupResource
 	maxListItems int64
+	shown        Shown
 }
 
 // segmentOf returns the tenant segment an object is stored under, read from the
@@ -210,7 +221,53 @@ func (s *store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 	if err != nil {
 		return nil, err
 	}
-	return s.Interface.Watch(ctx, k, opts)
+	w, err := s.Interface.Watch(ctx, k, opts)
+	if err != nil {
+		return nil, err
+	}
+	if shown := s.projectsShown(ctx); shown != nil {
+		// Judged event by event: a project that enables the service later
+		// has its new events shown from then on.
+		w = watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+			switch e.Type {
+			case watch.Added, watch.Modified, watch.Deleted:
+				return e, shown(segmentOf(e.Object))
+			}
+			return e, true
+		})
+	}
+	return w, nil
+}
+
+// projectsShown returns, for an all-projects read by anyone but a superuser,
+// which projects' objects it shows; nil for all.
+func (s *store) projectsShown(ctx context.Context) func(string) bool {
+	if s.shown == nil || tenancy.From(ctx).Kind != tenancy.AllProjects || tenancy.Superuser(ctx) {
+		return nil
+	}
+	return s.shown.ProjectsShown(s.resource)
+}
+
+// keepShown removes from a list the objects of projects shown rejects.
+func keepShown(listObj runtime.Object, shown func(string) bool) error {
+	items, err := meta.ExtractListWithAlloc(listObj)
+	if err != nil {
+		return err
+	}
+	kept := items[:0]
+	for _, item := range items {
+		if shown(segmentOf(item)) {
+			kept = append(kept, item)
+		}
+	}
+	if len(kept) == len(items) {
+		return nil
+	}
+	// What remains after this page counted every project's objects.
+	if l, err := meta.ListAccessor(listObj); err == nil {
+		l.SetRemainingItemCount(nil)
+	}
+	return meta.SetList(listObj, kept)
 }
 
 func (s *store) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
@@ -227,9 +284,14 @@ func (s *store) GetList(ctx context.Context, key string, opts storage.ListOption
 		return err
 	}
 	if s.maxListItems > 0 && listBounded(ctx) {
-		return s.boundedList(ctx, k, opts, listObj)
+		err = s.boundedList(ctx, k, opts, listObj)
+	} else {
+		err = s.Interface.GetList(ctx, k, opts, listObj)
 	}
-	return s.Interface.GetList(ctx, k, opts, listObj)
+	if shown := s.projectsShown(ctx); err == nil && shown != nil {
+		err = keepShown(listObj, shown)
+	}
+	return err
 }
 
 func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,

@@ -90,11 +90,17 @@ func runMain(m *testing.M) int {
 // newConfigMapStorage builds tenant-keyed, cached configmap storage under resource
 // prefix, as the server does for every resource.
 func newConfigMapStorage(t testing.TB, resource string) (storage.Interface, *Prefixes) {
+	return newShownStorage(t, resource, nil)
+}
+
+// newShownStorage is newConfigMapStorage whose all-projects view shows what
+// shown allows.
+func newShownStorage(t testing.TB, resource string, shown Shown) (storage.Interface, *Prefixes) {
 	t.Helper()
 	prefixes := NewPrefixes()
 	prefix := "/" + resource
 	cfg := &storagebackend.ConfigForResource{Config: etcdConfig, GroupResource: corev1.Resource(resource)}
-	s, destroy, err := Decorate(registry.StorageWithCacher(), prefixes, 0)(cfg, prefix,
+	s, destroy, err := Decorate(registry.StorageWithCacher(), prefixes, 0, shown)(cfg, prefix,
 		func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(prefix+"/", obj) },
 		func() runtime.Object { return &corev1.ConfigMap{} },
 		func() runtime.Object { return &corev1.ConfigMapList{} },

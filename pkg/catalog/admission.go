@@ -1,0 +1,147 @@
+package catalog
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/warning"
+
+	servicesv1alpha1 "go.miloapis.com/milo/pkg/apis/services/v1alpha1"
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// PluginName is the name of the admission plugin of the service catalog.
+const PluginName = "MiloServices"
+
+// Register adds the plugin, which reads c, to plugins. It
+//
+//   - keeps a Service's phase label equal to its spec.phase (the catalog a
+//     consumer lists selects on it);
+//   - refuses (422) a Service that lists a resource another Service lists,
+//     or a resource of the core group, of a Kubernetes group or of Milo's
+//     own groups, whose requests the platform's own controllers rely on;
+//   - refuses (422) a ServiceActivation outside a project, for a Service
+//     that does not exist, is in Draft or is Retired, and warns about a
+//     Deprecated one.
+func Register(plugins *admission.Plugins, c *Catalog) {
+	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) {
+		return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update), catalog: c}, nil
+	})
+}
+
+type plugin struct {
+	*admission.Handler
+	catalog *Catalog
+}
+
+var (
+	_ admission.MutationInterface   = &plugin{}
+	_ admission.ValidationInterface = &plugin{}
+)
+
+// reservedGroups are the groups a Service may not gate.
+var reservedGroups = sets.New("resourcemanager.miloapis.com", "iam.miloapis.com", servicesv1alpha1.GroupName)
+
+// Reserved reports whether a Service may not list resources of group.
+func Reserved(group string) bool {
+	return !strings.Contains(group, ".") || group == "k8s.io" || strings.HasSuffix(group, ".k8s.io") || reservedGroups.Has(group)
+}
+
+func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetResource().GroupResource() != tenancy.Catalog || a.GetSubresource() != "" {
+		return nil
+	}
+	obj, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	phase, _, _ := unstructured.NestedString(obj.Object, "spec", "phase")
+	if phase == "" {
+		phase = string(servicesv1alpha1.Draft)
+	}
+	labels := obj.GetLabels()
+	if labels[servicesv1alpha1.PhaseLabel] != phase {
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[servicesv1alpha1.PhaseLabel] = phase
+		obj.SetLabels(labels)
+	}
+	return nil
+}
+
+func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetSubresource() != "" {
+		return nil
+	}
+	switch a.GetResource().GroupResource() {
+	case tenancy.Catalog:
+		return p.validateService(a)
+	case tenancy.Activations:
+		if a.GetOperation() != admission.Create {
+			return nil
+		}
+		return p.validateActivation(ctx, a)
+	}
+	return nil
+}
+
+func (p *plugin) validateService(a admission.Attributes) error {
+	svc, ok := toService(a.GetObject())
+	if !ok {
+		return nil
+	}
+	var errs field.ErrorList
+	for i, r := range svc.Spec.Resources {
+		path := field.NewPath("spec", "resources").Index(i)
+		gr := schema.GroupResource{Group: r.Group, Resource: r.Resource}
+		if Reserved(r.Group) {
+			errs = append(errs, field.Invalid(path.Child("group"), r.Group,
+				"the core group, Kubernetes' groups and Milo's own are served in every context and cannot belong to a service"))
+			continue
+		}
+		if owner, ok := p.catalog.Owner(gr); ok && owner != svc.Name {
+			errs = append(errs, field.Duplicate(path, fmt.Sprintf("%s is listed by Service %s already", gr, owner)))
+		}
+	}
+	if len(errs) > 0 {
+		return apierrors.NewInvalid(servicesv1alpha1.SchemeGroupVersion.WithKind("Service").GroupKind(), svc.Name, errs)
+	}
+	return nil
+}
+
+func (p *plugin) validateActivation(ctx context.Context, a admission.Attributes) error {
+	kind := servicesv1alpha1.SchemeGroupVersion.WithKind("ServiceActivation").GroupKind()
+	invalid := func(path *field.Path, value any, msg string) error {
+		return apierrors.NewInvalid(kind, a.GetName(), field.ErrorList{field.Invalid(path, value, msg)})
+	}
+	if !tenancy.From(ctx).IsProject() {
+		return invalid(field.NewPath("metadata", "name"), a.GetName(), "a ServiceActivation enables a service in a project: create it in the project")
+	}
+	obj, ok := a.GetObject().(runtime.Unstructured)
+	if !ok {
+		return nil
+	}
+	name, _, _ := unstructured.NestedString(obj.UnstructuredContent(), "spec", "serviceRef", "name")
+	path := field.NewPath("spec", "serviceRef", "name")
+	phase, exists := p.catalog.Phase(name)
+	switch {
+	case !exists || phase == servicesv1alpha1.Draft:
+		// A Draft is not in the catalog: the same answer as a missing one.
+		return apierrors.NewInvalid(kind, a.GetName(), field.ErrorList{field.NotFound(path, name)})
+	case phase == servicesv1alpha1.Retired:
+		return invalid(path, name, "the service is Retired: it can no longer be enabled")
+	case phase == servicesv1alpha1.Deprecated:
+		warning.AddWarning(ctx, "", fmt.Sprintf("service %s is Deprecated: it may be retired; see its description for what replaces it", name))
+	}
+	return nil
+}

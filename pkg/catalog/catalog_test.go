@@ -1,0 +1,212 @@
+package catalog
+
+import (
+	"context"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/client-go/tools/cache"
+
+	servicesv1alpha1 "go.miloapis.com/milo/pkg/apis/services/v1alpha1"
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// catalogOf builds a catalog from Services, platform CRDs (group/plural) and
+// enablements (project storage id → service), as its informers would feed it.
+func catalogOf(t *testing.T, services []servicesv1alpha1.Service, crds [][2]string, enabled map[string]string) *Catalog {
+	t.Helper()
+	c := &Catalog{services: cache.NewStore(cache.MetaNamespaceKeyFunc), crds: cache.NewStore(cache.MetaNamespaceKeyFunc)}
+	for i := range services {
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&services[i])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.services.Add(&unstructured.Unstructured{Object: obj}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, gr := range crds {
+		crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: gr[1] + "." + gr[0]},
+			Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: gr[0], Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: gr[1]}}}
+		if err := c.crds.Add(crd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.build()
+	for project, service := range enabled {
+		c.activation(activationOf(project, service), true)
+	}
+	c.synced.Store(true)
+	return c
+}
+
+// activationOf is a ServiceActivation of project as the all-projects
+// metadata informer stores it.
+func activationOf(project, service string) any {
+	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: service,
+		Annotations: map[string]string{tenancy.AnnotationKey: "name-of-" + project, tenancy.IDAnnotationKey: project}}}
+	obj, _ := allprojects.Qualify(m)
+	return obj
+}
+
+func service(name string, phase servicesv1alpha1.Phase, resources ...servicesv1alpha1.ServiceResource) servicesv1alpha1.Service {
+	return servicesv1alpha1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: servicesv1alpha1.ServiceSpec{DisplayName: name, Phase: phase, Resources: resources}}
+}
+
+func resource(group, plural string, ctx servicesv1alpha1.Context) servicesv1alpha1.ServiceResource {
+	return servicesv1alpha1.ServiceResource{Group: group, Resource: plural, Context: ctx}
+}
+
+var (
+	widgets  = schema.GroupResource{Group: "widgets.example.com", Resource: "widgets"}
+	gizmos   = schema.GroupResource{Group: "widgets.example.com", Resource: "gizmos"}
+	tenants  = schema.GroupResource{Group: "widgets.example.com", Resource: "tenants"}
+	billing  = schema.GroupResource{Group: "billing.example.com", Resource: "accounts"}
+	ungated  = schema.GroupResource{Group: "free.example.com", Resource: "things"}
+	enabling = tenancy.Tenant{Kind: tenancy.Project, Name: "a", ID: "id-a"}
+	other    = tenancy.Tenant{Kind: tenancy.Project, Name: "b", ID: "id-b"}
+	recycled = tenancy.Tenant{Kind: tenancy.Project, Name: "a", ID: "id-a2"}
+	org      = tenancy.OrganizationTenant("acme")
+)
+
+func TestWhereResourcesAreServed(t *testing.T) {
+	c := catalogOf(t, []servicesv1alpha1.Service{
+		service("widgets", servicesv1alpha1.Published,
+			resource(widgets.Group, widgets.Resource, servicesv1alpha1.ContextProject),
+			resource(tenants.Group, tenants.Resource, servicesv1alpha1.ContextOrganization)),
+		service("billing", servicesv1alpha1.Draft, resource(billing.Group, billing.Resource, servicesv1alpha1.ContextOrganization)),
+	}, [][2]string{{"widgets.example.com", "widgets"}, {"widgets.example.com", "gizmos"}, {"widgets.example.com", "tenants"}}, map[string]string{"id-a": "widgets"})
+
+	for _, tc := range []struct {
+		what   string
+		tenant tenancy.Tenant
+		gr     schema.GroupResource
+		served bool
+	}{
+		{"a project resource in the project that enabled it", enabling, widgets, true},
+		{"a project resource in another project", other, widgets, false},
+		{"a project resource in a later project of the same name", recycled, widgets, false},
+		{"a project resource in an organization's context", org, widgets, false},
+		{"a project resource at the platform", tenancy.PlatformTenant, widgets, true},
+		{"a project resource in the all-projects view (narrowed per project)", tenancy.AllProjectsTenant, widgets, true},
+		{"an organization resource in a project that enabled its service", enabling, tenants, false},
+		{"an organization resource in an organization's context", org, tenants, true},
+		{"an organization resource of a Draft service", org, billing, false},
+		{"a resource of the group no Service lists", other, gizmos, true},
+		{"a resource no Service lists", other, ungated, true},
+	} {
+		if got := c.Served(tc.tenant, tc.gr); got != tc.served {
+			t.Errorf("%s: served %v, want %v", tc.what, got, tc.served)
+		}
+	}
+
+	// A group is hidden only when Services hide every resource of it.
+	if c.GroupHidden(other, widgets.Group) {
+		t.Error("widgets.example.com hidden from a project although gizmos, which no Service lists, is served there")
+	}
+	if !c.GroupHidden(other, billing.Group) || c.GroupHidden(tenancy.PlatformTenant, billing.Group) {
+		t.Error("billing.example.com: hidden from projects and served at the platform, want both")
+	}
+	if c.GroupHidden(other, ungated.Group) {
+		t.Error("a group no Service lists is hidden")
+	}
+
+	if !c.Listed("widgets") || c.Listed("billing") || c.Listed("missing") {
+		t.Error("the catalog lists Published and Deprecated services only")
+	}
+
+	shown := c.ProjectsShown(widgets)
+	if shown == nil || !shown("id-a") || shown("id-b") {
+		t.Error("the all-projects view shows the widgets of the enabling project only")
+	}
+	if c.ProjectsShown(ungated) != nil {
+		t.Error("the all-projects view narrows a resource no Service lists")
+	}
+	if s := c.ProjectsShown(tenants); s == nil || s("id-a") {
+		t.Error("the all-projects view shows an organization resource")
+	}
+
+	// Disabling forgets the enablement; nothing else is kept per project.
+	c.activation(cache.DeletedFinalStateUnknown{Obj: activationOf("id-a", "widgets")}, false)
+	if c.Served(enabling, widgets) || c.Enablements() != 0 {
+		t.Errorf("widgets served after the project disabled the service (%d enablements left)", c.Enablements())
+	}
+}
+
+func TestAdmission(t *testing.T) {
+	c := catalogOf(t, []servicesv1alpha1.Service{
+		service("widgets", servicesv1alpha1.Published, resource(widgets.Group, widgets.Resource, servicesv1alpha1.ContextProject)),
+		service("draft", servicesv1alpha1.Draft),
+		service("old", servicesv1alpha1.Deprecated),
+		service("gone", servicesv1alpha1.Retired),
+	}, nil, nil)
+	p := &plugin{Handler: admission.NewHandler(admission.Create, admission.Update), catalog: c}
+	projectCtx := tenancy.WithTenant(context.Background(), enabling)
+
+	attrs := func(gr schema.GroupResource, obj runtime.Object, name string) admission.Attributes {
+		return admission.NewAttributesRecord(obj, nil, servicesv1alpha1.SchemeGroupVersion.WithKind("x"), "", name,
+			servicesv1alpha1.SchemeGroupVersion.WithResource(gr.Resource), "", admission.Create, nil, false, nil)
+	}
+	serviceObj := func(s servicesv1alpha1.Service) runtime.Object {
+		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &unstructured.Unstructured{Object: obj}
+	}
+	activation := func(name string) runtime.Object {
+		return &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": name},
+			"spec": map[string]any{"serviceRef": map[string]any{"name": name}}}}
+	}
+
+	for _, tc := range []struct {
+		what    string
+		ctx     context.Context
+		gr      schema.GroupResource
+		obj     runtime.Object
+		name    string
+		invalid bool
+	}{
+		{"a Service listing a free resource", context.Background(), tenancy.Catalog,
+			serviceObj(service("gizmos", servicesv1alpha1.Draft, resource(gizmos.Group, gizmos.Resource, ""))), "gizmos", false},
+		{"a Service listing another's resource", context.Background(), tenancy.Catalog,
+			serviceObj(service("thief", servicesv1alpha1.Draft, resource(widgets.Group, widgets.Resource, ""))), "thief", true},
+		{"a Service updating its own resources", context.Background(), tenancy.Catalog,
+			serviceObj(service("widgets", servicesv1alpha1.Published, resource(widgets.Group, widgets.Resource, ""))), "widgets", false},
+		{"a Service listing ConfigMaps", context.Background(), tenancy.Catalog,
+			serviceObj(service("core", servicesv1alpha1.Draft, resource("", "configmaps", ""))), "core", true},
+		{"a Service listing a Kubernetes group", context.Background(), tenancy.Catalog,
+			serviceObj(service("rbac", servicesv1alpha1.Draft, resource("rbac.authorization.k8s.io", "roles", ""))), "rbac", true},
+		{"a Service listing Milo's projects", context.Background(), tenancy.Catalog,
+			serviceObj(service("rm", servicesv1alpha1.Draft, resource("resourcemanager.miloapis.com", "projects", ""))), "rm", true},
+		{"enabling a published service", projectCtx, tenancy.Activations, activation("widgets"), "widgets", false},
+		{"enabling a deprecated service", projectCtx, tenancy.Activations, activation("old"), "old", false},
+		{"enabling a draft", projectCtx, tenancy.Activations, activation("draft"), "draft", true},
+		{"enabling a retired service", projectCtx, tenancy.Activations, activation("gone"), "gone", true},
+		{"enabling a missing service", projectCtx, tenancy.Activations, activation("missing"), "missing", true},
+		{"enabling at the platform", context.Background(), tenancy.Activations, activation("widgets"), "widgets", true},
+	} {
+		err := p.Validate(tc.ctx, attrs(tc.gr, tc.obj, tc.name), nil)
+		if tc.invalid != apierrors.IsInvalid(err) || (!tc.invalid && err != nil) {
+			t.Errorf("%s: %v, want invalid %v", tc.what, err, tc.invalid)
+		}
+	}
+
+	// The phase label follows spec.phase, whatever the client sent.
+	obj := serviceObj(service("widgets", servicesv1alpha1.Deprecated))
+	obj.(*unstructured.Unstructured).SetLabels(map[string]string{servicesv1alpha1.PhaseLabel: "Published"})
+	if err := p.Admit(context.Background(), attrs(tenancy.Catalog, obj, "widgets"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := obj.(*unstructured.Unstructured).GetLabels()[servicesv1alpha1.PhaseLabel]; got != "Deprecated" {
+		t.Errorf("phase label %q, want Deprecated", got)
+	}
+}
