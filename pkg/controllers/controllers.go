@@ -14,6 +14,7 @@ import (
 	"go.miloapis.com/milo/pkg/controllers/namespace"
 	"go.miloapis.com/milo/pkg/controllers/resourcequota"
 	"go.miloapis.com/milo/pkg/controllers/serviceaccount"
+	"go.miloapis.com/milo/pkg/controllers/servicecatalog"
 )
 
 // Registry returns every controller Milo has, by name.
@@ -47,6 +48,11 @@ func Registry() manager.Registry {
 		// ResourceQuotas report what they limit (status.hard, status.used).
 		resourcequota.Name: func(s manager.Shared) (manager.Runner, error) {
 			c := resourcequota.New(s.Clients)
+			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
+		},
+		// Services say whether the platform serves what they list.
+		servicecatalog.Name: func(s manager.Shared) (manager.Runner, error) {
+			c := servicecatalog.New(s.Clients)
 			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
 		},
 		// Every namespace has a default ServiceAccount and kube-root-ca.crt.

@@ -161,6 +161,31 @@ func TestServiceCatalog(t *testing.T) {
 
 	// Published: the organization's and the projects' catalogs list it.
 	m.mustKubectl(t, gadgetService("Published"), "apply", "-f", "-")
+	// Its status says the platform serves what it lists; a Service listing
+	// a resource nobody serves says which.
+	m.mustKubectl(t, "", "wait", "--for=condition=Ready", "--timeout=60s", "services.services.miloapis.com/"+service)
+	m.mustKubectl(t, `apiVersion: services.miloapis.com/v1alpha1
+kind: Service
+metadata: {name: nothing.catalog.e2e.example}
+spec:
+  displayName: Nothing
+  resources: [{group: nothing.e2e.example, resource: nothings}]
+`, "apply", "-f", "-")
+	t.Cleanup(func() { m.kubectl(t, "", "delete", "services.services.miloapis.com/nothing.catalog.e2e.example", "--ignore-not-found") })
+	m.mustKubectl(t, "", "wait", "--for=condition=Ready=false", "--timeout=60s", "services.services.miloapis.com/nothing.catalog.e2e.example")
+	if msg := m.mustKubectl(t, "", "get", "services.services.miloapis.com/nothing.catalog.e2e.example", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].message}`); !strings.Contains(msg, "nothings.nothing.e2e.example") {
+		t.Fatalf("the Ready condition of a Service listing an unserved resource: %q", msg)
+	}
+	// A resource belongs to one Service.
+	if r := m.kubectl(t, `apiVersion: services.miloapis.com/v1alpha1
+kind: Service
+metadata: {name: thief.catalog.e2e.example}
+spec:
+  displayName: Thief
+  resources: [{group: catalog.e2e.example, resource: gadgets}]
+`, "apply", "-f", "-"); r.err == nil || !strings.Contains(r.stderr, "is listed by Service "+service) {
+		t.Fatalf("a second Service listing gadgets: %v %s", r.err, r.stderr)
+	}
 	eventually(t, "the catalog lists the published service", func() error {
 		list, err := aliceCatalog.List(ctx, metav1.ListOptions{})
 		if err != nil {
