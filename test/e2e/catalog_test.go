@@ -171,7 +171,9 @@ spec:
   displayName: Nothing
   resources: [{group: nothing.e2e.example, resource: nothings}]
 `, "apply", "-f", "-")
-	t.Cleanup(func() { m.kubectl(t, "", "delete", "services.services.miloapis.com/nothing.catalog.e2e.example", "--ignore-not-found") })
+	t.Cleanup(func() {
+		m.kubectl(t, "", "delete", "services.services.miloapis.com/nothing.catalog.e2e.example", "--ignore-not-found")
+	})
 	m.mustKubectl(t, "", "wait", "--for=condition=Ready=false", "--timeout=60s", "services.services.miloapis.com/nothing.catalog.e2e.example")
 	if msg := m.mustKubectl(t, "", "get", "services.services.miloapis.com/nothing.catalog.e2e.example", "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].message}`); !strings.Contains(msg, "nothings.nothing.e2e.example") {
 		t.Fatalf("the Ready condition of a Service listing an unserved resource: %q", msg)
