@@ -69,6 +69,9 @@ type options struct {
 	// CRDs, when Projects > 0, measures projects' own CRDs after the last step
 	// (Milo only; its server runs with --project-crds).
 	CRDs crdOptions
+	// Catalog, when Projects > 0, measures the service catalog after the
+	// last step (Milo only).
+	Catalog catalogOptions
 	// Noisy runs the noisy-neighbour measurement after the last step (Milo only).
 	Noisy        bool
 	NoisyOptions noisyOptions
@@ -107,6 +110,9 @@ func main() {
 	flag.IntVar(&o.CRDs.PerProject, "crd-per-project", 10, "CRDs each of --crd-projects defines")
 	flag.IntVar(&o.CRDs.Unique, "crd-unique", 0, "then this many further projects each define one CRD of a schema of its own")
 	flag.IntVar(&o.CRDs.Samples, "crd-samples", 200, "CRDs timed from create to Established")
+	flag.IntVar(&o.Catalog.Projects, "catalog-projects", 0, "after the last step, this many projects enable a registered service (Milo); 0: the service catalog is not measured")
+	flag.IntVar(&o.Catalog.Services, "catalog-services", 50, "services registered in all for the catalog's discovery measurement")
+	flag.IntVar(&o.Catalog.Samples, "catalog-samples", 400, "GETs and discovery documents timed before and after the enablements")
 	flag.StringVar(&o.Service, "service", "", "run the sample service with this provider (shared: pkg/mcprovider with the builder's watches; sources: pkg/mcprovider's Sources, projects not engaged; naive: a cluster per project) and measure it at each step: one Widget per project (Milo only)")
 	flag.IntVar(&o.ServiceSamples, "service-samples", 100, "Widgets timed from create to Ready per step")
 	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling, 300 projects deleted")
@@ -368,6 +374,17 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		}
 		if out.CRDs, err = measureProjectCRDs(ctx, s, o.CRDs, o.Settle, dir); err != nil {
 			return fmt.Errorf("project CRDs: %w", err)
+		}
+		if err := save(); err != nil {
+			return err
+		}
+	}
+	if s.isMilo() && o.Catalog.Projects > 0 {
+		if o.Catalog.Projects > have {
+			return fmt.Errorf("--catalog-projects needs %d projects, the last step has %d", o.Catalog.Projects, have)
+		}
+		if out.Catalog, err = measureCatalog(ctx, s, o.Catalog, o.Settle, dir); err != nil {
+			return fmt.Errorf("service catalog: %w", err)
 		}
 		if err := save(); err != nil {
 			return err

@@ -43,6 +43,8 @@ type systemResult struct {
 	DeletePerSecond float64
 	// CRDs is the measurement of projects' own CRDs at the last step (Milo only).
 	CRDs *crdResult `json:",omitempty"`
+	// Catalog is the service catalog's measurement (Milo only).
+	Catalog *catalogResult `json:",omitempty"`
 	// Noisy is the noisy-neighbour measurement at the last step (Milo only),
 	// with and without per-project flows.
 	Noisy []noisyResult `json:",omitempty"`
@@ -306,6 +308,9 @@ func (r *results) markdown() string {
 	b.WriteString("\n")
 	if milo != nil {
 		b.WriteString(milo.noisySection(r.Steps[len(r.Steps)-1]))
+	}
+	if milo != nil && milo.Catalog != nil {
+		b.WriteString(milo.Catalog.section())
 	}
 	if milo != nil && milo.CRDs != nil {
 		b.WriteString(milo.CRDs.section())

@@ -57,13 +57,39 @@ func Reserved(group string) bool {
 }
 
 func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	if a.GetResource().GroupResource() != tenancy.Catalog || a.GetSubresource() != "" {
+	if a.GetSubresource() != "" {
 		return nil
 	}
 	obj, ok := a.GetObject().(*unstructured.Unstructured)
 	if !ok {
 		return nil
 	}
+	switch a.GetResource().GroupResource() {
+	case tenancy.Catalog:
+		labelPhase(obj)
+	case tenancy.Activations:
+		// The Service the activation enables is the one that exists when
+		// it is created, recorded by the server; the client's word is not
+		// taken, at creation or later.
+		uid := ""
+		if old, ok := a.GetOldObject().(*unstructured.Unstructured); ok && a.GetOperation() == admission.Update {
+			uid = old.GetAnnotations()[ServiceUIDAnnotation]
+		} else {
+			name, _, _ := unstructured.NestedString(obj.Object, "spec", "serviceRef", "name")
+			uid, _ = p.catalog.UID(name)
+		}
+		annotations := obj.GetAnnotations()
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[ServiceUIDAnnotation] = uid
+		obj.SetAnnotations(annotations)
+	}
+	return nil
+}
+
+// labelPhase keeps a Service's phase label equal to its spec.phase.
+func labelPhase(obj *unstructured.Unstructured) {
 	phase, _, _ := unstructured.NestedString(obj.Object, "spec", "phase")
 	if phase == "" {
 		phase = string(servicesv1alpha1.Draft)
@@ -76,14 +102,18 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		labels[servicesv1alpha1.PhaseLabel] = phase
 		obj.SetLabels(labels)
 	}
-	return nil
 }
 
 func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if a.GetSubresource() != "" {
 		return nil
 	}
-	switch a.GetResource().GroupResource() {
+	gr := a.GetResource().GroupResource()
+	if (gr == tenancy.Catalog || gr == tenancy.Activations) && !p.catalog.Synced() {
+		// What the catalog holds decides: until it is loaded, nothing is.
+		return apierrors.NewServiceUnavailable("the service catalog is loading; retry in a moment")
+	}
+	switch gr {
 	case tenancy.Catalog:
 		return p.validateService(a)
 	case tenancy.Activations:
@@ -135,11 +165,10 @@ func (p *plugin) validateActivation(ctx context.Context, a admission.Attributes)
 	path := field.NewPath("spec", "serviceRef", "name")
 	phase, exists := p.catalog.Phase(name)
 	switch {
-	case !exists || phase == servicesv1alpha1.Draft:
-		// A Draft is not in the catalog: the same answer as a missing one.
+	case !exists || phase == servicesv1alpha1.Draft || phase == servicesv1alpha1.Retired:
+		// Drafts and Retired services are not in the catalog: the same
+		// answer as a missing one, so no name outside it can be probed.
 		return apierrors.NewInvalid(kind, a.GetName(), field.ErrorList{field.NotFound(path, name)})
-	case phase == servicesv1alpha1.Retired:
-		return invalid(path, name, "the service is Retired: it can no longer be enabled")
 	case phase == servicesv1alpha1.Deprecated:
 		warning.AddWarning(ctx, "", fmt.Sprintf("service %s is Deprecated: it may be retired; see its description for what replaces it", name))
 	}

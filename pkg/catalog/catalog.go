@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -44,11 +45,22 @@ type Catalog struct {
 
 	mu sync.RWMutex
 	// enabled holds one entry per ServiceActivation: a project's storage id
-	// and the Service's name.
-	enabled map[enablement]struct{}
+	// and the Service's name, and the UID of the Service it was made for:
+	// a Service deleted and registered again under its name is enabled
+	// nowhere.
+	enabled map[enablement]string
+	// watches end when their enablement goes (Watch): a cancel function
+	// per open watch of a gated resource, nothing per project.
+	watches map[enablement]map[uint64]context.CancelFunc
+	nextID  uint64
 }
 
 type enablement struct{ project, service string }
+
+// ServiceUIDAnnotation, on a ServiceActivation, is the UID of the Service
+// it enables, written by the server when it is created; only an activation
+// of the Service that exists now counts.
+const ServiceUIDAnnotation = "services.miloapis.com/service-uid"
 
 // gate is where one resource of a Service is served.
 type gate struct {
@@ -63,11 +75,12 @@ type snapshot struct {
 	// groups are the resources of each group some Service lists a
 	// resource of: those of the platform's CRDs and those Services list.
 	groups map[string]sets.Set[string]
-	// phases of every Service, by name.
+	// phases and UIDs of every Service, by name.
 	phases map[string]servicesv1alpha1.Phase
+	uids   map[string]string
 }
 
-var empty = &snapshot{gates: map[schema.GroupResource]gate{}, groups: map[string]sets.Set[string]{}, phases: map[string]servicesv1alpha1.Phase{}}
+var empty = &snapshot{gates: map[schema.GroupResource]gate{}, groups: map[string]sets.Set[string]{}, phases: map[string]servicesv1alpha1.Phase{}, uids: map[string]string{}}
 
 func (c *Catalog) current() *snapshot {
 	if s := c.snap.Load(); s != nil {
@@ -95,9 +108,9 @@ func (c *Catalog) servedBy(g gate, t tenancy.Tenant) bool {
 	case tenancy.Platform:
 		return true
 	case tenancy.Project:
-		return g.context == servicesv1alpha1.ContextProject && c.Enabled(t.ID, g.service)
+		return g.context == servicesv1alpha1.ContextProject && !g.draft && c.Enabled(t.ID, g.service)
 	case tenancy.AllProjects:
-		return g.context == servicesv1alpha1.ContextProject
+		return g.context == servicesv1alpha1.ContextProject && !g.draft
 	case tenancy.Organization:
 		return g.context == servicesv1alpha1.ContextOrganization && !g.draft
 	}
@@ -140,18 +153,57 @@ func (c *Catalog) Phase(name string) (servicesv1alpha1.Phase, bool) {
 	return p, ok
 }
 
+// UID returns the UID of the named Service, if it exists.
+func (c *Catalog) UID(name string) (string, bool) {
+	uid, ok := c.current().uids[name]
+	return uid, ok
+}
+
 // Owner returns the Service that lists gr, if any.
 func (c *Catalog) Owner(gr schema.GroupResource) (string, bool) {
 	g, ok := c.current().gates[gr]
 	return g.service, ok
 }
 
-// Enabled reports whether the project with storage id project enabled service.
+// Enabled reports whether the project with storage id project enabled
+// service, as it exists now.
 func (c *Catalog) Enabled(project, service string) bool {
 	c.mu.RLock()
-	defer c.mu.RUnlock()
-	_, ok := c.enabled[enablement{project, service}]
-	return ok
+	uid, ok := c.enabled[enablement{project, service}]
+	c.mu.RUnlock()
+	return ok && uid != "" && uid == c.current().uids[service]
+}
+
+// Watch returns a context that ends when the project with storage id
+// project stops having gr's Service enabled, for a watch of gr served
+// there, and a function to call when the watch ends.
+func (c *Catalog) Watch(ctx context.Context, project string, gr schema.GroupResource) (context.Context, func()) {
+	g, ok := c.current().gates[gr]
+	if !ok {
+		return ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	e := enablement{project, g.service}
+	c.mu.Lock()
+	if c.watches == nil {
+		c.watches = map[enablement]map[uint64]context.CancelFunc{}
+	}
+	c.nextID++
+	id := c.nextID
+	if c.watches[e] == nil {
+		c.watches[e] = map[uint64]context.CancelFunc{}
+	}
+	c.watches[e][id] = cancel
+	c.mu.Unlock()
+	return ctx, func() {
+		cancel()
+		c.mu.Lock()
+		delete(c.watches[e], id)
+		if len(c.watches[e]) == 0 {
+			delete(c.watches, e)
+		}
+		c.mu.Unlock()
+	}
 }
 
 // Enablements returns how many enablements the catalog holds.
@@ -216,24 +268,61 @@ func (c *Catalog) Run(ctx context.Context, services, crds, activations cache.Sha
 	return true
 }
 
-// activation records or forgets one project's enablement of a Service.
+// activation records or forgets one project's enablement of a Service. An
+// activation being deleted no longer enables anything, whatever finalizers
+// keep it.
 func (c *Catalog) activation(obj any, present bool) {
 	k, ok := allprojects.KeyOf(obj, true)
 	if !ok || k.ID == "" {
 		return // a platform object: enables nothing
 	}
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	m, ok := obj.(metav1.Object)
+	if !ok {
+		return
+	}
+	if m.GetDeletionTimestamp() != nil {
+		present = false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.enabled == nil {
-		c.enabled = map[enablement]struct{}{}
+		c.enabled = map[enablement]string{}
 	}
 	// The name is the Service's (validated at creation).
 	e := enablement{project: k.ID, service: strings.Clone(k.Name)}
 	if present {
-		c.enabled[e] = struct{}{}
-	} else {
-		delete(c.enabled, e)
+		c.enabled[e] = strings.Clone(m.GetAnnotations()[ServiceUIDAnnotation])
+		return
 	}
+	delete(c.enabled, e)
+	// Watches served by this enablement end: their clients list again
+	// and find the resource gone.
+	for _, cancel := range c.watches[e] {
+		cancel()
+	}
+	delete(c.watches, e)
+}
+
+// SlimActivation is the transform of the informer of ServiceActivations
+// (after allprojects.Qualify): it keeps what identifies one, whether it is
+// being deleted, and the UID of the Service it was made for.
+func SlimActivation(obj any) (any, error) {
+	obj, err := allprojects.Qualify(obj)
+	if err != nil {
+		return obj, err
+	}
+	if m, ok := obj.(*metav1.PartialObjectMetadata); ok {
+		uid := m.Annotations[ServiceUIDAnnotation]
+		m.TypeMeta = metav1.TypeMeta{}
+		allprojects.Slim(&m.ObjectMeta)
+		if uid != "" {
+			m.Annotations = map[string]string{ServiceUIDAnnotation: uid}
+		}
+	}
+	return obj, nil
 }
 
 // build makes a new snapshot from the stores.
@@ -243,16 +332,24 @@ func (c *Catalog) build() {
 	if c.services == nil || c.crds == nil {
 		return
 	}
-	s := &snapshot{gates: map[schema.GroupResource]gate{}, groups: map[string]sets.Set[string]{}, phases: map[string]servicesv1alpha1.Phase{}}
-	services := c.services.List()
-	// In name order: a resource two Services list (admission refuses the
-	// second, but a race can store both) is the first one's.
-	sort.Slice(services, func(i, j int) bool { return nameOf(services[i]) < nameOf(services[j]) })
-	for _, obj := range services {
-		svc, ok := toService(obj)
-		if !ok {
-			continue
+	s := &snapshot{gates: map[schema.GroupResource]gate{}, groups: map[string]sets.Set[string]{}, phases: map[string]servicesv1alpha1.Phase{}, uids: map[string]string{}}
+	var services []*servicesv1alpha1.Service
+	for _, obj := range c.services.List() {
+		if svc, ok := toService(obj); ok {
+			services = append(services, svc)
 		}
+	}
+	// Oldest first: a resource two Services list (admission refuses the
+	// second, but a race can store both) stays the first one's.
+	sort.Slice(services, func(i, j int) bool {
+		a, b := services[i], services[j]
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			return a.CreationTimestamp.Before(&b.CreationTimestamp)
+		}
+		return a.Name < b.Name
+	})
+	for _, svc := range services {
+		s.uids[svc.Name] = string(svc.UID)
 		phase := svc.Spec.Phase
 		if phase == "" {
 			phase = servicesv1alpha1.Draft
@@ -284,13 +381,6 @@ func (c *Catalog) build() {
 		}
 	}
 	c.snap.Store(s)
-}
-
-func nameOf(obj any) string {
-	if m, ok := obj.(interface{ GetName() string }); ok {
-		return m.GetName()
-	}
-	return ""
 }
 
 // toService converts an informer's object to a Service.

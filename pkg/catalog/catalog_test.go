@@ -10,11 +10,11 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/client-go/tools/cache"
 
 	servicesv1alpha1 "go.miloapis.com/milo/pkg/apis/services/v1alpha1"
-	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -41,23 +41,23 @@ func catalogOf(t *testing.T, services []servicesv1alpha1.Service, crds [][2]stri
 	}
 	c.build()
 	for project, service := range enabled {
-		c.activation(activationOf(project, service), true)
+		c.activation(activationOf(project, service, "uid-"+service), true)
 	}
 	c.synced.Store(true)
 	return c
 }
 
-// activationOf is a ServiceActivation of project as the all-projects
-// metadata informer stores it.
-func activationOf(project, service string) any {
-	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: service,
-		Annotations: map[string]string{tenancy.AnnotationKey: "name-of-" + project, tenancy.IDAnnotationKey: project}}}
-	obj, _ := allprojects.Qualify(m)
-	return obj
+// activationOf is a ServiceActivation of project, made for the Service of
+// uid, as the all-projects metadata informer stores it.
+func activationOf(project, service, uid string) *metav1.PartialObjectMetadata {
+	m := &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{Name: service, ResourceVersion: "7", Labels: map[string]string{"x": "y"},
+		Annotations: map[string]string{tenancy.AnnotationKey: "name-of-" + project, tenancy.IDAnnotationKey: project, ServiceUIDAnnotation: uid, "other": "dropped"}}}
+	obj, _ := SlimActivation(m)
+	return obj.(*metav1.PartialObjectMetadata)
 }
 
 func service(name string, phase servicesv1alpha1.Phase, resources ...servicesv1alpha1.ServiceResource) servicesv1alpha1.Service {
-	return servicesv1alpha1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
+	return servicesv1alpha1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
 		Spec: servicesv1alpha1.ServiceSpec{DisplayName: name, Phase: phase, Resources: resources}}
 }
 
@@ -135,7 +135,7 @@ func TestWhereResourcesAreServed(t *testing.T) {
 	}
 
 	// Disabling forgets the enablement; nothing else is kept per project.
-	c.activation(cache.DeletedFinalStateUnknown{Obj: activationOf("id-a", "widgets")}, false)
+	c.activation(cache.DeletedFinalStateUnknown{Obj: activationOf("id-a", "widgets", "uid-widgets")}, false)
 	if c.Served(enabling, widgets) || c.Enablements() != 0 {
 		t.Errorf("widgets served after the project disabled the service (%d enablements left)", c.Enablements())
 	}
@@ -208,5 +208,78 @@ func TestAdmission(t *testing.T) {
 	}
 	if got := obj.(*unstructured.Unstructured).GetLabels()[servicesv1alpha1.PhaseLabel]; got != "Deprecated" {
 		t.Errorf("phase label %q, want Deprecated", got)
+	}
+}
+
+// An enablement counts only while its activation is not being deleted, for
+// the Service it was made for, out of Draft; a watch it serves ends with it.
+func TestEnablementsEnd(t *testing.T) {
+	published := service("widgets", servicesv1alpha1.Published, resource(widgets.Group, widgets.Resource, servicesv1alpha1.ContextProject))
+	c := catalogOf(t, []servicesv1alpha1.Service{published}, nil, nil)
+	if a := activationOf("id-a", "widgets", "uid-widgets"); len(a.Annotations) != 1 || a.Labels != nil {
+		t.Fatalf("the informer keeps of an activation %+v", a.ObjectMeta)
+	}
+	c.activation(activationOf("id-a", "widgets", "uid-widgets"), true)
+	c.activation(activationOf("id-b", "widgets", "uid-of-an-older-widgets"), true)
+	if !c.Served(enabling, widgets) || c.Served(other, widgets) {
+		t.Fatal("an activation made for another Service of the same name enables it")
+	}
+
+	watchCtx, done := c.Watch(context.Background(), "id-a", widgets)
+	defer done()
+	deleting := activationOf("id-a", "widgets", "uid-widgets")
+	deleting.DeletionTimestamp = &metav1.Time{}
+	c.activation(deleting, true)
+	if c.Served(enabling, widgets) {
+		t.Fatal("an activation held by a finalizer keeps the service enabled")
+	}
+	select {
+	case <-watchCtx.Done():
+	default:
+		t.Fatal("a watch of the disabled service goes on")
+	}
+
+	// Back to Draft: no project is served, enabled or not.
+	c.activation(activationOf("id-a", "widgets", "uid-widgets"), true)
+	draft := published
+	draft.Spec.Phase = servicesv1alpha1.Draft
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&draft)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.services.Update(&unstructured.Unstructured{Object: obj}); err != nil {
+		t.Fatal(err)
+	}
+	c.build()
+	if c.Served(enabling, widgets) || c.Served(tenancy.AllProjectsTenant, widgets) {
+		t.Fatal("a Service back in Draft is served in a project that enabled it")
+	}
+}
+
+// The Service an activation enables is the server's to record: at creation,
+// the UID of the Service of its name; later, what it was.
+func TestActivationsRecordTheirService(t *testing.T) {
+	c := catalogOf(t, []servicesv1alpha1.Service{service("widgets", servicesv1alpha1.Published)}, nil, nil)
+	p := &plugin{Handler: admission.NewHandler(admission.Create, admission.Update), catalog: c}
+	obj := func(uid string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "widgets", "annotations": map[string]any{ServiceUIDAnnotation: uid}},
+			"spec": map[string]any{"serviceRef": map[string]any{"name": "widgets"}}}}
+	}
+	ctx := tenancy.WithTenant(context.Background(), enabling)
+	created := obj("forged")
+	if err := p.Admit(ctx, admission.NewAttributesRecord(created, nil, servicesv1alpha1.SchemeGroupVersion.WithKind("ServiceActivation"), "", "widgets",
+		servicesv1alpha1.ActivationsResource, "", admission.Create, nil, false, nil), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := created.GetAnnotations()[ServiceUIDAnnotation]; got != "uid-widgets" {
+		t.Fatalf("created with the Service UID %q, want uid-widgets", got)
+	}
+	updated := obj("uid-widgets")
+	if err := p.Admit(ctx, admission.NewAttributesRecord(updated, obj("uid-of-old"), servicesv1alpha1.SchemeGroupVersion.WithKind("ServiceActivation"), "", "widgets",
+		servicesv1alpha1.ActivationsResource, "", admission.Update, nil, false, nil), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := updated.GetAnnotations()[ServiceUIDAnnotation]; got != "uid-of-old" {
+		t.Fatalf("an update changed the recorded Service to %q", got)
 	}
 }

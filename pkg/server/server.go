@@ -18,6 +18,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -25,6 +26,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
@@ -33,6 +36,7 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 
 	servicesv1alpha1 "go.miloapis.com/milo/pkg/apis/services/v1alpha1"
+	"go.miloapis.com/milo/pkg/catalog"
 	"go.miloapis.com/milo/pkg/controllers"
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/controllers/crdcleanup"
@@ -174,6 +178,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if !tree.Run(ctx) || !cache.WaitForCacheSync(ctx.Done(), iamSynced...) {
 				return errors.New("hierarchy and IAM informers did not sync")
 			}
+			c.IAM.Registered().MarkSynced()
 			informersSynced.done()
 			return nil
 		}},
@@ -183,7 +188,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if !crdsInstalled.wait(ctx) {
 				return nil
 			}
-			services, activations, err := catalogInformers(ctx, loopback)
+			services, activations, err := catalogInformers(loopback)
 			if err != nil {
 				return err
 			}
@@ -340,7 +345,7 @@ func announceReady(ctx context.Context, opts CompletedOptions, loopback *rest.Co
 // catalogInformers are the informers the service catalog's index reads:
 // Services of the platform (whole: they are few), and ServiceActivations of
 // every project (metadata only: one per enablement).
-func catalogInformers(ctx context.Context, loopback *rest.Config) (services, activations cache.SharedIndexInformer, err error) {
+func catalogInformers(loopback *rest.Config) (services, activations cache.SharedIndexInformer, err error) {
 	dyn, err := dynamic.NewForConfig(loopback)
 	if err != nil {
 		return nil, nil, err
@@ -350,8 +355,12 @@ func catalogInformers(ctx context.Context, loopback *rest.Config) (services, act
 	if err != nil {
 		return nil, nil, err
 	}
-	activations, err = clients.MetadataInformer(ctx, servicesv1alpha1.ActivationsResource, true, nil)
-	return services, activations, err
+	meta, err := metadata.NewForConfigAndClient(clients.AllProjectsConfig(), clients.HTTPClient())
+	if err != nil {
+		return nil, nil, err
+	}
+	activations = metadatainformer.NewFilteredMetadataInformer(meta, servicesv1alpha1.ActivationsResource, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+	return services, activations, activations.SetTransform(catalog.SlimActivation)
 }
 
 // controllerIdentity is the lease identity of the in-process controllers,

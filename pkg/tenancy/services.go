@@ -1,6 +1,7 @@
 package tenancy
 
 import (
+	"context"
 	"net/http"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -43,6 +44,10 @@ type ServiceGates interface {
 	// ListedSelector is the label selector that keeps a list or watch of
 	// Services to those Listed reports.
 	ListedSelector() string
+	// Watch returns a context that ends when the project (by storage id)
+	// stops being served gr, for a watch of gr there, and a function to
+	// call when the watch ends.
+	Watch(ctx context.Context, projectID string, gr schema.GroupResource) (context.Context, func())
 }
 
 // CheckServices is the filter behind CheckExistence: once the tenant is
@@ -59,7 +64,16 @@ func (r *Router) CheckServices(handler http.Handler) http.Handler {
 		ctx := req.Context()
 		t := From(ctx)
 		info, ok := request.RequestInfoFrom(ctx)
-		if t.Kind == Platform || !ok || !info.IsResourceRequest || superuser(ctx) {
+		if t.Kind == Platform || !ok || !info.IsResourceRequest {
+			handler.ServeHTTP(w, req)
+			return
+		}
+		gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
+		if superuser(ctx) {
+			if gr == Catalog && (t.Kind == Project || t.Kind == Organization) {
+				// The catalog is the platform's, for superusers too.
+				req = req.WithContext(WithTenant(ctx, PlatformTenant))
+			}
 			handler.ServeHTTP(w, req)
 			return
 		}
@@ -70,7 +84,6 @@ func (r *Router) CheckServices(handler http.Handler) http.Handler {
 			responsewriters.ErrorNegotiated(err, r.Serializer, schema.GroupVersion{}, w, req)
 			return
 		}
-		gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
 		if gr == Catalog && (t.Kind == Project || t.Kind == Organization) {
 			if info.Verb == "get" && !r.Services.Listed(info.Name) {
 				responsewriters.ErrorNegotiated(apierrors.NewNotFound(Catalog, info.Name), r.Serializer, schema.GroupVersion{}, w, req)
@@ -86,6 +99,12 @@ func (r *Router) CheckServices(handler http.Handler) http.Handler {
 		if !r.Services.Served(t, gr) {
 			notServed(w, req)
 			return
+		}
+		if t.Kind == Project && info.Verb == "watch" {
+			// A watch ends when the project disables the service.
+			ctx, done := r.Services.Watch(ctx, t.ID, gr)
+			defer done()
+			req = req.WithContext(ctx)
 		}
 		handler.ServeHTTP(w, req)
 	})

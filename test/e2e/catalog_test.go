@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -287,16 +288,56 @@ spec:
 		t.Fatalf("the platform's all-projects list shows gadgets of %v, want %s and %s", seen, a, b)
 	}
 
-	// Disabling hides the gadgets again, and keeps them: enabling again brings them back.
+	// Disabling hides the gadgets again, and keeps them: enabling again
+	// brings them back. A watch open when the service is disabled ends.
+	w, err := in(a).Namespace("default").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
 	if err := activations("alice-token", a).Delete(ctx, service, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "gadgets hidden in "+a+" once disabled", func() error { return hidden(a) })
+	ended := time.After(time.Minute)
+	for open := true; open; {
+		select {
+		case _, open = <-w.ResultChan():
+		case <-ended:
+			t.Fatalf("a watch of gadgets in %s is still open after the service was disabled", a)
+		}
+	}
 	if _, err := activations("alice-token", a).Create(ctx, activation(service), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "gadgets back in "+a, func() error {
 		_, err := in(a).Namespace("default").Get(ctx, "before", metav1.GetOptions{})
+		return err
+	})
+
+	// A Role grants only registered permissions: the gadgets' need a
+	// ProtectedResource first.
+	gadgetReader := role("gadget-reader", []string{"catalog.e2e.example/gadgets.get"})
+	if _, err := aliceOrg.Resource(rolesGVR).Namespace(tenancy.OrganizationNamespace(org)).Create(ctx, gadgetReader, metav1.CreateOptions{}); !apierrors.IsInvalid(err) ||
+		!strings.Contains(err.Error(), "no ProtectedResource registers") {
+		t.Fatalf("a Role granting an unregistered permission: %v, want 422", err)
+	}
+	m.mustKubectl(t, `apiVersion: iam.miloapis.com/v1alpha1
+kind: ProtectedResource
+metadata: {name: gadgets.catalog.e2e.example}
+spec:
+  serviceRef: {name: catalog.e2e.example}
+  kind: Gadget
+  plural: gadgets
+  singular: gadget
+  permissions: [get, list, watch]
+  parentResources: [{apiGroup: resourcemanager.miloapis.com, kind: Project}]
+`, "apply", "-f", "-")
+	t.Cleanup(func() {
+		m.kubectl(t, "", "delete", "protectedresources.iam.miloapis.com/gadgets.catalog.e2e.example", "--ignore-not-found")
+	})
+	eventually(t, "a Role granting a registered permission", func() error {
+		_, err := aliceOrg.Resource(rolesGVR).Namespace(tenancy.OrganizationNamespace(org)).Create(ctx, gadgetReader, metav1.CreateOptions{})
 		return err
 	})
 

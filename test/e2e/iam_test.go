@@ -340,10 +340,17 @@ func TestRolesFlattenInheritanceAndRefuseCycles(t *testing.T) {
 		return nil
 	})
 
-	// A permission of a kind no ProtectedResource registers is reported (a
-	// typo would grant nothing); registering the kind settles it.
+	// A permission of a kind no ProtectedResource registers is refused (a
+	// typo would grant nothing); a Role annotated for a migration is
+	// accepted and reports it; registering the kind settles it.
 	c := fmt.Sprintf("role-c-%d", n)
-	if _, err := roles.Create(ctx, role(c, []string{"core/configmap.get", "example.com/widgets.get", "core/configmaps/status.get", "*/*.list"}), metav1.CreateOptions{}); err != nil {
+	roleC := role(c, []string{"core/configmap.get", "example.com/widgets.get", "core/configmaps/status.get", "*/*.list"})
+	if _, err := roles.Create(ctx, roleC, metav1.CreateOptions{}); !apierrors.IsInvalid(err) ||
+		!strings.Contains(err.Error(), `"core/configmap.get": no ProtectedResource registers`) || strings.Contains(err.Error(), "configmaps/status") {
+		t.Fatalf("a Role granting unregistered permissions: %v, want 422 naming them", err)
+	}
+	roleC.SetAnnotations(map[string]string{"iam.miloapis.com/allow-unregistered-permissions": "true"})
+	if _, err := roles.Create(ctx, roleC, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "c reports its unregistered permissions", func() error {

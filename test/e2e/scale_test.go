@@ -199,11 +199,14 @@ func TestThousandProjectsCostNoGoroutinesOrWatches(t *testing.T) {
 	}
 	// A warm-up at the same concurrency first: what the server sizes by the
 	// requests in flight (the admission pools of platform webhooks and
-	// policies, each instance with its informer handlers) is in place before
-	// the measurement, which is of what projects cost.
-	create("warmup", 50)
+	// policies, each instance with its informer handlers, bounded by
+	// tenantadmission.MaxInstancesPerPlugin) is in place before the
+	// measurement, which is of what projects cost. Long enough to meet the
+	// peaks of concurrency the measurement meets (50 projects did not).
+	const warmup = 200
+	create("warmup", warmup)
 	defer func() {
-		for i := range 50 {
+		for i := range warmup {
 			_ = platform.Resource(projectsGVR).Delete(context.Background(), fmt.Sprintf("warmup-%04d", i), metav1.DeleteOptions{})
 		}
 	}()

@@ -86,7 +86,8 @@ func flattenRole(store cache.Store, namespace, name string) ([]string, string) {
 
 // unregistered returns the permissions that name a kind or verb no
 // ProtectedResource registers: most likely a typo, which would otherwise grant
-// nothing without a word. Wildcards match whatever they stand for.
+// nothing without a word (admission refuses them unless the Role allows them,
+// see iamadmission). Wildcards match whatever they stand for.
 func unregistered(protected cache.Store, perms []string) []string {
 	verbs := map[string][]string{} // group/plural → verbs
 	for _, obj := range protected.List() {
@@ -97,23 +98,10 @@ func unregistered(protected cache.Store, perms []string) []string {
 		key := pr.Spec.ServiceRef.Name + "/" + pr.Spec.Plural
 		verbs[key] = append(verbs[key], pr.Spec.Permissions...)
 	}
-	var out []string
-	for _, s := range perms {
-		p, ok := evaluator.ParsePermission(s)
-		if !ok || p.Group == "*" || p.Resource == "*" {
-			continue
-		}
-		group := p.Group
-		if group == "" {
-			group = "core"
-		}
-		resource, _, _ := strings.Cut(p.Resource, "/")
-		known, registered := verbs[group+"/"+resource]
-		if !registered || (p.Verb != "*" && !slices.Contains(known, p.Verb)) {
-			out = append(out, s)
-		}
-	}
-	return out
+	return evaluator.Unregistered(perms, func(group, plural string) ([]string, bool) {
+		v, ok := verbs[group+"/"+plural]
+		return v, ok
+	})
 }
 
 // inheritorsIndex indexes Roles by the Roles they inherit ("namespace/name"),

@@ -116,7 +116,31 @@ func Sync(e *evaluator.Evaluator, factory dynamicinformer.DynamicSharedInformerF
 	}, func(key string, _ *unstructured.Unstructured) { e.DeleteMembership(key) }); err != nil {
 		return nil, err
 	}
+	// Milo's own kinds are registered whatever the informer has delivered
+	// yet, so that the bootstrap Roles are never refused.
+	for _, pr := range BootstrapProtectedResources() {
+		e.Registered().Set(pr.Name, registrationOf(&pr))
+	}
+	if err := on(ProtectedResourcesResource, nil, func(u *unstructured.Unstructured) {
+		var pr iamv1alpha1.ProtectedResource
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &pr) != nil {
+			return
+		}
+		e.Registered().Set(pr.Name, registrationOf(&pr))
+	}, func(_ string, u *unstructured.Unstructured) {
+		if u.GetLabels()[bootstrapLabel] != "true" {
+			e.Registered().Delete(u.GetName())
+		}
+	}); err != nil {
+		return nil, err
+	}
 	return synced, nil
+}
+
+// registrationOf is what a ProtectedResource registers: its serviceRef
+// names the kind's API group ("core" for the core group).
+func registrationOf(pr *iamv1alpha1.ProtectedResource) evaluator.Registration {
+	return evaluator.Registration{Group: pr.Spec.ServiceRef.Name, Plural: pr.Spec.Plural, Verbs: pr.Spec.Permissions}
 }
 
 // sameRole reports whether two versions of a Role grant the same: what

@@ -69,7 +69,7 @@ func TestSameRole(t *testing.T) {
 func TestSyncSkipsRoleUpdatesThatChangeNothing(t *testing.T) {
 	scheme := runtime.NewScheme()
 	lists := map[schema.GroupVersionResource]string{foldersResource: "FolderList", projectsResource: "ProjectList",
-		RolesResource: "RoleList", PolicyBindingsResource: "PolicyBindingList", GroupMembershipsResource: "GroupMembershipList"}
+		RolesResource: "RoleList", PolicyBindingsResource: "PolicyBindingList", GroupMembershipsResource: "GroupMembershipList", ProtectedResourcesResource: "ProtectedResourceList"}
 	client := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(scheme, lists,
 		roleObject("organization-acme", "a", []any{"core/configmaps.get"}, nil),
 		roleObject("organization-acme", "marker", []any{"core/configmaps.get"}, nil))

@@ -99,6 +99,9 @@ func (p Permission) String() string {
 	return g + "/" + p.Resource + "." + p.Verb
 }
 
+// Registered returns the permissions ProtectedResources register.
+func (e *Evaluator) Registered() *Registered { return &e.registered }
+
 // Subject is an identity bindings grant to.
 type Subject struct {
 	// Kind is User, Group or ServiceAccount.
@@ -148,6 +151,10 @@ type grant struct {
 
 // Evaluator holds the index. It is safe for concurrent use.
 type Evaluator struct {
+	// registered are the permissions ProtectedResources register, which
+	// Roles may grant.
+	registered Registered
+
 	// mu guards what decisions read, except roles' permissions: the
 	// hierarchy, bindings and memberships. Its writers hold it for a few map
 	// operations only.

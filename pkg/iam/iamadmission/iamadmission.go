@@ -94,6 +94,11 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 			return apierrors.NewBadRequest(err.Error())
 		}
 		errs = p.validateRole(&r, a.GetNamespace())
+		unknown, err := p.unregisteredPermissions(&r, a.GetOldObject())
+		if err != nil && len(errs) == 0 {
+			return err
+		}
+		errs = append(errs, unknown...)
 	case "policybindings":
 		var b iamv1alpha1.PolicyBinding
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &b); err != nil {
@@ -115,6 +120,45 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(), errs)
 	}
 	return nil
+}
+
+// AllowUnregisteredAnnotation, set to "true" on a Role, lets it include
+// permissions no ProtectedResource registers: for Roles written before the
+// kinds they name are registered (a migration). The Role controller still
+// reports them in the Role's Ready condition.
+const AllowUnregisteredAnnotation = "iam.miloapis.com/allow-unregistered-permissions"
+
+// unregisteredPermissions refuses (422) a Role whose includedPermissions name a
+// kind or verb no ProtectedResource registers, among those it adds (an
+// update that leaves the permissions a Role already had alone is allowed).
+func (p *plugin) unregisteredPermissions(r *iamv1alpha1.Role, old runtime.Object) (field.ErrorList, error) {
+	if r.Annotations[AllowUnregisteredAnnotation] == "true" {
+		return nil, nil
+	}
+	registered := p.iam.Registered()
+	if !registered.Synced() {
+		return nil, apierrors.NewServiceUnavailable("the registered permissions are loading; retry in a moment")
+	}
+	had := map[string]bool{}
+	if u, ok := old.(*unstructured.Unstructured); ok {
+		perms, _, _ := unstructured.NestedStringSlice(u.Object, "spec", "includedPermissions")
+		for _, perm := range perms {
+			had[perm] = true
+		}
+	}
+	var added []string
+	for _, perm := range r.Spec.IncludedPermissions {
+		if !had[perm] {
+			added = append(added, perm)
+		}
+	}
+	var errs field.ErrorList
+	for _, perm := range evaluator.Unregistered(added, registered.Verbs) {
+		errs = append(errs, field.Invalid(field.NewPath("spec", "includedPermissions"), perm,
+			"no ProtectedResource registers this kind and verb: register it first (a ProtectedResource created a moment ago may take a moment to count), "+
+				"correct the name, or annotate the Role "+AllowUnregisteredAnnotation+"=true"))
+	}
+	return errs, nil
 }
 
 func roleKey(namespace string, r iamv1alpha1.RoleReference) evaluator.RoleKey {

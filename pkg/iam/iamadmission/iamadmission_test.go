@@ -93,6 +93,8 @@ func fields(t *testing.T, name string, err error) []string {
 // other, a role secret; the platform's owner → editor → viewer.
 func roles() *evaluator.Evaluator {
 	e := evaluator.New()
+	e.Registered().Set("configmaps", evaluator.Registration{Group: "core", Plural: "configmaps", Verbs: []string{"get", "list"}})
+	e.Registered().MarkSynced()
 	platform := func(name string) evaluator.RoleKey {
 		return evaluator.RoleKey{Namespace: PlatformNamespace, Name: name}
 	}
@@ -209,6 +211,50 @@ func TestPolicyBindings(t *testing.T) {
 			map[string]any{"apiGroup": "", "kind": "ConfigMap", "namespace": "default", "name": "settings", "project": "web"}), nil},
 	} {
 		err := validate(p, bindingsResource, admission.Create, "", c.binding)
+		if got := fields(t, c.name, err); !slices.Equal(got, c.fields) {
+			t.Errorf("%s: fields %v (%v), want %v", c.name, got, err, c.fields)
+		}
+	}
+}
+
+// A Role grants only what ProtectedResources register, unless annotated for a
+// migration; an update keeps what the Role already had.
+func TestRolesGrantRegisteredPermissionsOnly(t *testing.T) {
+	p := newPlugin(roles())
+	with := func(perms []string, annotations map[string]any) *unstructured.Unstructured {
+		r := roleObject("organization-acme", "perms")
+		var list []any
+		for _, perm := range perms {
+			list = append(list, perm)
+		}
+		r.Object["spec"].(map[string]any)["includedPermissions"] = list
+		if annotations != nil {
+			r.Object["metadata"].(map[string]any)["annotations"] = annotations
+		}
+		return r
+	}
+	for _, c := range []struct {
+		name   string
+		role   *unstructured.Unstructured
+		old    *unstructured.Unstructured
+		fields []string
+	}{
+		{name: "registered", role: with([]string{"core/configmaps.get", "core/configmaps/status.list"}, nil)},
+		{name: "wildcards", role: with([]string{"core/configmaps.*", "*/*.*", "widgets.example.com/*.get"}, nil)},
+		{name: "an unregistered kind", role: with([]string{"widgets.example.com/widgets.get"}, nil), fields: []string{"spec.includedPermissions"}},
+		{name: "an unregistered verb", role: with([]string{"core/configmaps.delete"}, nil), fields: []string{"spec.includedPermissions"}},
+		{name: "annotated for a migration", role: with([]string{"widgets.example.com/widgets.get"}, map[string]any{AllowUnregisteredAnnotation: "true"})},
+		{name: "an update keeping what the Role had", role: with([]string{"widgets.example.com/widgets.get", "core/configmaps.get"}, nil),
+			old: with([]string{"widgets.example.com/widgets.get"}, nil)},
+		{name: "an update adding an unregistered permission", role: with([]string{"widgets.example.com/widgets.get", "widgets.example.com/widgets.list"}, nil),
+			old: with([]string{"widgets.example.com/widgets.get"}, nil), fields: []string{"spec.includedPermissions"}},
+	} {
+		op, oldObj := admission.Create, runtime.Object(nil)
+		if c.old != nil {
+			op, oldObj = admission.Update, c.old
+		}
+		err := p.Validate(context.Background(), admission.NewAttributesRecord(c.role, oldObj, rolesResource.GroupVersion().WithKind("Role"), c.role.GetNamespace(), c.role.GetName(),
+			rolesResource, "", op, nil, false, nil), nil)
 		if got := fields(t, c.name, err); !slices.Equal(got, c.fields) {
 			t.Errorf("%s: fields %v (%v), want %v", c.name, got, err, c.fields)
 		}

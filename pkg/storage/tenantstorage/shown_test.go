@@ -2,6 +2,9 @@ package tenantstorage
 
 import (
 	"context"
+	"encoding/base64"
+	"fmt"
+	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -78,5 +81,48 @@ func TestAllProjectsShowsWhatShownAllows(t *testing.T) {
 	}
 	if seen != 2 {
 		t.Fatalf("the watch delivered %d events of a, want 2", seen)
+	}
+}
+
+// Pages of the all-projects view are filled with shown objects, and their
+// continue tokens name the last object returned, never a hidden one.
+func TestAllProjectsPagesNameShownObjectsOnly(t *testing.T) {
+	s, _ := newShownStorage(t, "pagedconfigmaps", shownOnly{id: idOf("a")})
+	const prefix = "/pagedconfigmaps"
+	for i := range 5 {
+		create(t, s, in("a"), prefix, "default", fmt.Sprintf("a%d", i), "a")
+		create(t, s, in("b"), prefix, "default", fmt.Sprintf("b%d", i), "b")
+		create(t, s, in("b"), prefix, "kube-system", fmt.Sprintf("b%d", i), "b")
+	}
+	ctx := request.WithUser(tenancy.WithTenant(context.Background(), tenancy.AllProjectsTenant), &user.DefaultInfo{Name: "service"})
+	pred := storage.Everything
+	pred.GetAttrs = storage.DefaultNamespaceScopedAttr
+	pred.Limit = 2
+	var names []string
+	for pages := 0; ; pages++ {
+		if pages > 10 {
+			t.Fatal("the pages never end")
+		}
+		out := &corev1.ConfigMapList{}
+		if err := s.GetList(ctx, prefix, storage.ListOptions{Recursive: true, Predicate: pred}, out); err != nil {
+			t.Fatal(err)
+		}
+		for _, cm := range out.Items {
+			names = append(names, cm.Name)
+		}
+		if out.Continue == "" {
+			break
+		}
+		raw, err := base64.RawURLEncoding.DecodeString(out.Continue)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), idOf("b")) || len(out.Items) != 2 {
+			t.Fatalf("a page of %d items with a token naming %s", len(out.Items), raw)
+		}
+		pred.Continue = out.Continue
+	}
+	if fmt.Sprint(names) != "[a0 a1 a2 a3 a4]" {
+		t.Fatalf("the pages list %v, want a's five objects", names)
 	}
 }

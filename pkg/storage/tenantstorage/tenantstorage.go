@@ -44,14 +44,6 @@ import (
 // validates field selectors before they reach storage.
 const TenantField = "milo.tenant"
 
-// Shown tells the all-projects view which projects' objects of a resource it
-// shows (package catalog: those that enabled the Service listing it).
-type Shown interface {
-	// ProjectsShown returns whether a project's objects of gr are shown, by
-	// its storage id; nil when every project's are.
-	ProjectsShown(gr schema.GroupResource) func(projectID string) bool
-}
-
 // Decorate returns a storage decorator that makes inner's storage tenant-keyed.
 // Every resource prefix it decorates is recorded in prefixes, for Purge. A
 // tenant's LIST returns at most maxListItems items (see boundedList; 0: no bound).
@@ -71,7 +63,7 @@ func Decorate(inner generic.StorageDecorator, prefixes *Prefixes, maxListItems i
 		if prefixes != nil {
 			prefixes.add(config.Config.Prefix, resourcePrefix, config.GroupResource)
 		}
-		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: maxListItems, shown: shown}
+		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: maxListItems, shown: shown, newList: newListFunc}
 		tenantKeyFunc := func(obj runtime.Object) (string, error) {
 			key, err := keyFunc(obj)
 			if err != nil {
@@ -79,6 +71,7 @@ func Decorate(inner generic.StorageDecorator, prefixes *Prefixes, maxListItems i
 			}
 			return s.withSegment(key, segmentOf(obj))
 		}
+		s.keyFunc = tenantKeyFunc
 		// The tenant is the cache's only trigger: upstream triggers (pods by node)
 		// are not served by Milo, and the cache supports one index.
 		triggers := storage.IndexerFuncs{TenantField: segmentOf}
@@ -98,6 +91,10 @@ type store struct {
 	resource     schema.GroupResource
 	maxListItems int64
 	shown        Shown
+	// keyFunc is an object's key, with its tenant segment; newList makes an
+	// empty list of the resource.
+	keyFunc func(runtime.Object) (string, error)
+	newList func() runtime.Object
 }
 
 // segmentOf returns the tenant segment an object is stored under, read from the
@@ -226,48 +223,9 @@ func (s *store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 		return nil, err
 	}
 	if shown := s.projectsShown(ctx); shown != nil {
-		// Judged event by event: a project that enables the service later
-		// has its new events shown from then on.
-		w = watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-			switch e.Type {
-			case watch.Added, watch.Modified, watch.Deleted:
-				return e, shown(segmentOf(e.Object))
-			}
-			return e, true
-		})
+		w = newShownWatch(w, shown)
 	}
 	return w, nil
-}
-
-// projectsShown returns, for an all-projects read by anyone but a superuser,
-// which projects' objects it shows; nil for all.
-func (s *store) projectsShown(ctx context.Context) func(string) bool {
-	if s.shown == nil || tenancy.From(ctx).Kind != tenancy.AllProjects || tenancy.Superuser(ctx) {
-		return nil
-	}
-	return s.shown.ProjectsShown(s.resource)
-}
-
-// keepShown removes from a list the objects of projects shown rejects.
-func keepShown(listObj runtime.Object, shown func(string) bool) error {
-	items, err := meta.ExtractListWithAlloc(listObj)
-	if err != nil {
-		return err
-	}
-	kept := items[:0]
-	for _, item := range items {
-		if shown(segmentOf(item)) {
-			kept = append(kept, item)
-		}
-	}
-	if len(kept) == len(items) {
-		return nil
-	}
-	// What remains after this page counted every project's objects.
-	if l, err := meta.ListAccessor(listObj); err == nil {
-		l.SetRemainingItemCount(nil)
-	}
-	return meta.SetList(listObj, kept)
 }
 
 func (s *store) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
@@ -283,15 +241,13 @@ func (s *store) GetList(ctx context.Context, key string, opts storage.ListOption
 	if err != nil {
 		return err
 	}
+	if shown := s.projectsShown(ctx); shown != nil {
+		return s.shownList(ctx, k, opts, listObj, shown)
+	}
 	if s.maxListItems > 0 && listBounded(ctx) {
-		err = s.boundedList(ctx, k, opts, listObj)
-	} else {
-		err = s.Interface.GetList(ctx, k, opts, listObj)
+		return s.boundedList(ctx, k, opts, listObj)
 	}
-	if shown := s.projectsShown(ctx); err == nil && shown != nil {
-		err = keepShown(listObj, shown)
-	}
-	return err
+	return s.Interface.GetList(ctx, k, opts, listObj)
 }
 
 func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
