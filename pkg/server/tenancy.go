@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/authorization/union"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -35,12 +36,19 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 	if err != nil {
 		return opts, err
 	}
-	if g.uncached {
+	if g.uncached || uncachedResources.Has(resource) {
 		opts.Decorator = generic.UndecoratedStorage
 	}
 	opts.Decorator = tenantstorage.Decorate(opts.Decorator, g.prefixes, g.maxList, g.shown)
 	return opts, nil
 }
+
+// uncachedResources have no watch cache: ServiceActivations, one per
+// enablement, held decoded whole (about 3 KiB each, managed fields
+// included) in a cache nobody needs, while their one reader across projects
+// (the service catalog's index) keeps its own slim copy, and a project's
+// few are one key range in etcd.
+var uncachedResources = sets.New(tenancy.Activations)
 
 // makeStorageTenantKeyed wraps the storage of every server in the chain:
 // built-in APIs, CRDs and their instances, and APIServices.
