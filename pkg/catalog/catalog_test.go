@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -20,7 +21,7 @@ import (
 
 // catalogOf builds a catalog from Services, platform CRDs (group/plural) and
 // enablements (project storage id → service), as its informers would feed it.
-func catalogOf(t *testing.T, services []servicesv1alpha1.Service, crds [][2]string, enabled map[string]string) *Catalog {
+func catalogOf(t testing.TB, services []servicesv1alpha1.Service, crds [][2]string, enabled map[string]string) *Catalog {
 	t.Helper()
 	c := &Catalog{services: cache.NewStore(cache.MetaNamespaceKeyFunc), crds: cache.NewStore(cache.MetaNamespaceKeyFunc)}
 	for i := range services {
@@ -281,5 +282,28 @@ func TestActivationsRecordTheirService(t *testing.T) {
 	}
 	if got := updated.GetAnnotations()[ServiceUIDAnnotation]; got != "uid-of-old" {
 		t.Fatalf("an update changed the recorded Service to %q", got)
+	}
+}
+
+// BenchmarkServed is the router's question for a service's resource in a
+// project that enabled the service, with one enablement in the catalog and
+// with 100,000: the answer is two map lookups either way.
+func BenchmarkServed(b *testing.B) {
+	for _, n := range []int{1, 100000} {
+		b.Run(fmt.Sprintf("enablements=%d", n), func(b *testing.B) {
+			c := catalogOf(b, []servicesv1alpha1.Service{
+				service("widgets", servicesv1alpha1.Published, resource(widgets.Group, widgets.Resource, servicesv1alpha1.ContextProject))}, nil, nil)
+			for i := range n {
+				c.activation(activationOf(fmt.Sprintf("id-%d", i), "widgets", "uid-widgets"), true)
+			}
+			project := tenancy.Tenant{Kind: tenancy.Project, Name: "p", ID: fmt.Sprintf("id-%d", n/2)}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if !c.Served(project, widgets) {
+					b.Fatal("not served")
+				}
+			}
+		})
 	}
 }
