@@ -147,7 +147,9 @@ func filterDiscovery(body []byte, v visibility) ([]byte, bool) {
 		return filterList(doc, "resources", func(item map[string]any) bool {
 			name, _ := item["name"].(string)
 			resource, _, _ := strings.Cut(name, "/")
-			return !v.platformOnly(schema.GroupResource{Group: group, Resource: resource})
+			gr := schema.GroupResource{Group: group, Resource: resource}
+			readOnly(gr, item)
+			return !v.platformOnly(gr)
 		})
 	case doc["paths"] != nil && (doc["openapi"] != nil || doc["swagger"] != nil):
 		return filterOpenAPIDocument(doc, v)
@@ -173,7 +175,9 @@ func (v visibility) keepAggregatedGroup(item map[string]any) bool {
 		for _, r := range resources {
 			res, _ := r.(map[string]any)
 			name, _ := res["resource"].(string)
-			if !v.platformOnly(schema.GroupResource{Group: group, Resource: name}) {
+			gr := schema.GroupResource{Group: group, Resource: name}
+			if !v.platformOnly(gr) {
+				readOnly(gr, res)
 				kept = append(kept, r)
 			}
 		}
@@ -182,6 +186,15 @@ func (v visibility) keepAggregatedGroup(item map[string]any) bool {
 		}
 	}
 	return true
+}
+
+// readOnly makes a discovery entry of the catalog of Services, read-only
+// in every tenant context, say so: get, list and watch only. (A controller
+// emptying a project deletes what discovery says it can.)
+func readOnly(gr schema.GroupResource, entry map[string]any) {
+	if gr == Catalog {
+		entry["verbs"] = []any{"get", "list", "watch"}
+	}
 }
 
 func filterList(doc map[string]json.RawMessage, field string, keep func(map[string]any) bool) ([]byte, bool) {

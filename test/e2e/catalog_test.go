@@ -372,6 +372,32 @@ spec:
 	if _, err := in(a).Namespace("default").Get(ctx, "before", metav1.GetOptions{}); err != nil {
 		t.Fatalf("a project that enabled the service before it retired: %v", err)
 	}
+
+	// A project that enabled a service is deleted whole (its activation,
+	// its objects of the service), and the platform's catalog is untouched.
+	if err := aliceOrg.Resource(projectsGVR).Delete(ctx, a, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, 2*time.Minute, "project "+a+" deleted", func() error {
+		_, err := m.dynamic(t).Resource(projectsGVR).Get(ctx, a, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("project %s: %v", a, err)
+	})
+	if _, err := m.dynamic(t).Resource(servicesGVR).Get(ctx, service, metav1.GetOptions{}); err != nil {
+		t.Fatalf("the Service after a project that enabled it was deleted: %v", err)
+	}
+	// The catalog reads as read-only in a project's discovery.
+	resources, err := m.as(t, "alice-token", tenancy.ProjectPath(b)).Discovery().ServerResourcesForGroupVersion("services.miloapis.com/v1alpha1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resources.APIResources {
+		if r.Name == "services" && fmt.Sprint(r.Verbs) != "[get list watch]" {
+			t.Fatalf("the catalog's verbs in a project: %v", r.Verbs)
+		}
+	}
 }
 
 func activationYAML(service string) string {
