@@ -149,7 +149,8 @@ func filterDiscovery(body []byte, v visibility) ([]byte, bool) {
 			resource, _, _ := strings.Cut(name, "/")
 			gr := schema.GroupResource{Group: group, Resource: resource}
 			readOnly(gr, item)
-			return !v.platformOnly(gr)
+			namespaced, _ := item["namespaced"].(bool)
+			return !v.platformOnly(gr) && !v.hiddenInScope(gr, namespaced)
 		})
 	case doc["paths"] != nil && (doc["openapi"] != nil || doc["swagger"] != nil):
 		return filterOpenAPIDocument(doc, v)
@@ -176,7 +177,7 @@ func (v visibility) keepAggregatedGroup(item map[string]any) bool {
 			res, _ := r.(map[string]any)
 			name, _ := res["resource"].(string)
 			gr := schema.GroupResource{Group: group, Resource: name}
-			if !v.platformOnly(gr) {
+			if !v.platformOnly(gr) && !v.hiddenInScope(gr, res["scope"] != "Cluster") {
 				readOnly(gr, res)
 				kept = append(kept, r)
 			}

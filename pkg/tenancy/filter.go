@@ -111,9 +111,30 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 		inner.RequestURI = inner.URL.RequestURI()
 
 		if p.tenant.Kind == Organization {
-			if inner = r.routeOrganization(w, inner, p.org); inner != nil {
-				handler.ServeHTTP(w, inner)
+			if inner = r.routeOrganization(w, inner, p.org); inner == nil {
+				return
 			}
+			if isDiscoveryPath(inner.URL.Path) {
+				// What the organization's context serves, once the chain
+				// has confirmed it: its own and namespaced resources, what
+				// its Services serve there.
+				v := visibility{org: true}
+				if v.hiddenDiscoveryPath(inner.URL.Path) {
+					notServed(w, req)
+					return
+				}
+				confirmed := &confirmedTenant{}
+				inner = inner.WithContext(context.WithValue(inner.Context(), confirmedTenantKey{}, confirmed))
+				serveFilteredDiscovery(handler, w, inner, v, func() (visibility, ownGroups) {
+					v := v
+					if confirmed.ok && r.Services != nil && !confirmed.superuser {
+						v.gates, v.tenant = r.Services, confirmed.tenant
+					}
+					return v, ownGroups{}
+				})
+				return
+			}
+			handler.ServeHTTP(w, inner)
 			return
 		}
 

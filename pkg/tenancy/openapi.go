@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 // filterOpenAPIDocument removes from an OpenAPI v2 document (/openapi/v2) or
@@ -18,6 +19,16 @@ func filterOpenAPIDocument(doc map[string]json.RawMessage, v visibility) ([]byte
 	var paths map[string]json.RawMessage
 	if err := json.Unmarshal(doc["paths"], &paths); err != nil {
 		return nil, false
+	}
+	if v.org {
+		// A resource is namespaced when the document has a path of it in a
+		// namespace; its path across namespaces alone does not tell.
+		v.namespaced = sets.New[schema.GroupResource]()
+		for p := range paths {
+			if group, resource, ok := pathResource(p); ok && strings.Contains(p, "/namespaces/{namespace}/") {
+				v.namespaced.Insert(schema.GroupResource{Group: group, Resource: resource})
+			}
+		}
 	}
 	removed := false
 	for p := range paths {
@@ -83,14 +94,36 @@ func (v visibility) platformOnlyPath(p string) bool {
 	if len(parts) < 3 {
 		return false
 	}
-	parts = parts[2:]
+	_, resource, ok := pathResource(p)
+	if !ok {
+		return false
+	}
+	gr := schema.GroupResource{Group: group, Resource: resource}
+	return v.platformOnly(gr) || (v.org && v.hiddenInScope(gr, v.namespaced.Has(gr)))
+}
+
+// pathResource returns the group and resource of an OpenAPI path of a
+// group's resource: /apis/{group}/{version}[/watch][/namespaces/{namespace}]/{resource}...
+func pathResource(p string) (group, resource string, ok bool) {
+	rest, ok := strings.CutPrefix(p, "/apis/")
+	if !ok {
+		return "", "", false
+	}
+	parts := strings.Split(strings.Trim(rest, "/"), "/")
+	if len(parts) < 3 {
+		return "", "", false
+	}
+	group, parts = parts[0], parts[2:]
 	if parts[0] == "watch" {
 		parts = parts[1:]
 	}
 	if len(parts) >= 3 && parts[0] == "namespaces" {
 		parts = parts[2:]
 	}
-	return len(parts) > 0 && v.platformOnly(schema.GroupResource{Group: group, Resource: parts[0]})
+	if len(parts) == 0 {
+		return "", "", false
+	}
+	return group, parts[0], true
 }
 
 // reachableSchemas returns the schemas that from (JSON) refers to, directly or

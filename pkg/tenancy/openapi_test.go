@@ -62,3 +62,38 @@ func filterJSON(t *testing.T, doc string) string {
 	}
 	return string(out)
 }
+
+// An organization's context documents its own kinds and the namespaced ones,
+// not the platform's other cluster-scoped kinds.
+func TestOrganizationDocumentsShowOnlyWhatItServes(t *testing.T) {
+	v := visibility{org: true}
+	v3 := `{"openapi":"3.0.0","paths":{
+	  "/apis/iam.miloapis.com/v1alpha1/namespaces/{namespace}/roles":{"get":{}},
+	  "/apis/iam.miloapis.com/v1alpha1/roles":{"get":{}},
+	  "/apis/iam.miloapis.com/v1alpha1/users":{"get":{}},
+	  "/apis/resourcemanager.miloapis.com/v1alpha1/projects/{name}":{"get":{}},
+	  "/apis/rbac.authorization.k8s.io/v1/clusterroles":{"get":{}},
+	  "/apis/apiextensions.k8s.io/v1/customresourcedefinitions":{"get":{}}}}`
+	out, ok := filterDiscovery([]byte(v3), v)
+	if !ok {
+		t.Fatal("not filtered")
+	}
+	for _, gone := range []string{"/users", "clusterroles", "customresourcedefinitions"} {
+		if strings.Contains(string(out), gone) {
+			t.Errorf("an organization's document still has %q: %s", gone, out)
+		}
+	}
+	for _, kept := range []string{"/namespaces/{namespace}/roles", `v1alpha1/roles"`, "projects/{name}"} {
+		if !strings.Contains(string(out), kept) {
+			t.Errorf("an organization's document lost %q: %s", kept, out)
+		}
+	}
+	list := `{"kind":"APIResourceList","groupVersion":"rbac.authorization.k8s.io/v1","resources":[
+	  {"name":"roles","namespaced":true},{"name":"clusterroles","namespaced":false}]}`
+	if out, _ := filterDiscovery([]byte(list), v); strings.Contains(string(out), "clusterroles") || !strings.Contains(string(out), `"roles"`) {
+		t.Errorf("an organization's rbac resources: %s", out)
+	}
+	if !v.platformOnlyGroup("apiextensions.k8s.io") || v.platformOnlyGroup("iam.miloapis.com") || v.platformOnlyGroup("resourcemanager.miloapis.com") {
+		t.Error("an organization's groups")
+	}
+}

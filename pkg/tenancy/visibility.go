@@ -54,10 +54,40 @@ type visibility struct {
 	// to tenant; nil hides nothing.
 	gates  ServiceGates
 	tenant Tenant
+	// org: the context is an organization's, which serves the namespaced
+	// resources (in its namespace) and the cluster-scoped ones of
+	// orgClusterResources (routeOrganization).
+	org bool
+	// namespaced, in an OpenAPI document of an organization's context, are
+	// the resources the document has namespaced paths for.
+	namespaced sets.Set[schema.GroupResource]
+}
+
+// orgHiddenGroups are the groups an organization's context serves nothing
+// of: platform-only groups without a namespaced resource.
+var orgHiddenGroups = platformOnlyGroups.Clone().Delete("resourcemanager.miloapis.com", "iam.miloapis.com")
+
+// orgClusterResources are the cluster-scoped resources an organization's
+// context serves.
+var orgClusterResources = func() sets.Set[schema.GroupResource] {
+	s := sets.New(organizationsResource, namespacesResource, projectsResource, foldersResource, Catalog)
+	for gr := range reviews {
+		s.Insert(gr)
+	}
+	return s
+}()
+
+// hiddenInScope reports whether gr, namespaced or not, is hidden: in an
+// organization's context, a cluster-scoped resource it does not serve.
+func (v visibility) hiddenInScope(gr schema.GroupResource, namespaced bool) bool {
+	return v.org && !namespaced && !orgClusterResources.Has(gr)
 }
 
 // platformOnly reports whether gr is hidden.
 func (v visibility) platformOnly(gr schema.GroupResource) bool {
+	if v.org {
+		return orgHiddenGroups.Has(gr.Group) || (v.gates != nil && !v.gates.Served(v.tenant, gr))
+	}
 	if projectResourcesOfPlatformGroups.Has(gr) || (v.projectCRDs && gr == CRDs) {
 		return false
 	}
@@ -69,6 +99,9 @@ func (v visibility) platformOnly(gr schema.GroupResource) bool {
 
 // platformOnlyGroup reports whether the whole group is hidden.
 func (v visibility) platformOnlyGroup(group string) bool {
+	if v.org {
+		return orgHiddenGroups.Has(group) || (v.gates != nil && v.gates.GroupHidden(v.tenant, group))
+	}
 	if group == "iam.miloapis.com" || (v.projectCRDs && group == CRDs.Group) {
 		return false
 	}

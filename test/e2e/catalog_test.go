@@ -204,6 +204,35 @@ spec:
 	if out.err != nil || !strings.Contains(out.stdout, "Gadgets") {
 		t.Fatalf("kubectl get services in the organization's context: %v\n%s%s", out.err, out.stdout, out.stderr)
 	}
+	// The organization's discovery lists what its context serves: its own
+	// kinds and namespaced ones, not the platform's cluster-scoped kinds nor
+	// a service's project resources.
+	_, orgLists, err := m.as(t, "alice-token", tenancy.OrganizationPath(org)).Discovery().ServerGroupsAndResources()
+	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
+		t.Fatal(err)
+	}
+	orgServes := map[string]bool{}
+	for _, l := range orgLists {
+		group, _, _ := strings.Cut(l.GroupVersion, "/")
+		if !strings.Contains(l.GroupVersion, "/") {
+			group = ""
+		}
+		for _, r := range l.APIResources {
+			orgServes[schema.GroupResource{Group: group, Resource: r.Name}.String()] = true
+		}
+	}
+	for gr, want := range map[string]bool{"projects.resourcemanager.miloapis.com": true, "folders.resourcemanager.miloapis.com": true,
+		"roles.iam.miloapis.com": true, "configmaps": true, "services.services.miloapis.com": true,
+		"clusterroles.rbac.authorization.k8s.io": false, "customresourcedefinitions.apiextensions.k8s.io": false,
+		"users.iam.miloapis.com": false, "gadgets.catalog.e2e.example": false, "serviceactivations.services.miloapis.com": false} {
+		if orgServes[gr] != want {
+			t.Errorf("the discovery of organization %s lists %s: %v, want %v", org, gr, orgServes[gr], want)
+		}
+	}
+	if r := m.kubectlWith(t, m.tokenKubeconfig(t, "alice-token", tenancy.OrganizationPath(org)), "", "get", "projects"); r.err != nil || !strings.Contains(r.stdout, a) {
+		t.Fatalf("kubectl get projects in the organization's context: %v %s%s", r.err, r.stdout, r.stderr)
+	}
+
 	// The catalog is read-only outside the platform.
 	if _, err := aliceCatalog.Create(ctx, objectOf("Service", "mine.example.com", map[string]any{"displayName": "x"}), metav1.CreateOptions{}); !apierrors.IsMethodNotSupported(err) {
 		t.Fatalf("creating a Service in an organization's context: %v, want 405", err)
