@@ -64,7 +64,11 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	if !ok {
 		return nil
 	}
-	switch a.GetResource().GroupResource() {
+	gr := a.GetResource().GroupResource()
+	if gr == tenancy.Activations && !p.catalog.Synced() {
+		return apierrors.NewServiceUnavailable("the service catalog is loading; retry in a moment")
+	}
+	switch gr {
 	case tenancy.Catalog:
 		labelPhase(obj)
 	case tenancy.Activations:
@@ -171,6 +175,13 @@ func (p *plugin) validateActivation(ctx context.Context, a admission.Attributes)
 		return apierrors.NewInvalid(kind, a.GetName(), field.ErrorList{field.NotFound(path, name)})
 	case phase == servicesv1alpha1.Deprecated:
 		warning.AddWarning(ctx, "", fmt.Sprintf("service %s is Deprecated: it may be retired; see its description for what replaces it", name))
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		if uid, _ := p.catalog.UID(name); u.GetAnnotations()[ServiceUIDAnnotation] != uid {
+			// The Service changed between mutation and validation: the
+			// activation would record another one.
+			return apierrors.NewConflict(tenancy.Activations, a.GetName(), fmt.Errorf("service %s changed while it was being enabled; try again", name))
+		}
 	}
 	return nil
 }

@@ -194,6 +194,10 @@ func (c *Catalog) Watch(ctx context.Context, project string, gr schema.GroupReso
 		c.watches[e] = map[uint64]context.CancelFunc{}
 	}
 	c.watches[e][id] = cancel
+	if !c.servesLocked(e, c.current()) {
+		// Disabled between the router's check and now.
+		cancel()
+	}
 	c.mu.Unlock()
 	return ctx, func() {
 		cancel()
@@ -266,6 +270,27 @@ func (c *Catalog) Run(ctx context.Context, services, crds, activations cache.Sha
 	c.build()
 	c.synced.Store(true)
 	return true
+}
+
+// servesLocked reports whether the enablement e is in effect with the
+// Services of s; the caller holds c.mu.
+func (c *Catalog) servesLocked(e enablement, s *snapshot) bool {
+	uid, ok := c.enabled[e]
+	return ok && uid != "" && uid == s.uids[e.service] && s.phases[e.service] != servicesv1alpha1.Draft
+}
+
+// endWatches ends the watches of enablements no longer in effect with the
+// Services of s: a Service deleted, registered again or back in Draft.
+func (c *Catalog) endWatches(s *snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for e, cancels := range c.watches {
+		if !c.servesLocked(e, s) {
+			for _, cancel := range cancels {
+				cancel()
+			}
+		}
+	}
 }
 
 // activation records or forgets one project's enablement of a Service. An
@@ -381,6 +406,7 @@ func (c *Catalog) build() {
 		}
 	}
 	c.snap.Store(s)
+	c.endWatches(s)
 }
 
 // toService converts an informer's object to a Service.

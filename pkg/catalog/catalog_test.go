@@ -195,7 +195,10 @@ func TestAdmission(t *testing.T) {
 		{"enabling a missing service", projectCtx, tenancy.Activations, activation("missing"), "missing", true},
 		{"enabling at the platform", context.Background(), tenancy.Activations, activation("widgets"), "widgets", true},
 	} {
-		err := p.Validate(tc.ctx, attrs(tc.gr, tc.obj, tc.name), nil)
+		err := p.Admit(tc.ctx, attrs(tc.gr, tc.obj, tc.name), nil)
+		if err == nil {
+			err = p.Validate(tc.ctx, attrs(tc.gr, tc.obj, tc.name), nil)
+		}
 		if tc.invalid != apierrors.IsInvalid(err) || (!tc.invalid && err != nil) {
 			t.Errorf("%s: %v, want invalid %v", tc.what, err, tc.invalid)
 		}
@@ -305,5 +308,29 @@ func BenchmarkServed(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A watch ends when its Service goes, and one opened after its enablement
+// went never starts.
+func TestWatchesEndWithTheirService(t *testing.T) {
+	c := catalogOf(t, []servicesv1alpha1.Service{
+		service("widgets", servicesv1alpha1.Published, resource(widgets.Group, widgets.Resource, servicesv1alpha1.ContextProject))}, nil, map[string]string{"id-a": "widgets"})
+	open, done := c.Watch(context.Background(), "id-a", widgets)
+	defer done()
+	late, lateDone := c.Watch(context.Background(), "id-b", widgets)
+	defer lateDone()
+	if late.Err() == nil {
+		t.Fatal("a watch for a project that has not enabled the service is open")
+	}
+	if open.Err() != nil {
+		t.Fatal("the enabling project's watch ended at once")
+	}
+	if err := c.services.Delete(c.services.List()[0]); err != nil {
+		t.Fatal(err)
+	}
+	c.build()
+	if open.Err() == nil {
+		t.Fatal("a watch goes on after its Service was deleted")
 	}
 }

@@ -3,6 +3,7 @@ package tenancy
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -148,7 +149,7 @@ func filterDiscovery(body []byte, v visibility) ([]byte, bool) {
 			name, _ := item["name"].(string)
 			resource, _, _ := strings.Cut(name, "/")
 			gr := schema.GroupResource{Group: group, Resource: resource}
-			readOnly(gr, item)
+			readOnly(gr, name, item)
 			namespaced, _ := item["namespaced"].(bool)
 			return !v.platformOnly(gr) && !v.hiddenInScope(gr, namespaced)
 		})
@@ -178,7 +179,14 @@ func (v visibility) keepAggregatedGroup(item map[string]any) bool {
 			name, _ := res["resource"].(string)
 			gr := schema.GroupResource{Group: group, Resource: name}
 			if !v.platformOnly(gr) && !v.hiddenInScope(gr, res["scope"] != "Cluster") {
-				readOnly(gr, res)
+				readOnly(gr, name, res)
+				if subresources, ok := res["subresources"].([]any); ok && gr == Catalog {
+					for _, sub := range subresources {
+						if m, ok := sub.(map[string]any); ok {
+							readOnly(gr, name+"/"+fmt.Sprint(m["subresource"]), m)
+						}
+					}
+				}
 				kept = append(kept, r)
 			}
 		}
@@ -192,9 +200,13 @@ func (v visibility) keepAggregatedGroup(item map[string]any) bool {
 // readOnly makes a discovery entry of the catalog of Services, read-only
 // in every tenant context, say so: get, list and watch only. (A controller
 // emptying a project deletes what discovery says it can.)
-func readOnly(gr schema.GroupResource, entry map[string]any) {
-	if gr == Catalog {
+func readOnly(gr schema.GroupResource, name string, entry map[string]any) {
+	switch {
+	case gr != Catalog:
+	case name == gr.Resource:
 		entry["verbs"] = []any{"get", "list", "watch"}
+	default: // its status
+		entry["verbs"] = []any{"get"}
 	}
 }
 

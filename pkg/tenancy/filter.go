@@ -114,7 +114,7 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 			if inner = r.routeOrganization(w, inner, p.org); inner == nil {
 				return
 			}
-			if isDiscoveryPath(inner.URL.Path) {
+			if info, err := r.RequestInfo.NewRequestInfo(inner); err == nil && !info.IsResourceRequest && isDiscoveryPath(inner.URL.Path) {
 				// What the organization's context serves, once the chain
 				// has confirmed it: its own and namespaced resources, what
 				// its Services serve there.

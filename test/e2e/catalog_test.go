@@ -232,6 +232,20 @@ spec:
 	if r := m.kubectlWith(t, m.tokenKubeconfig(t, "alice-token", tenancy.OrganizationPath(org)), "", "get", "projects"); r.err != nil || !strings.Contains(r.stdout, a) {
 		t.Fatalf("kubectl get projects in the organization's context: %v %s%s", r.err, r.stdout, r.stderr)
 	}
+	// Resource requests there are not discovery's: a watch streams.
+	pw, err := aliceOrg.Resource(projectsGVR).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("watching projects in the organization's context: %v", err)
+	}
+	select {
+	case e, ok := <-pw.ResultChan():
+		if !ok || e.Type != "ADDED" {
+			t.Fatalf("the first event of a watch of projects in the organization's context: %v %v", e.Type, ok)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no event from a watch of projects in the organization's context")
+	}
+	pw.Stop()
 
 	// The catalog is read-only outside the platform.
 	if _, err := aliceCatalog.Create(ctx, objectOf("Service", "mine.example.com", map[string]any{"displayName": "x"}), metav1.CreateOptions{}); !apierrors.IsMethodNotSupported(err) {

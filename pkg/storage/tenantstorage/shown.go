@@ -66,8 +66,11 @@ func (s *store) shownList(ctx context.Context, key string, opts storage.ListOpti
 		if next == "" || limit <= 0 || int64(len(kept)) >= limit {
 			break
 		}
-		// The next page, at the first one's resource version (the token's).
+		// The next page, at the first one's resource version (the token's),
+		// larger: a small limit over many hidden objects must not cost a
+		// read per object.
 		opts.Predicate.Continue, opts.ResourceVersion, opts.ResourceVersionMatch = next, "", ""
+		opts.Predicate.Limit = max(opts.Predicate.Limit*2, 500)
 		page = s.newList()
 	}
 	token := ""
