@@ -110,11 +110,16 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 		inner.URL.RawPath = ""
 		inner.RequestURI = inner.URL.RequestURI()
 
+		info, err := r.RequestInfo.NewRequestInfo(inner)
+		if err != nil {
+			responsewriters.ErrorNegotiated(apierrors.NewBadRequest(err.Error()), r.Serializer, schema.GroupVersion{}, w, req)
+			return
+		}
 		if p.tenant.Kind == Organization {
-			if inner = r.routeOrganization(w, inner, p.org); inner == nil {
+			if inner = r.routeOrganization(w, inner, info, p.org); inner == nil {
 				return
 			}
-			if info, err := r.RequestInfo.NewRequestInfo(inner); err == nil && !info.IsResourceRequest && isDiscoveryPath(inner.URL.Path) {
+			if !info.IsResourceRequest && isDiscoveryPath(inner.URL.Path) {
 				// What the organization's context serves, once the chain
 				// has confirmed it: its own and namespaced resources, what
 				// its Services serve there.
@@ -138,11 +143,6 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 			return
 		}
 
-		info, err := r.RequestInfo.NewRequestInfo(inner)
-		if err != nil {
-			responsewriters.ErrorNegotiated(apierrors.NewBadRequest(err.Error()), r.Serializer, schema.GroupVersion{}, w, req)
-			return
-		}
 		if !info.IsResourceRequest && !servedInTenants(inner.URL.Path) {
 			notServed(w, req)
 			return
@@ -307,7 +307,7 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 				ctx = context.WithValue(ctx, deletingKey{}, true)
 			}
 			req = req.WithContext(ctx)
-			if state == ProjectInitializing && !superuser(ctx) {
+			if state == ProjectInitializing && !Superuser(ctx) {
 				if info, ok := request.RequestInfoFrom(ctx); ok && info.IsResourceRequest {
 					// 503 with Retry-After: client-go and kubectl wait and retry by themselves.
 					err := apierrors.NewServiceUnavailable(fmt.Sprintf("project %s is initializing; retry in a moment", c.project))
@@ -348,7 +348,7 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 				}
 			}
 		}
-		if info, ok := request.RequestInfoFrom(ctx); ok && info.Verb == "watch" && (From(ctx).Kind == Project || From(ctx).Kind == Organization) && !superuser(ctx) {
+		if info, ok := request.RequestInfoFrom(ctx); ok && info.Verb == "watch" && (From(ctx).Kind == Project || From(ctx).Kind == Organization) && !Superuser(ctx) {
 			t := From(ctx)
 			release, ok := r.Watches.Acquire(t)
 			if !ok {
@@ -367,7 +367,7 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 			defer release()
 		}
 		if c, ok := ctx.Value(confirmedTenantKey{}).(*confirmedTenant); ok {
-			*c = confirmedTenant{ok: true, tenant: From(ctx), superuser: superuser(ctx)}
+			*c = confirmedTenant{ok: true, tenant: From(ctx), superuser: Superuser(ctx)}
 		}
 		handler.ServeHTTP(w, req)
 	})
@@ -395,11 +395,7 @@ func readOnlyAcrossProjects(info *request.RequestInfo) bool {
 
 // Superuser reports whether the request comes from a platform superuser
 // (group system:masters), such as the server's own controllers.
-func Superuser(ctx context.Context) bool { return superuser(ctx) }
-
-// superuser reports whether the request comes from a platform superuser
-// (group system:masters), such as the controllers bootstrapping a project.
-func superuser(ctx context.Context) bool {
+func Superuser(ctx context.Context) bool {
 	u, ok := request.UserFrom(ctx)
 	return ok && slices.Contains(u.GetGroups(), user.SystemPrivilegedGroup)
 }

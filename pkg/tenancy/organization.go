@@ -44,8 +44,8 @@ func IsOrganizationScoped(gr schema.GroupResource) bool {
 	return gr == projectsResource || gr == foldersResource
 }
 
-// routeOrganization admits a request made in an organization's context, narrowing
-// it to what the organization owns, or answers it with an error. It returns the
+// routeOrganization admits a request made in an organization's context (info
+// is its request info), narrowing it to what the organization owns, or answers it with an error. It returns the
 // request to serve, or nil when it has answered. Whether the organization exists,
 // and which organization a Folder or Project belongs to, is checked after
 // authorization (CheckExistence).
@@ -62,18 +62,13 @@ func IsOrganizationScoped(gr schema.GroupResource) bool {
 //   - the catalog of Services consumers may enable (get, list, watch).
 //
 // Everything else answers 404, as if it did not exist.
-func (r *Router) routeOrganization(w http.ResponseWriter, req *http.Request, org string) *http.Request {
+func (r *Router) routeOrganization(w http.ResponseWriter, req *http.Request, info *request.RequestInfo, org string) *http.Request {
 	notFound := func(gr schema.GroupResource, name string) *http.Request {
 		responsewriters.ErrorNegotiated(apierrors.NewNotFound(gr, name), r.Serializer, schema.GroupVersion{}, w, req)
 		return nil
 	}
 	if !ValidProjectName(org) || r.Hierarchy == nil {
 		return notFound(organizationsResource, org)
-	}
-	info, err := r.RequestInfo.NewRequestInfo(req)
-	if err != nil {
-		responsewriters.ErrorNegotiated(apierrors.NewBadRequest(err.Error()), r.Serializer, schema.GroupVersion{}, w, req)
-		return nil
 	}
 	if !info.IsResourceRequest {
 		switch {

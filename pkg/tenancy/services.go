@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -69,31 +70,32 @@ func (r *Router) CheckServices(handler http.Handler) http.Handler {
 			return
 		}
 		gr := schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
-		if superuser(ctx) {
-			if gr == Catalog && (t.Kind == Project || t.Kind == Organization) {
-				// The catalog is the platform's, for superusers too.
-				req = req.WithContext(WithTenant(ctx, PlatformTenant))
+		catalog, su := gr == Catalog && (t.Kind == Project || t.Kind == Organization), Superuser(ctx)
+		if catalog {
+			// The catalog is the platform's: read from its keys, and by
+			// consumers only what they may enable.
+			if !su {
+				if !r.Services.Synced() {
+					serviceUnavailable(w, req, r.Serializer)
+					return
+				}
+				if info.Verb == "get" && !r.Services.Listed(info.Name) {
+					responsewriters.ErrorNegotiated(apierrors.NewNotFound(Catalog, info.Name), r.Serializer, schema.GroupVersion{}, w, req)
+					return
+				}
+				if info.Verb == "list" || info.Verb == "watch" {
+					req = withLabelRequirement(req, r.Services.ListedSelector())
+				}
 			}
+			handler.ServeHTTP(w, req.WithContext(WithTenant(req.Context(), PlatformTenant)))
+			return
+		}
+		if su {
 			handler.ServeHTTP(w, req)
 			return
 		}
 		if !r.Services.Synced() {
-			err := apierrors.NewServiceUnavailable("the service catalog is loading; retry in a moment")
-			err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}
-			w.Header().Set("Retry-After", "1")
-			responsewriters.ErrorNegotiated(err, r.Serializer, schema.GroupVersion{}, w, req)
-			return
-		}
-		if gr == Catalog && (t.Kind == Project || t.Kind == Organization) {
-			if info.Verb == "get" && !r.Services.Listed(info.Name) {
-				responsewriters.ErrorNegotiated(apierrors.NewNotFound(Catalog, info.Name), r.Serializer, schema.GroupVersion{}, w, req)
-				return
-			}
-			if info.Verb == "list" || info.Verb == "watch" {
-				req = withLabelRequirement(req, r.Services.ListedSelector())
-			}
-			// The catalog is the platform's: read from its keys.
-			handler.ServeHTTP(w, req.WithContext(WithTenant(req.Context(), PlatformTenant)))
+			serviceUnavailable(w, req, r.Serializer)
 			return
 		}
 		if !r.Services.Served(t, gr) {
@@ -108,6 +110,14 @@ func (r *Router) CheckServices(handler http.Handler) http.Handler {
 		}
 		handler.ServeHTTP(w, req)
 	})
+}
+
+// serviceUnavailable answers that the catalog is not loaded yet; clients retry.
+func serviceUnavailable(w http.ResponseWriter, req *http.Request, serializer runtime.NegotiatedSerializer) {
+	err := apierrors.NewServiceUnavailable("the service catalog is loading; retry in a moment")
+	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}
+	w.Header().Set("Retry-After", "1")
+	responsewriters.ErrorNegotiated(err, serializer, schema.GroupVersion{}, w, req)
 }
 
 // catalogRead reports whether a request in a project or organization
