@@ -49,7 +49,7 @@ var (
 )
 
 // reservedGroups are the groups a Service may not gate.
-var reservedGroups = sets.New("resourcemanager.miloapis.com", "iam.miloapis.com", servicesv1alpha1.GroupName)
+var reservedGroups = sets.New("resourcemanager.miloapis.com", "iam.miloapis.com", "quota.miloapis.com", servicesv1alpha1.GroupName)
 
 // Reserved reports whether a Service may not list resources of group.
 func Reserved(group string) bool {

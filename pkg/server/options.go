@@ -30,8 +30,10 @@ import (
 	"go.miloapis.com/milo/pkg/kubeconfig"
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/projectcrds"
+	"go.miloapis.com/milo/pkg/quota"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
+	"go.miloapis.com/milo/pkg/suspension"
 	"go.miloapis.com/milo/pkg/tenancy"
 	"go.miloapis.com/milo/pkg/tenantadmission"
 )
@@ -73,6 +75,10 @@ type Options struct {
 	// catalog is what the MiloServices admission plugin, the router and the
 	// all-projects view read; the server feeds it.
 	catalog *catalog.Catalog
+	// quota is what the MiloQuota admission plugin decides from; the server feeds it.
+	quota *quota.Ledger
+	// suspensions is what the MiloProjectSuspension admission plugin reads; the server feeds it.
+	suspensions *suspension.Index
 }
 
 // NewOptions returns options with Milo's defaults: loopback on port 6443, RBAC
@@ -88,12 +94,17 @@ func NewOptions() *Options {
 	iam := evaluator.New()
 	iamadmission.Register(cp.Admission.GenericAdmission.Plugins, iam, tree)
 	o := &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches,
-		ProjectCRDs: projectcrds.Rules{MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}, catalog: &catalog.Catalog{}}
+		ProjectCRDs: projectcrds.Rules{MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}, catalog: &catalog.Catalog{},
+		quota: quota.NewLedger(), suspensions: suspension.NewIndex()}
 	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs, o.projectCRDs)
 	catalog.Register(cp.Admission.GenericAdmission.Plugins, o.catalog)
+	quota.Register(cp.Admission.GenericAdmission.Plugins, o.quota, tree)
+	suspension.Register(cp.Admission.GenericAdmission.Plugins, o.suspensions)
 	// Milo's own plugins run first: webhooks and policies see stamped objects.
-	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin, hierarchy.PluginName, iamadmission.PluginName, projectcrds.PluginName, catalog.PluginName},
+	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin, hierarchy.PluginName, iamadmission.PluginName, projectcrds.PluginName, catalog.PluginName, suspension.PluginName},
 		cp.Admission.GenericAdmission.RecommendedPluginOrder...)
+	// Quota claims last: a create every other plugin refused claims nothing.
+	cp.Admission.GenericAdmission.RecommendedPluginOrder = append(cp.Admission.GenericAdmission.RecommendedPluginOrder, quota.PluginName)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
 	cp.Authentication.ServiceAccounts.OptionalTokenGetter = satokens.PlatformGetter
 	return o
@@ -177,6 +188,10 @@ type CompletedOptions struct {
 	ProjectCRDIndex *projectcrds.Index
 	// Catalog is the service catalog's index, which the server feeds.
 	Catalog *catalog.Catalog
+	// Quota is the quota ledger admission decides from, which the server feeds.
+	Quota *quota.Ledger
+	// Suspensions are the ProjectSuspensions in effect, which the server feeds.
+	Suspensions *suspension.Index
 }
 
 // Complete prepares the data directory (PKI, admin.kubeconfig), binds the serving
@@ -246,7 +261,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {

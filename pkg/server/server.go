@@ -200,6 +200,14 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			}
 			return nil
 		}},
+		// Provider quotas and project suspensions: until their indexes hold
+		// what is stored, the creates they govern answer 503.
+		{"milo-quota", func(ctx genericapiserver.PostStartHookContext) error {
+			if !informersSynced.wait(ctx) {
+				return nil
+			}
+			return runQuota(ctx, loopback, tree, c.Options.Quota, c.Options.Suspensions)
+		}},
 		{"milo-iam-roles", func(ctx genericapiserver.PostStartHookContext) error {
 			if !informersSynced.wait(ctx) {
 				return nil

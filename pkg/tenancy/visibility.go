@@ -17,6 +17,7 @@ var platformOnlyGroups = sets.New(
 	"certificates.k8s.io",
 	"resourcemanager.miloapis.com",
 	"iam.miloapis.com",
+	"quota.miloapis.com",
 )
 
 // projectResourcesOfPlatformGroups are the exceptions: kinds of platform groups
@@ -64,8 +65,10 @@ type visibility struct {
 }
 
 // orgHiddenGroups are the groups an organization's context serves nothing
-// of: platform-only groups without a namespaced resource.
-var orgHiddenGroups = platformOnlyGroups.Clone().Delete("resourcemanager.miloapis.com", "iam.miloapis.com")
+// of: platform-only groups without a namespaced resource. Of the quota
+// group it serves the grants, claims and buckets of its namespace, read-only
+// (the MiloQuota admission plugin refuses writes there).
+var orgHiddenGroups = platformOnlyGroups.Clone().Delete("resourcemanager.miloapis.com", "iam.miloapis.com", "quota.miloapis.com")
 
 // orgClusterResources are the cluster-scoped resources an organization's
 // context serves.

@@ -38,7 +38,8 @@ func permissions(group string, resources, verbs []string) []string {
 //
 //   - viewer reads the hierarchy (organizations, folders, projects), a
 //     project's contents, except secrets and RBAC, the catalog of services
-//     and the services a project enabled;
+//     and the services a project enabled, and the organization's quotas (grants,
+//     claims, buckets);
 //   - editor also writes them, reads secrets, and creates folders and projects;
 //   - owner may do everything, including IAM (roles, bindings, memberships),
 //     the project's RBAC and enabling services in a project.
@@ -51,6 +52,8 @@ func BootstrapRoles() []iamv1alpha1.Role {
 	// The catalog of services, and which ones a project enabled; enabling
 	// one (creating a ServiceActivation) is the owner's.
 	viewer = append(viewer, permissions("services.miloapis.com", []string{"services", "serviceactivations"}, readVerbs)...)
+	// An organization's quotas: what it is allowed and uses (written at the platform only).
+	viewer = append(viewer, permissions("quota.miloapis.com", []string{"allowancebuckets", "resourcegrants", "resourceclaims"}, readVerbs)...)
 	editor := append(permissions("core", append(contents, "secrets"), writeVerbs), permissions("core", []string{"secrets"}, readVerbs)...)
 	editor = append(editor, permissions("resourcemanager.miloapis.com", []string{"folders", "projects"}, writeVerbs)...)
 	editor = append(editor, permissions("coordination.k8s.io", []string{"leases"}, writeVerbs)...)
@@ -100,6 +103,13 @@ func BootstrapProtectedResources() []iamv1alpha1.ProtectedResource {
 		{"iam.miloapis.com", "ProtectedResource", "protectedresources", nil},
 		{"services.miloapis.com", "Service", "services", nil},
 		{"services.miloapis.com", "ServiceActivation", "serviceactivations", project},
+		{"quota.miloapis.com", "ResourceRegistration", "resourceregistrations", nil},
+		{"quota.miloapis.com", "ResourceGrant", "resourcegrants", org},
+		{"quota.miloapis.com", "ResourceClaim", "resourceclaims", org},
+		{"quota.miloapis.com", "AllowanceBucket", "allowancebuckets", org},
+		{"quota.miloapis.com", "ClaimCreationPolicy", "claimcreationpolicies", nil},
+		{"quota.miloapis.com", "GrantCreationPolicy", "grantcreationpolicies", nil},
+		{"resourcemanager.miloapis.com", "ProjectSuspension", "projectsuspensions", nil},
 		{"iam.miloapis.com", "ServiceAccount", "serviceaccounts", project},
 		{"core", "Namespace", "namespaces", project},
 		{"core", "ConfigMap", "configmaps", project},

@@ -30,6 +30,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&Folder{}, &FolderList{},
 		&Project{}, &ProjectList{},
 		&OrganizationMembership{}, &OrganizationMembershipList{},
+		&ProjectSuspension{}, &ProjectSuspensionList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

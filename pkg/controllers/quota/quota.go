@@ -1,0 +1,527 @@
+// Package quota runs the quota system's controller, inside the server
+// process beside the admission plugin whose ledger it shares:
+//
+//   - AllowanceBuckets: one per consumer and resource type with a grant,
+//     in the consumer's organization's namespace, its status the ledger's
+//     numbers, written when they change (within a second);
+//   - ResourceClaims: the object each is for is looked up when the claim
+//     appears, when a delete of the object is admitted, and at every
+//     resync; a claim whose object is gone (or was never stored) is
+//     deleted, which frees its units; one whose object exists is marked
+//     Granted;
+//   - the Active condition of registrations and grants, the Ready
+//     condition of policies, the phase of ProjectSuspensions;
+//   - GrantCreationPolicies: each Organization or Project a policy matches
+//     gets the grant the policy describes, when either appears.
+//
+// Every queue and informer is one for the whole platform; nothing is kept
+// per project.
+package quota
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
+	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/quota"
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// Grace is how long a claim whose object has never been seen is kept: the
+// create it was made for may still be on its way to storage.
+const Grace = time.Minute
+
+// Informers are what the controller watches beside the ledger's.
+type Informers struct {
+	quota.Informers
+	GrantPolicies, Suspensions cache.SharedIndexInformer
+	// Organizations and Projects: the hierarchy's shared informers.
+	Organizations, Projects cache.SharedIndexInformer
+}
+
+// Controller keeps the quota objects' status and the claims honest.
+type Controller struct {
+	ledger    *quota.Ledger
+	clients   *allprojects.Clients
+	platform  dynamic.Interface
+	hierarchy tenancy.HierarchyLookup
+	inf       Informers
+	queue     workqueue.TypedRateLimitingInterface[string]
+	now       func() time.Time
+
+	seenMu sync.Mutex
+	seen   map[string]bool // claims whose object has been seen stored
+}
+
+// New returns the controller.
+func New(ledger *quota.Ledger, clients *allprojects.Clients, hierarchy tenancy.HierarchyLookup, inf Informers) (*Controller, error) {
+	platform, err := dynamic.NewForConfigAndClient(clients.Config(""), clients.HTTPClient())
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{ledger: ledger, clients: clients, platform: platform, hierarchy: hierarchy, inf: inf, now: time.Now, seen: map[string]bool{},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedMaxOfRateLimiter(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second)),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "quota"})}
+	ledger.Notify(func(k quota.BucketKey) { c.queue.Add(bucketItem(k)) },
+		func(claim string) { c.queue.Add("claim\x00" + claim) },
+		func(claim string) { c.queue.Add("going\x00" + claim + "\x000") })
+	on := func(inf cache.SharedIndexInformer, prefix string, namespaced bool) error {
+		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.enqueue(prefix, obj, namespaced) },
+			UpdateFunc: func(_, obj any) { c.enqueue(prefix, obj, namespaced) },
+		})
+		return err
+	}
+	for _, h := range []struct {
+		inf        cache.SharedIndexInformer
+		prefix     string
+		namespaced bool
+	}{
+		{inf.Registrations, "registration", false}, {inf.Grants, "grant", true}, {inf.ClaimPolicies, "claimpolicy", false},
+		{inf.GrantPolicies, "grantpolicy", false}, {inf.Suspensions, "suspension", false},
+		{inf.Organizations, "consumer\x00" + quota.KindOrganization, false}, {inf.Projects, "consumer\x00" + quota.KindProject, false},
+	} {
+		if err := on(h.inf, h.prefix, h.namespaced); err != nil {
+			return nil, err
+		}
+	}
+	// A changed registration changes which grants count.
+	if _, err := inf.Registrations.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { c.requeueAll(inf.Grants, "grant", true) }, UpdateFunc: func(any, any) { c.requeueAll(inf.Grants, "grant", true) },
+		DeleteFunc: func(any) { c.requeueAll(inf.Grants, "grant", true) },
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func bucketItem(k quota.BucketKey) string {
+	return "bucket\x00" + k.Consumer.Kind + "\x00" + k.Consumer.Name + "\x00" + k.ResourceType
+}
+
+func (c *Controller) enqueue(prefix string, obj any, namespaced bool) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return
+	}
+	key := u.GetName()
+	if namespaced {
+		key = quota.Key(u.GetNamespace(), u.GetName())
+	}
+	c.queue.Add(prefix + "\x00" + key)
+}
+
+func (c *Controller) requeueAll(inf cache.SharedIndexInformer, prefix string, namespaced bool) {
+	for _, obj := range inf.GetStore().List() {
+		c.enqueue(prefix, obj, namespaced)
+	}
+}
+
+// Run works until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer c.queue.ShutDown()
+	for _, k := range c.ledger.Buckets() {
+		c.queue.Add(bucketItem(k))
+	}
+	for range workers {
+		go wait.UntilWithContext(ctx, c.work, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (c *Controller) work(ctx context.Context) {
+	for {
+		item, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		after, err := c.sync(ctx, item)
+		switch {
+		case err != nil:
+			klog.FromContext(ctx).V(2).Info("Quota work failed; retrying", "item", strings.ReplaceAll(item, "\x00", " "), "err", err)
+			c.queue.AddRateLimited(item)
+		case after > 0:
+			c.queue.AddAfter(item, after)
+		default:
+			c.queue.Forget(item)
+		}
+		c.queue.Done(item)
+	}
+}
+
+func (c *Controller) sync(ctx context.Context, item string) (time.Duration, error) {
+	parts := strings.Split(item, "\x00")
+	switch parts[0] {
+	case "bucket":
+		return 0, c.syncBucket(ctx, quota.BucketKey{Consumer: quota.Consumer{Kind: parts[1], Name: parts[2]}, ResourceType: parts[3]})
+	case "claim":
+		return c.syncClaim(ctx, parts[1], "")
+	case "going":
+		return c.syncClaim(ctx, parts[1], parts[2])
+	case "grant":
+		return 0, c.syncGrant(ctx, parts[1])
+	case "registration":
+		return 0, c.syncRegistration(ctx, parts[1])
+	case "claimpolicy":
+		return 0, c.syncClaimPolicy(ctx, parts[1])
+	case "grantpolicy":
+		return 0, c.syncGrantPolicy(ctx, parts[1])
+	case "suspension":
+		return 0, c.syncSuspension(ctx, parts[1])
+	case "consumer":
+		return 0, c.syncConsumer(ctx, parts[1], parts[2])
+	}
+	return 0, nil
+}
+
+// BucketName is the name of k's AllowanceBucket.
+func BucketName(k quota.BucketKey) string {
+	sum := sha256.Sum256([]byte(k.ResourceType))
+	return strings.ToLower(k.Consumer.Kind) + "-" + k.Consumer.Name + "-" + hex.EncodeToString(sum[:4])
+}
+
+func (c *Controller) syncBucket(ctx context.Context, k quota.BucketKey) error {
+	s := c.ledger.Bucket(k)
+	org, err := quota.OrganizationOf(ctx, c.hierarchy, k.Consumer)
+	if err != nil {
+		return nil // the consumer is gone; its organization's namespace goes with it
+	}
+	ns, name := tenancy.OrganizationNamespace(org), BucketName(k)
+	client := c.platform.Resource(quotav1alpha1.BucketsResource).Namespace(ns)
+	u, err := client.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		if !s.Exists {
+			return nil
+		}
+		b := &quotav1alpha1.AllowanceBucket{
+			TypeMeta: metav1.TypeMeta{APIVersion: quotav1alpha1.SchemeGroupVersion.String(), Kind: "AllowanceBucket"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{
+				quotav1alpha1.ConsumerKindLabel: k.Consumer.Kind, quotav1alpha1.ConsumerNameLabel: quota.LabelValue(k.Consumer.Name)}},
+			Spec: quotav1alpha1.AllowanceBucketSpec{ConsumerRef: k.Consumer.Ref(), ResourceType: k.ResourceType},
+		}
+		if u, err = create(ctx, client, b); err != nil {
+			return err
+		}
+	} else if err != nil {
+		return err
+	}
+	var b quotav1alpha1.AllowanceBucket
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &b); err != nil {
+		return err
+	}
+	want := quotav1alpha1.AllowanceBucketStatus{ObservedGeneration: b.Generation, Limit: s.Limit, Allocated: s.Allocated, Available: s.Available,
+		ClaimCount: s.ClaimCount, GrantCount: s.GrantCount, ContributingGrantRefs: s.Grants}
+	got := b.Status
+	got.LastReconciliation = nil
+	if equality.Semantic.DeepEqual(got, want) {
+		return nil
+	}
+	now := metav1.NewTime(c.now())
+	want.LastReconciliation = &now
+	b.Status = want
+	return updateStatus(ctx, client, &b)
+}
+
+// goingChecks bounds how often the object of a claim is looked up after a
+// delete of it was admitted and it is still there, not being deleted: the
+// delete may have been refused after admission.
+const goingChecks = 25
+
+// syncClaim checks the object of the claim at key. going, when set, is how
+// many times it was found since a delete of it was admitted.
+func (c *Controller) syncClaim(ctx context.Context, key string, going string) (time.Duration, error) {
+	obj, exists, err := c.inf.Claims.GetStore().GetByKey(key)
+	if err != nil || !exists {
+		c.forget(key)
+		return 0, err
+	}
+	var claim quotav1alpha1.ResourceClaim
+	if !decodeInto(obj, &claim) || claim.DeletionTimestamp != nil {
+		return 0, nil
+	}
+	trigger, ok := quota.TriggerFromAnnotations(&claim)
+	if !ok {
+		return 0, nil // made by hand at the platform: counted as it is
+	}
+	cfg := c.clients.Config(trigger.Project)
+	client, err := dynamic.NewForConfigAndClient(cfg, c.clients.HTTPClient())
+	if err != nil {
+		return 0, err
+	}
+	ri := client.Resource(trigger.GroupVersionResource())
+	var got *unstructured.Unstructured
+	if trigger.Namespace != "" {
+		got, err = ri.Namespace(trigger.Namespace).Get(ctx, trigger.Name, metav1.GetOptions{})
+	} else {
+		got, err = ri.Get(ctx, trigger.Name, metav1.GetOptions{})
+	}
+	switch {
+	case err == nil && string(got.GetUID()) == trigger.UID:
+		if got.GetDeletionTimestamp() != nil {
+			return time.Second, nil // going: its finalizers decide when
+		}
+		c.markSeen(key)
+		if err := c.grant(ctx, &claim); err != nil {
+			return 0, err
+		}
+		if n, err := strconv.Atoi(going); err == nil && n < goingChecks {
+			// Still there: the delete has not been applied yet, or was refused.
+			c.queue.AddAfter("going\x00"+key+"\x00"+strconv.Itoa(n+1), min(50*time.Millisecond<<n, 5*time.Second))
+		}
+		return 0, nil
+	case err != nil && !apierrors.IsNotFound(err):
+		return 0, err
+	}
+	// Gone, or another object of the same name.
+	age := c.now().Sub(claim.CreationTimestamp.Time)
+	if !c.wasSeen(key) && age < Grace && (err != nil) {
+		return min(Grace-age, time.Second), nil
+	}
+	err = c.platform.Resource(quotav1alpha1.ClaimsResource).Namespace(claim.Namespace).Delete(ctx, claim.Name,
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &claim.UID}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		err = nil
+	}
+	if err == nil {
+		c.forget(key)
+	}
+	return 0, err
+}
+
+func (c *Controller) markSeen(key string) {
+	c.seenMu.Lock()
+	defer c.seenMu.Unlock()
+	c.seen[key] = true
+}
+
+func (c *Controller) wasSeen(key string) bool {
+	c.seenMu.Lock()
+	defer c.seenMu.Unlock()
+	return c.seen[key]
+}
+
+func (c *Controller) forget(key string) {
+	c.seenMu.Lock()
+	defer c.seenMu.Unlock()
+	delete(c.seen, key)
+}
+
+// grant marks a claim admission made as Granted, once.
+func (c *Controller) grant(ctx context.Context, claim *quotav1alpha1.ResourceClaim) error {
+	if cond := meta.FindStatusCondition(claim.Status.Conditions, quotav1alpha1.ConditionGranted); cond != nil && cond.Status == metav1.ConditionTrue {
+		return nil
+	}
+	now := metav1.NewTime(c.now())
+	claim.Status.ObservedGeneration = claim.Generation
+	claim.Status.Allocations = nil
+	for _, r := range claim.Spec.Requests {
+		claim.Status.Allocations = append(claim.Status.Allocations, quotav1alpha1.ResourceClaimAllocationStatus{
+			ResourceType: r.ResourceType, Status: "Granted", Reason: quotav1alpha1.ReasonQuotaAvailable, AllocatedAmount: r.Amount,
+			AllocatingBucket:   BucketName(quota.BucketKey{Consumer: quota.Consumer{Kind: claim.Spec.ConsumerRef.Kind, Name: claim.Spec.ConsumerRef.Name}, ResourceType: r.ResourceType}),
+			LastTransitionTime: now})
+	}
+	meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{Type: quotav1alpha1.ConditionGranted, Status: metav1.ConditionTrue,
+		Reason: quotav1alpha1.ReasonQuotaAvailable, Message: "admitted with the object it is for", ObservedGeneration: claim.Generation})
+	return updateStatus(ctx, c.platform.Resource(quotav1alpha1.ClaimsResource).Namespace(claim.Namespace), claim)
+}
+
+// condition sets one condition on the status of the object at key in inf.
+func (c *Controller) condition(ctx context.Context, inf cache.SharedIndexInformer, gvr schema.GroupVersionResource, key, condType, reason string, err error) error {
+	obj, exists, gerr := inf.GetStore().GetByKey(key)
+	if gerr != nil || !exists {
+		return gerr
+	}
+	u := obj.(*unstructured.Unstructured).DeepCopy()
+	var status struct {
+		ObservedGeneration int64              `json:"observedGeneration,omitempty"`
+		Conditions         []metav1.Condition `json:"conditions,omitempty"`
+	}
+	if raw, ok := u.Object["status"].(map[string]any); ok {
+		_ = runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &status)
+	}
+	cond := metav1.Condition{Type: condType, Status: metav1.ConditionTrue, Reason: reason, Message: "in effect", ObservedGeneration: u.GetGeneration()}
+	if err != nil {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, quotav1alpha1.ReasonValidationFailed, err.Error()
+	}
+	if old := meta.FindStatusCondition(status.Conditions, condType); old != nil && old.Status == cond.Status && old.Reason == cond.Reason &&
+		old.Message == cond.Message && status.ObservedGeneration == u.GetGeneration() {
+		return nil
+	}
+	meta.SetStatusCondition(&status.Conditions, cond)
+	status.ObservedGeneration = u.GetGeneration()
+	raw, cerr := runtime.DefaultUnstructuredConverter.ToUnstructured(&status)
+	if cerr != nil {
+		return cerr
+	}
+	u.Object["status"] = raw
+	ri := c.platform.Resource(gvr)
+	if u.GetNamespace() != "" {
+		_, cerr = ri.Namespace(u.GetNamespace()).UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	} else {
+		_, cerr = ri.UpdateStatus(ctx, u, metav1.UpdateOptions{})
+	}
+	if apierrors.IsNotFound(cerr) {
+		return nil
+	}
+	return cerr
+}
+
+func (c *Controller) syncGrant(ctx context.Context, key string) error {
+	ns, name, _ := strings.Cut(key, "/")
+	return c.condition(ctx, c.inf.Grants, quotav1alpha1.GrantsResource, key, quotav1alpha1.ConditionActive, quotav1alpha1.ReasonGrantActive, c.ledger.GrantError(ns, name))
+}
+
+func (c *Controller) syncRegistration(ctx context.Context, name string) error {
+	return c.condition(ctx, c.inf.Registrations, quotav1alpha1.RegistrationsResource, name, quotav1alpha1.ConditionActive, quotav1alpha1.ReasonRegistrationActive, c.ledger.RegistrationError(name))
+}
+
+func (c *Controller) syncClaimPolicy(ctx context.Context, name string) error {
+	p, ok := c.ledger.ClaimPolicy(name)
+	if !ok {
+		return nil
+	}
+	reason := quotav1alpha1.ReasonPolicyReady
+	if p.Disabled {
+		reason = quotav1alpha1.ReasonPolicyDisabled
+	}
+	return c.condition(ctx, c.inf.ClaimPolicies, quotav1alpha1.ClaimCreationPoliciesResource, name, quotav1alpha1.ConditionReady, reason, p.Err)
+}
+
+func (c *Controller) grantPolicy(name string) (*quota.GrantPolicy, bool) {
+	obj, exists, err := c.inf.GrantPolicies.GetStore().GetByKey(name)
+	if err != nil || !exists {
+		return nil, false
+	}
+	var p quotav1alpha1.GrantCreationPolicy
+	if !decodeInto(obj, &p) {
+		return nil, false
+	}
+	return quota.CompileGrantPolicy(&p), true
+}
+
+func (c *Controller) syncGrantPolicy(ctx context.Context, name string) error {
+	p, ok := c.grantPolicy(name)
+	if !ok {
+		return nil
+	}
+	reason := quotav1alpha1.ReasonPolicyReady
+	if p.Disabled {
+		reason = quotav1alpha1.ReasonPolicyDisabled
+	}
+	if err := c.condition(ctx, c.inf.GrantPolicies, quotav1alpha1.GrantCreationPoliciesResource, name, quotav1alpha1.ConditionReady, reason, p.Err); err != nil {
+		return err
+	}
+	if !p.Active() {
+		return nil
+	}
+	// Every existing consumer of the trigger's kind gets its grant too.
+	inf, prefix := c.inf.Organizations, "consumer\x00"+quota.KindOrganization
+	if p.Trigger.Kind == quota.KindProject {
+		inf, prefix = c.inf.Projects, "consumer\x00"+quota.KindProject
+	}
+	c.requeueAll(inf, prefix, false)
+	return nil
+}
+
+// syncConsumer gives an Organization or Project the grants of the policies that match it.
+func (c *Controller) syncConsumer(ctx context.Context, kind, name string) error {
+	inf := c.inf.Organizations
+	if kind == quota.KindProject {
+		inf = c.inf.Projects
+	}
+	obj, exists, err := inf.GetStore().GetByKey(name)
+	if err != nil || !exists {
+		return err
+	}
+	u := obj.(*unstructured.Unstructured)
+	if u.GetDeletionTimestamp() != nil {
+		return nil
+	}
+	self := quota.Consumer{Kind: kind, Name: name}
+	for _, pobj := range c.inf.GrantPolicies.GetStore().List() {
+		p, ok := c.grantPolicy(pobj.(*unstructured.Unstructured).GetName())
+		if !ok || !p.Active() || p.Trigger.Kind != kind {
+			continue
+		}
+		planned, ok, err := p.Plan(u.Object, self)
+		if err != nil {
+			klog.FromContext(ctx).Info("A grant policy cannot be applied", "policy", p.Name, "consumer", self, "err", err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		org, err := quota.OrganizationOf(ctx, c.hierarchy, planned.Consumer)
+		if err != nil {
+			continue
+		}
+		g := &quotav1alpha1.ResourceGrant{
+			TypeMeta:   metav1.TypeMeta{APIVersion: quotav1alpha1.SchemeGroupVersion.String(), Kind: "ResourceGrant"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: tenancy.OrganizationNamespace(org), Name: planned.Name, Labels: planned.Labels},
+			Spec:       quotav1alpha1.ResourceGrantSpec{ConsumerRef: planned.Consumer.Ref(), Allowances: planned.Allowances},
+		}
+		if _, err := create(ctx, c.platform.Resource(quotav1alpha1.GrantsResource).Namespace(g.Namespace), g); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err // the organization's namespace may not exist yet: retried
+		}
+	}
+	return nil
+}
+
+func (c *Controller) syncSuspension(ctx context.Context, name string) error {
+	obj, exists, err := c.inf.Suspensions.GetStore().GetByKey(name)
+	if err != nil || !exists {
+		return err
+	}
+	var s resourcemanagerv1alpha1.ProjectSuspension
+	if !decodeInto(obj, &s) || s.Status.Phase != "" {
+		return nil
+	}
+	s.Status.Phase = resourcemanagerv1alpha1.SuspensionActive
+	return updateStatus(ctx, c.platform.Resource(resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projectsuspensions")), &s)
+}
+
+func decodeInto(obj any, out any) bool {
+	u, ok := obj.(*unstructured.Unstructured)
+	return ok && runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out) == nil
+}
+
+func create(ctx context.Context, ri dynamic.ResourceInterface, obj runtime.Object) (*unstructured.Unstructured, error) {
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	return ri.Create(ctx, &unstructured.Unstructured{Object: raw}, metav1.CreateOptions{})
+}
+
+func updateStatus(ctx context.Context, ri dynamic.ResourceInterface, obj runtime.Object) error {
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return err
+	}
+	_, err = ri.UpdateStatus(ctx, &unstructured.Unstructured{Object: raw}, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}

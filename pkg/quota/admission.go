@@ -1,0 +1,296 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/initializer"
+	"k8s.io/client-go/dynamic"
+
+	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// PluginName is the name of the quota admission plugin.
+const PluginName = "MiloQuota"
+
+// Register adds the plugin, which decides from ledger and resolves
+// consumers' organizations with hierarchy, to plugins. It
+//
+//   - claims, for each create a ClaimCreationPolicy matches, the units its
+//     consumer's buckets hold, and refuses the create (403) when one would
+//     be exceeded; the claim is stored before the object, named after the
+//     policy and the object's uid;
+//   - asks the ledger to check the claims of an object whose delete it
+//     admits (and of every object of a Project being deleted);
+//   - keeps the quota objects the platform's: they are written at the
+//     platform only (403 in an organization's context, whatever the role),
+//     and a grant lives in its consumer's organization's namespace (422).
+func Register(plugins *admission.Plugins, ledger *Ledger, hierarchy tenancy.HierarchyLookup) {
+	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) {
+		return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete), ledger: ledger, hierarchy: hierarchy}, nil
+	})
+}
+
+type plugin struct {
+	*admission.Handler
+	ledger    *Ledger
+	hierarchy tenancy.HierarchyLookup
+	client    dynamic.Interface
+}
+
+var (
+	_ admission.ValidationInterface     = &plugin{}
+	_ initializer.WantsDynamicClient    = &plugin{}
+	_ admission.InitializationValidator = &plugin{}
+)
+
+// SetDynamicClient receives the loopback client claims are written with.
+func (p *plugin) SetDynamicClient(c dynamic.Interface) { p.client = c }
+
+// ValidateInitialization reports a plugin built without its client.
+func (p *plugin) ValidateInitialization() error {
+	if p.client == nil {
+		return errors.New("the quota admission plugin needs a dynamic client")
+	}
+	return nil
+}
+
+var (
+	projectsResource   = schema.GroupResource{Group: ConsumerGroup, Resource: "projects"}
+	namespacesResource = schema.GroupResource{Resource: "namespaces"}
+)
+
+func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	gr := a.GetResource().GroupResource()
+	if gr.Group == quotav1alpha1.GroupName {
+		return p.validateQuotaObject(ctx, a)
+	}
+	if a.GetSubresource() != "" {
+		return nil
+	}
+	switch a.GetOperation() {
+	case admission.Delete:
+		t := tenancy.From(ctx)
+		project := ""
+		if t.Kind == tenancy.Project {
+			project = t.Name
+		}
+		p.ledger.TriggerDeleted(TriggerRef{Project: project, Group: gr.Group, Resource: gr.Resource, Namespace: objectNamespace(a), Name: a.GetName()}.Key())
+		if t.Kind != tenancy.Project && gr == projectsResource {
+			p.ledger.ProjectDeleted(a.GetName())
+		}
+		return nil
+	case admission.Create:
+		return p.claim(ctx, a)
+	}
+	return nil
+}
+
+// claim charges a create to the buckets the matching policies name.
+func (p *plugin) claim(ctx context.Context, a admission.Attributes) error {
+	kind := a.GetKind()
+	policies := p.ledger.PoliciesFor(kind.GroupKind())
+	if len(policies) == 0 {
+		return nil
+	}
+	if !p.ledger.Synced() {
+		return apierrors.NewServiceUnavailable("quotas are loading; retry in a moment")
+	}
+	obj := a.GetObject()
+	accessor, err := meta.Accessor(obj)
+	if err != nil {
+		return nil
+	}
+	content, err := toMap(obj)
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	t := tenancy.From(ctx)
+	trigger := TriggerRef{Group: kind.Group, Version: a.GetResource().Version, Resource: a.GetResource().Resource, Kind: kind.Kind,
+		Namespace: objectNamespace(a), Name: accessor.GetName(), UID: string(accessor.GetUID())}
+	if t.Kind == tenancy.Project {
+		trigger.Project = t.Name
+	}
+	vars := Vars{Trigger: content, User: userVars(a), RequestInfo: map[string]any{
+		"verb": "create", "apiGroup": kind.Group, "apiVersion": kind.Version, "resource": a.GetResource().Resource,
+		"subresource": a.GetSubresource(), "name": accessor.GetName(), "namespace": a.GetNamespace()}}
+	consumers := &consumersOf{ctx: ctx, tenant: t, object: accessor, namespace: a.GetNamespace(), gr: a.GetResource().GroupResource(), hierarchy: p.hierarchy}
+	var plans []ClaimPlan
+	for _, policy := range policies {
+		plan, ok, err := policy.Plan(vars, trigger, consumers)
+		if err != nil {
+			return apierrors.NewForbidden(a.GetResource().GroupResource(), accessor.GetName(),
+				fmt.Errorf("quota policy %s cannot be applied: %w", policy.Name, err))
+		}
+		if ok {
+			plans = append(plans, plan)
+		}
+	}
+	reserved, err := p.ledger.Reserve(plans)
+	var exceeded *Exceeded
+	if errors.As(err, &exceeded) {
+		return apierrors.NewForbidden(a.GetResource().GroupResource(), accessor.GetName(), exceeded)
+	}
+	if err != nil {
+		return apierrors.NewInternalError(err)
+	}
+	if a.IsDryRun() {
+		for _, plan := range reserved {
+			p.ledger.Release(plan.Namespace, plan.Name)
+		}
+		return nil
+	}
+	for i, plan := range reserved {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(plan.Object())
+		if err == nil {
+			_, err = p.client.Resource(quotav1alpha1.ClaimsResource).Namespace(plan.Namespace).Create(ctx, &unstructured.Unstructured{Object: u}, metav1.CreateOptions{})
+		}
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			// The claims stored so far are checked, found without their
+			// object, and deleted by the quota controller.
+			for _, rest := range reserved[i:] {
+				p.ledger.Release(rest.Namespace, rest.Name)
+			}
+			return apierrors.NewInternalError(fmt.Errorf("storing the quota claim of %s %s: %w", trigger.Kind, trigger.Name, err))
+		}
+	}
+	return nil
+}
+
+// objectNamespace is the namespace of the object a request is for: a
+// Namespace's requests name it as its own namespace, but it has none.
+func objectNamespace(a admission.Attributes) string {
+	if a.GetResource().GroupResource() == namespacesResource {
+		return ""
+	}
+	return a.GetNamespace()
+}
+
+func toMap(obj runtime.Object) (map[string]any, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return u.Object, nil
+	}
+	return runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+}
+
+func userVars(a admission.Attributes) map[string]any {
+	u := a.GetUserInfo()
+	if u == nil {
+		return nil
+	}
+	groups := make([]any, 0, len(u.GetGroups()))
+	for _, g := range u.GetGroups() {
+		groups = append(groups, g)
+	}
+	extra := map[string]any{}
+	for k, vs := range u.GetExtra() {
+		l := make([]any, 0, len(vs))
+		for _, v := range vs {
+			l = append(l, v)
+		}
+		extra[k] = l
+	}
+	return map[string]any{"name": u.GetName(), "uid": u.GetUID(), "groups": groups, "extra": extra}
+}
+
+// consumersOf resolves the consumers of one object being created.
+type consumersOf struct {
+	ctx       context.Context
+	tenant    tenancy.Tenant
+	object    metav1.Object
+	namespace string
+	gr        schema.GroupResource
+	hierarchy tenancy.HierarchyLookup
+}
+
+func (c *consumersOf) Default(kind string) (Consumer, bool) {
+	switch {
+	case kind == KindProject && c.tenant.Kind == tenancy.Project:
+		return Consumer{Kind: KindProject, Name: c.tenant.Name}, true
+	case kind != KindOrganization:
+		return Consumer{}, false
+	case c.tenant.Kind == tenancy.Project:
+		org, _, err := c.hierarchy.OrganizationOf(c.ctx, projectsResource, c.tenant.Name)
+		return Consumer{Kind: KindOrganization, Name: org}, err == nil && org != ""
+	case tenancy.IsOrganizationScoped(c.gr):
+		// A Folder or Project: its organization label, set by admission before this plugin.
+		org := c.object.GetLabels()[tenancy.OrganizationLabel]
+		return Consumer{Kind: KindOrganization, Name: org}, org != ""
+	}
+	if org, ok := tenancy.OrganizationOfNamespace(c.namespace); ok {
+		return Consumer{Kind: KindOrganization, Name: org}, true
+	}
+	if c.tenant.Kind == tenancy.Organization {
+		return Consumer{Kind: KindOrganization, Name: c.tenant.Name}, true
+	}
+	return Consumer{}, false
+}
+
+func (c *consumersOf) Organization(consumer Consumer) (string, error) {
+	return OrganizationOf(c.ctx, c.hierarchy, consumer)
+}
+
+// OrganizationOf returns the organization of a consumer: an Organization's
+// own name, a Project's organization.
+func OrganizationOf(ctx context.Context, h tenancy.HierarchyLookup, c Consumer) (string, error) {
+	switch c.Kind {
+	case KindOrganization:
+		return c.Name, nil
+	case KindProject:
+		org, found, err := h.OrganizationOf(ctx, projectsResource, c.Name)
+		if err != nil {
+			return "", err
+		}
+		if !found || org == "" {
+			return "", fmt.Errorf("project %q not found", c.Name)
+		}
+		return org, nil
+	}
+	return "", fmt.Errorf("Milo charges Organizations and Projects, not %q", c.Kind)
+}
+
+// validateQuotaObject keeps the quota kinds the platform's.
+func (p *plugin) validateQuotaObject(ctx context.Context, a admission.Attributes) error {
+	gr := a.GetResource().GroupResource()
+	if t := tenancy.From(ctx); t.Kind != tenancy.Platform {
+		return apierrors.NewForbidden(gr, a.GetName(), fmt.Errorf("quotas are the platform's: they are written at the platform, not in the %s", t))
+	}
+	if gr != quotav1alpha1.GrantsResource.GroupResource() || a.GetSubresource() != "" || (a.GetOperation() != admission.Create && a.GetOperation() != admission.Update) {
+		return nil
+	}
+	u, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	var g quotav1alpha1.ResourceGrant
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &g); err != nil {
+		return apierrors.NewBadRequest(err.Error())
+	}
+	c := Consumer{Kind: g.Spec.ConsumerRef.Kind, Name: g.Spec.ConsumerRef.Name}
+	path := field.NewPath("spec", "consumerRef")
+	if err := grantPlacement(a.GetNamespace(), c); err != nil {
+		return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(), field.ErrorList{field.Invalid(path, g.Spec.ConsumerRef, err.Error())})
+	}
+	if c.Kind == KindProject {
+		org, err := OrganizationOf(ctx, p.hierarchy, c)
+		if err != nil {
+			return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(), field.ErrorList{field.Invalid(path.Child("name"), c.Name, err.Error())})
+		}
+		if want := tenancy.OrganizationNamespace(org); want != a.GetNamespace() {
+			return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(), field.ErrorList{field.Invalid(path, g.Spec.ConsumerRef,
+				fmt.Sprintf("project %s is in organization %s: its grants live in %s", c.Name, org, want))})
+		}
+	}
+	return nil
+}

@@ -1,0 +1,621 @@
+// Package quota is Milo's provider quota system: an in-memory ledger of
+// registrations, grants and claims that admission decides from, the
+// admission plugin that claims quota for the objects ClaimCreationPolicies
+// match, and the arithmetic of AllowanceBuckets.
+//
+// The ledger is fed by one informer per quota kind over the platform's
+// objects, so what it costs grows with grants and claims, never with
+// projects: a consumer without a grant for a resource type has no bucket,
+// no claims and no entry here.
+package quota
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// Consumer kinds Milo charges.
+const (
+	KindOrganization = "Organization"
+	KindProject      = "Project"
+	// ConsumerGroup is the API group of both consumer kinds.
+	ConsumerGroup = "resourcemanager.miloapis.com"
+)
+
+// Consumer is who is charged: an Organization or a Project.
+type Consumer struct {
+	Kind, Name string
+}
+
+func (c Consumer) String() string { return c.Kind + " " + c.Name }
+
+// Ref returns c as a ConsumerRef.
+func (c Consumer) Ref() quotav1alpha1.ConsumerRef {
+	return quotav1alpha1.ConsumerRef{APIGroup: ConsumerGroup, Kind: c.Kind, Name: c.Name}
+}
+
+// BucketKey identifies one AllowanceBucket: a consumer and a resource type.
+type BucketKey struct {
+	Consumer     Consumer
+	ResourceType string
+}
+
+// pendingTTL bounds how long a claim admission created counts before the
+// ledger sees it stored: longer than any informer lag, short enough that a
+// claim deleted before it was ever seen stops counting.
+const pendingTTL = 2 * time.Minute
+
+type registration struct {
+	name, resourceType, kind, unit string
+	consumer                       quotav1alpha1.ConsumerType
+	claiming                       map[schema.GroupKind]bool
+	created                        time.Time
+}
+
+type grant struct {
+	namespace, name string
+	generation      int64
+	consumer        Consumer
+	allowances      map[string]int64 // by resource type
+}
+
+type claim struct {
+	consumer Consumer
+	requests map[string]int64
+	trigger  string // TriggerKey of its object, "" when unknown
+	project  string
+}
+
+type pendingClaim struct {
+	consumer Consumer
+	requests map[string]int64
+	expires  time.Time
+}
+
+// Ledger is the quota system's state. Its methods are safe for concurrent use.
+type Ledger struct {
+	mu            sync.Mutex
+	registrations map[string]*registration // by name
+	byType        map[string]*registration // the oldest registration of each resource type
+	grants        map[string]*grant        // by namespace/name
+	grantsOf      map[Consumer]map[string]*grant
+	claims        map[string]*claim // by namespace/name
+	allocated     map[BucketKey]int64
+	claimCount    map[BucketKey]int32
+	pending       map[string]pendingClaim
+	pendingOf     map[BucketKey]int64
+	byTrigger     map[string][]string            // TriggerKey -> claim keys
+	byProject     map[string]map[string]struct{} // project of the claimed object -> claim keys
+	claimPolicies map[string]*ClaimPolicy
+	policiesByGK  atomic.Pointer[map[schema.GroupKind][]*ClaimPolicy]
+
+	synced  atomic.Bool
+	now     func() time.Time
+	changed func(BucketKey)
+	verify  func(claimKey string)
+	going   func(claimKey string)
+}
+
+// NewLedger returns an empty ledger.
+func NewLedger() *Ledger {
+	l := &Ledger{
+		registrations: map[string]*registration{}, byType: map[string]*registration{},
+		grants: map[string]*grant{}, grantsOf: map[Consumer]map[string]*grant{},
+		claims: map[string]*claim{}, allocated: map[BucketKey]int64{}, claimCount: map[BucketKey]int32{},
+		pending: map[string]pendingClaim{}, pendingOf: map[BucketKey]int64{},
+		byTrigger: map[string][]string{}, byProject: map[string]map[string]struct{}{},
+		claimPolicies: map[string]*ClaimPolicy{}, now: time.Now,
+	}
+	empty := map[schema.GroupKind][]*ClaimPolicy{}
+	l.policiesByGK.Store(&empty)
+	return l
+}
+
+// Notify sets what the ledger calls when a bucket's numbers may have
+// changed, when a claim's object should be checked (it may be gone), and
+// when it is being deleted (a delete of it was admitted: it should be gone
+// soon). They are called with the ledger's lock held: they must only queue.
+func (l *Ledger) Notify(changed func(BucketKey), verify, going func(claimKey string)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.changed, l.verify, l.going = changed, verify, going
+}
+
+// MarkSynced records that every informer feeding the ledger has synced.
+func (l *Ledger) MarkSynced() { l.synced.Store(true) }
+
+// Synced reports whether the ledger holds the stored state.
+func (l *Ledger) Synced() bool { return l.synced.Load() }
+
+func (l *Ledger) notify(k BucketKey) {
+	if l.changed != nil {
+		l.changed(k)
+	}
+}
+
+// SetRegistration records r.
+func (l *Ledger) SetRegistration(r *quotav1alpha1.ResourceRegistration) {
+	reg := &registration{name: r.Name, resourceType: r.Spec.ResourceType, kind: r.Spec.Type, consumer: r.Spec.ConsumerType,
+		claiming: map[schema.GroupKind]bool{}, created: r.CreationTimestamp.Time, unit: r.Spec.BaseUnit}
+	for _, c := range r.Spec.ClaimingResources {
+		reg.claiming[schema.GroupKind{Group: c.APIGroup, Kind: c.Kind}] = true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.registrations[r.Name] = reg
+	l.indexTypesLocked()
+}
+
+// DeleteRegistration forgets the registration name.
+func (l *Ledger) DeleteRegistration(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.registrations, name)
+	l.indexTypesLocked()
+}
+
+func (l *Ledger) indexTypesLocked() {
+	byType := map[string]*registration{}
+	for _, r := range l.registrations {
+		if old, ok := byType[r.resourceType]; !ok || r.created.Before(old.created) || (r.created.Equal(old.created) && r.name < old.name) {
+			byType[r.resourceType] = r
+		}
+	}
+	l.byType = byType
+	for c, gs := range l.grantsOf {
+		for _, g := range gs {
+			for t := range g.allowances {
+				l.notify(BucketKey{c, t})
+			}
+		}
+	}
+}
+
+// RegistrationError says why the registration name is not in effect, or nil.
+func (l *Ledger) RegistrationError(name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r, ok := l.registrations[name]
+	if !ok {
+		return fmt.Errorf("not found")
+	}
+	if winner := l.byType[r.resourceType]; winner != r {
+		return fmt.Errorf("resource type %q is registered by %s", r.resourceType, winner.name)
+	}
+	if r.consumer.APIGroup != ConsumerGroup || (r.consumer.Kind != KindOrganization && r.consumer.Kind != KindProject) {
+		return fmt.Errorf("spec.consumerType: Milo charges Organizations and Projects (%s), not %s/%s", ConsumerGroup, r.consumer.APIGroup, r.consumer.Kind)
+	}
+	return nil
+}
+
+// validTypeLocked returns the registration of resource type t when it is in
+// effect for consumers of kind.
+func (l *Ledger) validTypeLocked(t, kind string) (*registration, bool) {
+	r, ok := l.byType[t]
+	if !ok || r.consumer.APIGroup != ConsumerGroup || r.consumer.Kind != kind {
+		return nil, false
+	}
+	return r, true
+}
+
+// Key is the ledger's key of a namespaced object.
+func Key(namespace, name string) string { return namespace + "/" + name }
+
+// SetGrant records g.
+func (l *Ledger) SetGrant(g *quotav1alpha1.ResourceGrant) {
+	ng := &grant{namespace: g.Namespace, name: g.Name, generation: g.Generation,
+		consumer: Consumer{Kind: g.Spec.ConsumerRef.Kind, Name: g.Spec.ConsumerRef.Name}, allowances: map[string]int64{}}
+	for _, a := range g.Spec.Allowances {
+		for _, b := range a.Buckets {
+			ng.allowances[a.ResourceType] += b.Amount
+		}
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.removeGrantLocked(Key(g.Namespace, g.Name))
+	if g.DeletionTimestamp != nil {
+		return
+	}
+	l.grants[Key(g.Namespace, g.Name)] = ng
+	if l.grantsOf[ng.consumer] == nil {
+		l.grantsOf[ng.consumer] = map[string]*grant{}
+	}
+	l.grantsOf[ng.consumer][Key(g.Namespace, g.Name)] = ng
+	for t := range ng.allowances {
+		l.notify(BucketKey{ng.consumer, t})
+	}
+}
+
+// DeleteGrant forgets a grant.
+func (l *Ledger) DeleteGrant(namespace, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.removeGrantLocked(Key(namespace, name))
+}
+
+func (l *Ledger) removeGrantLocked(key string) {
+	old, ok := l.grants[key]
+	if !ok {
+		return
+	}
+	delete(l.grants, key)
+	delete(l.grantsOf[old.consumer], key)
+	if len(l.grantsOf[old.consumer]) == 0 {
+		delete(l.grantsOf, old.consumer)
+	}
+	for t := range old.allowances {
+		l.notify(BucketKey{old.consumer, t})
+	}
+}
+
+// GrantError says why the grant namespace/name does not count, or nil.
+func (l *Ledger) GrantError(namespace, name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g, ok := l.grants[Key(namespace, name)]
+	if !ok {
+		return fmt.Errorf("not found")
+	}
+	if err := grantPlacement(g.namespace, g.consumer); err != nil {
+		return err
+	}
+	for _, t := range sortedKeys(g.allowances) {
+		if _, ok := l.validTypeLocked(t, g.consumer.Kind); !ok {
+			return fmt.Errorf("no active ResourceRegistration of resource type %q charges a %s", t, g.consumer.Kind)
+		}
+	}
+	return nil
+}
+
+// grantPlacement checks what the ledger can without the hierarchy: an
+// Organization's grants live in its own namespace (admission checks that a
+// Project's live in its organization's).
+func grantPlacement(namespace string, c Consumer) error {
+	org, ok := tenancy.OrganizationOfNamespace(namespace)
+	switch {
+	case !ok:
+		return fmt.Errorf("grants live in the namespace organization-{org} of their consumer's organization, not %s", namespace)
+	case c.Kind == KindOrganization && c.Name != org:
+		return fmt.Errorf("a grant to Organization %s lives in %s, not %s", c.Name, tenancy.OrganizationNamespace(c.Name), namespace)
+	case c.Kind != KindOrganization && c.Kind != KindProject:
+		return fmt.Errorf("spec.consumerRef.kind: Milo charges Organizations and Projects, not %q", c.Kind)
+	}
+	return nil
+}
+
+// limitLocked returns k's limit and the grants that make it up.
+func (l *Ledger) limitLocked(k BucketKey) (limit int64, grants []*grant) {
+	if _, ok := l.validTypeLocked(k.ResourceType, k.Consumer.Kind); !ok {
+		return 0, nil
+	}
+	for _, g := range l.grantsOf[k.Consumer] {
+		amount, ok := g.allowances[k.ResourceType]
+		if !ok || grantPlacement(g.namespace, g.consumer) != nil {
+			continue
+		}
+		limit += amount
+		grants = append(grants, g)
+	}
+	sort.Slice(grants, func(i, j int) bool { return grants[i].name < grants[j].name })
+	return limit, grants
+}
+
+// SetClaim records c.
+func (l *Ledger) SetClaim(c *quotav1alpha1.ResourceClaim) {
+	key := Key(c.Namespace, c.Name)
+	nc := &claim{consumer: Consumer{Kind: c.Spec.ConsumerRef.Kind, Name: c.Spec.ConsumerRef.Name}, requests: map[string]int64{},
+		trigger: c.Annotations[TriggerAnnotation], project: c.Annotations[TriggerProjectAnnotation]}
+	for _, r := range c.Spec.Requests {
+		nc.requests[r.ResourceType] += r.Amount
+	}
+	if denied(c) {
+		nc.requests = nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if old, ok := l.claims[key]; ok {
+		l.uncountLocked(key, old)
+	}
+	l.dropPendingLocked(key)
+	l.claims[key] = nc
+	for t, amount := range nc.requests {
+		k := BucketKey{nc.consumer, t}
+		l.allocated[k] += amount
+		l.claimCount[k]++
+		l.notify(k)
+	}
+	if nc.trigger != "" {
+		l.byTrigger[nc.trigger] = append(l.byTrigger[nc.trigger], key)
+	}
+	if nc.project != "" {
+		if l.byProject[nc.project] == nil {
+			l.byProject[nc.project] = map[string]struct{}{}
+		}
+		l.byProject[nc.project][key] = struct{}{}
+	}
+	if l.verify != nil {
+		l.verify(key)
+	}
+}
+
+// denied reports whether the claim was refused: it holds nothing.
+func denied(c *quotav1alpha1.ResourceClaim) bool {
+	cond := meta.FindStatusCondition(c.Status.Conditions, quotav1alpha1.ConditionGranted)
+	return cond != nil && cond.Status == "False" && cond.Reason != "" && cond.Reason != "PendingEvaluation"
+}
+
+// DeleteClaim forgets a claim: its units are free.
+func (l *Ledger) DeleteClaim(namespace, name string) {
+	key := Key(namespace, name)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if old, ok := l.claims[key]; ok {
+		l.uncountLocked(key, old)
+		delete(l.claims, key)
+	}
+	l.dropPendingLocked(key)
+}
+
+func (l *Ledger) uncountLocked(key string, c *claim) {
+	for t, amount := range c.requests {
+		k := BucketKey{c.consumer, t}
+		l.allocated[k] -= amount
+		l.claimCount[k]--
+		if l.claimCount[k] <= 0 {
+			delete(l.allocated, k)
+			delete(l.claimCount, k)
+		}
+		l.notify(k)
+	}
+	if c.trigger != "" {
+		keys := l.byTrigger[c.trigger]
+		for i, k := range keys {
+			if k == key {
+				keys = append(keys[:i], keys[i+1:]...)
+				break
+			}
+		}
+		if len(keys) == 0 {
+			delete(l.byTrigger, c.trigger)
+		} else {
+			l.byTrigger[c.trigger] = keys
+		}
+	}
+	if c.project != "" {
+		delete(l.byProject[c.project], key)
+		if len(l.byProject[c.project]) == 0 {
+			delete(l.byProject, c.project)
+		}
+	}
+}
+
+func (l *Ledger) dropPendingLocked(key string) {
+	p, ok := l.pending[key]
+	if !ok {
+		return
+	}
+	delete(l.pending, key)
+	for t, amount := range p.requests {
+		k := BucketKey{p.consumer, t}
+		l.pendingOf[k] -= amount
+		if l.pendingOf[k] <= 0 {
+			delete(l.pendingOf, k)
+		}
+		l.notify(k)
+	}
+}
+
+// Exceeded is a claim the consumer's allowance cannot hold.
+type Exceeded struct {
+	Bucket              BucketKey
+	Limit, Used, Amount int64
+	Unit                string
+}
+
+func (e *Exceeded) Error() string {
+	return fmt.Sprintf("quota exceeded for resource type %q of %s: limit %d %s, %d in use, %d requested",
+		e.Bucket.ResourceType, e.Bucket.Consumer, e.Limit, e.Unit, e.Used, e.Amount)
+}
+
+// Reserve charges every plan's requests to their buckets, all or none: it
+// returns an *Exceeded when one does not fit. Requests of a resource type a
+// consumer has no grant for are not limited and not charged; plans left
+// with no request are dropped from the result. The units a reserved plan
+// holds count until the ledger sees its claim stored, Release is called, or
+// pendingTTL passes.
+func (l *Ledger) Reserve(plans []ClaimPlan) ([]ClaimPlan, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.expirePendingLocked()
+	var out []ClaimPlan
+	want := map[BucketKey]int64{}
+	for _, p := range plans {
+		kept := p
+		kept.Requests = nil
+		for _, r := range p.Requests {
+			k := BucketKey{p.Consumer, r.ResourceType}
+			reg, ok := l.validTypeLocked(r.ResourceType, p.Consumer.Kind)
+			if !ok || reg.kind == quotav1alpha1.TypeFeature || !reg.claiming[p.Trigger.GroupKind()] {
+				continue
+			}
+			limit, grants := l.limitLocked(k)
+			if len(grants) == 0 {
+				continue
+			}
+			used := l.allocated[k] + l.pendingOf[k] + want[k]
+			if used+r.Amount > limit {
+				return nil, &Exceeded{Bucket: k, Limit: limit, Used: used, Amount: r.Amount, Unit: reg.baseUnit()}
+			}
+			want[k] += r.Amount
+			kept.Requests = append(kept.Requests, r)
+		}
+		if len(kept.Requests) > 0 {
+			out = append(out, kept)
+		}
+	}
+	expires := l.now().Add(pendingTTL)
+	for _, p := range out {
+		key := Key(p.Namespace, p.Name)
+		if _, stored := l.claims[key]; stored {
+			continue // the object's claim exists already (a retried create of the same object)
+		}
+		pc := pendingClaim{consumer: p.Consumer, requests: map[string]int64{}, expires: expires}
+		for _, r := range p.Requests {
+			pc.requests[r.ResourceType] += r.Amount
+			l.pendingOf[BucketKey{p.Consumer, r.ResourceType}] += r.Amount
+		}
+		l.dropPendingLocked(key)
+		l.pending[key] = pc
+	}
+	return out, nil
+}
+
+func (r *registration) baseUnit() string { return r.unit }
+
+func (l *Ledger) expirePendingLocked() {
+	now := l.now()
+	for key, p := range l.pending {
+		if now.After(p.expires) {
+			l.dropPendingLocked(key)
+		}
+	}
+}
+
+// Release frees the units of a reserved claim that was not stored.
+func (l *Ledger) Release(namespace, name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if _, stored := l.claims[Key(namespace, name)]; !stored {
+		l.dropPendingLocked(Key(namespace, name))
+	}
+}
+
+// BucketStatus is a bucket's numbers.
+type BucketStatus struct {
+	Limit, Allocated, Available int64
+	ClaimCount, GrantCount      int32
+	Grants                      []quotav1alpha1.ContributingGrantRef
+	// Exists: the consumer has a grant for the type, so the bucket exists.
+	Exists bool
+}
+
+// Bucket returns k's numbers; pending claims count as allocated.
+func (l *Ledger) Bucket(k BucketKey) BucketStatus {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	limit, grants := l.limitLocked(k)
+	s := BucketStatus{Limit: limit, Allocated: l.allocated[k] + l.pendingOf[k], ClaimCount: l.claimCount[k], GrantCount: int32(len(grants)), Exists: len(grants) > 0}
+	s.Available = max(0, s.Limit-s.Allocated)
+	for _, g := range grants {
+		s.Grants = append(s.Grants, quotav1alpha1.ContributingGrantRef{Name: g.name, LastObservedGeneration: g.generation, Amount: g.allowances[k.ResourceType]})
+	}
+	return s
+}
+
+// Buckets returns every bucket that exists or is charged.
+func (l *Ledger) Buckets() []BucketKey {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	seen := map[BucketKey]bool{}
+	for c, gs := range l.grantsOf {
+		for _, g := range gs {
+			for t := range g.allowances {
+				seen[BucketKey{c, t}] = true
+			}
+		}
+	}
+	for k := range l.allocated {
+		seen[k] = true
+	}
+	out := make([]BucketKey, 0, len(seen))
+	for k := range seen {
+		out = append(out, k)
+	}
+	return out
+}
+
+// TriggerDeleted asks for the claims of the object trigger to be checked:
+// a delete of it was admitted.
+func (l *Ledger) TriggerDeleted(trigger string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.going == nil {
+		return
+	}
+	for _, key := range l.byTrigger[trigger] {
+		l.going(key)
+	}
+}
+
+// ProjectDeleted asks for the claims of every object of project to be checked.
+func (l *Ledger) ProjectDeleted(project string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.going == nil {
+		return
+	}
+	for key := range l.byProject[project] {
+		l.going(key)
+	}
+}
+
+// SetClaimPolicy records p, compiled.
+func (l *Ledger) SetClaimPolicy(p *ClaimPolicy) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.claimPolicies[p.Name] = p
+	l.indexPoliciesLocked()
+}
+
+// DeleteClaimPolicy forgets the policy name.
+func (l *Ledger) DeleteClaimPolicy(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.claimPolicies, name)
+	l.indexPoliciesLocked()
+}
+
+// ClaimPolicy returns the compiled policy name.
+func (l *Ledger) ClaimPolicy(name string) (*ClaimPolicy, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	p, ok := l.claimPolicies[name]
+	return p, ok
+}
+
+func (l *Ledger) indexPoliciesLocked() {
+	idx := map[schema.GroupKind][]*ClaimPolicy{}
+	for _, p := range l.claimPolicies {
+		if p.Active() {
+			idx[p.Trigger] = append(idx[p.Trigger], p)
+		}
+	}
+	for _, ps := range idx {
+		sort.Slice(ps, func(i, j int) bool { return ps[i].Name < ps[j].Name })
+	}
+	l.policiesByGK.Store(&idx)
+}
+
+// PoliciesFor returns the active claim policies of kind gk. Lock-free: it
+// is asked on every create.
+func (l *Ledger) PoliciesFor(gk schema.GroupKind) []*ClaimPolicy {
+	return (*l.policiesByGK.Load())[gk]
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,309 @@
+package quota
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
+)
+
+// costLimit bounds what one expression may cost at admission: a policy's
+// expressions run on every matching create.
+const costLimit = 100000
+
+// Vars are what a policy's expressions read: the object (trigger), who
+// creates it (user) and the request (requestInfo).
+type Vars struct {
+	Trigger     map[string]any
+	User        map[string]any
+	RequestInfo map[string]any
+}
+
+func (v Vars) activation() map[string]any {
+	empty := map[string]any{}
+	out := map[string]any{"trigger": v.Trigger, "user": v.User, "requestInfo": v.RequestInfo}
+	for k, val := range out {
+		if m, _ := val.(map[string]any); m == nil {
+			out[k] = empty
+		}
+	}
+	return out
+}
+
+var celEnv = func() *cel.Env {
+	env, err := cel.NewEnv(
+		cel.Variable("trigger", cel.DynType),
+		cel.Variable("user", cel.DynType),
+		cel.Variable("requestInfo", cel.DynType),
+	)
+	if err != nil {
+		panic(err)
+	}
+	return env
+}()
+
+func compile(expr string, want *cel.Type) (cel.Program, error) {
+	ast, iss := celEnv.Compile(expr)
+	if iss.Err() != nil {
+		return nil, iss.Err()
+	}
+	if ast.OutputType() != cel.DynType && !ast.OutputType().IsExactType(want) {
+		return nil, fmt.Errorf("%q is %s, not %s", expr, ast.OutputType(), want)
+	}
+	return celEnv.Program(ast, cel.CostLimit(costLimit))
+}
+
+// template is a string with {{ expression }} parts.
+type template struct {
+	literal []string      // len(exprs)+1 literal pieces around the expressions
+	exprs   []cel.Program // string-valued
+}
+
+var templateExpr = regexp.MustCompile(`\{\{(.*?)\}\}`)
+
+func compileTemplate(s string) (*template, error) {
+	t := &template{}
+	last := 0
+	for _, m := range templateExpr.FindAllStringSubmatchIndex(s, -1) {
+		p, err := compile(strings.TrimSpace(s[m[2]:m[3]]), cel.StringType)
+		if err != nil {
+			return nil, err
+		}
+		t.literal = append(t.literal, s[last:m[0]])
+		t.exprs = append(t.exprs, p)
+		last = m[1]
+	}
+	t.literal = append(t.literal, s[last:])
+	return t, nil
+}
+
+func (t *template) render(vars map[string]any) (string, error) {
+	if t == nil {
+		return "", nil
+	}
+	var b strings.Builder
+	for i, p := range t.exprs {
+		b.WriteString(t.literal[i])
+		v, _, err := p.Eval(vars)
+		if err != nil {
+			return "", err
+		}
+		s, ok := v.(types.String)
+		if !ok {
+			return "", fmt.Errorf("template expression gave %s, not a string", v.Type())
+		}
+		b.WriteString(string(s))
+	}
+	b.WriteString(t.literal[len(t.literal)-1])
+	return b.String(), nil
+}
+
+// condition is a compiled constraint.
+type condition struct {
+	program cel.Program
+	source  string
+}
+
+func compileConditions(cs []quotav1alpha1.ConditionExpression) ([]condition, error) {
+	out := make([]condition, 0, len(cs))
+	for i, c := range cs {
+		p, err := compile(c.Expression, cel.BoolType)
+		if err != nil {
+			return nil, fmt.Errorf("constraints[%d]: %w", i, err)
+		}
+		out = append(out, condition{program: p, source: c.Expression})
+	}
+	return out, nil
+}
+
+// holds reports whether every condition is true.
+func holds(cs []condition, vars map[string]any) (bool, error) {
+	for _, c := range cs {
+		v, _, err := c.program.Eval(vars)
+		if err != nil {
+			return false, fmt.Errorf("%s: %w", c.source, err)
+		}
+		if b, ok := v.(types.Bool); !ok || !bool(b) {
+			if !ok {
+				return false, fmt.Errorf("%s gave %v, not a bool", c.source, refType(v))
+			}
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+func refType(v ref.Val) string {
+	if v == nil {
+		return "nothing"
+	}
+	return v.Type().TypeName()
+}
+
+// ClaimPolicy is a compiled ClaimCreationPolicy.
+type ClaimPolicy struct {
+	Name       string
+	Generation int64
+	Trigger    schema.GroupKind
+	// Err, when set, is why the policy is not applied (its Ready condition).
+	Err         error
+	Disabled    bool
+	conditions  []condition
+	consumer    consumerTemplate
+	requests    []quotav1alpha1.ResourceRequest
+	labels      map[string]string
+	annotations map[string]*template
+}
+
+type consumerTemplate struct {
+	kind, name *template
+}
+
+// CompileClaimPolicy compiles p; a policy that does not compile has Err set.
+func CompileClaimPolicy(p *quotav1alpha1.ClaimCreationPolicy) *ClaimPolicy {
+	out := &ClaimPolicy{Name: p.Name, Generation: p.Generation, Disabled: p.Spec.Disabled != nil && *p.Spec.Disabled}
+	gv, err := schema.ParseGroupVersion(p.Spec.Trigger.Resource.APIVersion)
+	if err != nil {
+		out.Err = fmt.Errorf("spec.trigger.resource.apiVersion: %w", err)
+		return out
+	}
+	out.Trigger = schema.GroupKind{Group: gv.Group, Kind: p.Spec.Trigger.Resource.Kind}
+	if out.conditions, err = compileConditions(p.Spec.Trigger.Constraints); err != nil {
+		out.Err = fmt.Errorf("spec.trigger.%w", err)
+		return out
+	}
+	tmpl := p.Spec.Target.ResourceClaimTemplate
+	if ref := tmpl.Spec.ConsumerRef; ref.Kind != "" || ref.Name != "" {
+		if out.consumer.kind, err = compileTemplate(ref.Kind); err == nil {
+			out.consumer.name, err = compileTemplate(ref.Name)
+		}
+		if err != nil {
+			out.Err = fmt.Errorf("spec.target.resourceClaimTemplate.spec.consumerRef: %w", err)
+			return out
+		}
+	}
+	seen := map[string]bool{}
+	for _, r := range tmpl.Spec.Requests {
+		if seen[r.ResourceType] {
+			out.Err = fmt.Errorf("spec.target.resourceClaimTemplate.spec.requests: %q appears twice", r.ResourceType)
+			return out
+		}
+		seen[r.ResourceType] = true
+	}
+	out.requests = tmpl.Spec.Requests
+	out.labels = tmpl.Metadata.Labels
+	out.annotations = map[string]*template{}
+	for k, v := range tmpl.Metadata.Annotations {
+		if out.annotations[k], err = compileTemplate(v); err != nil {
+			out.Err = fmt.Errorf("spec.target.resourceClaimTemplate.metadata.annotations[%s]: %w", k, err)
+			return out
+		}
+	}
+	return out
+}
+
+// Active reports whether the policy creates claims.
+func (p *ClaimPolicy) Active() bool { return p.Err == nil && !p.Disabled }
+
+// GrantPolicy is a compiled GrantCreationPolicy.
+type GrantPolicy struct {
+	Name       string
+	Generation int64
+	Trigger    schema.GroupKind
+	Err        error
+	Disabled   bool
+	conditions []condition
+	consumer   consumerTemplate
+	name       *template
+	allowances []quotav1alpha1.Allowance
+	labels     map[string]string
+}
+
+// CompileGrantPolicy compiles p; a policy that does not compile has Err set.
+func CompileGrantPolicy(p *quotav1alpha1.GrantCreationPolicy) *GrantPolicy {
+	out := &GrantPolicy{Name: p.Name, Generation: p.Generation, Disabled: p.Spec.Disabled != nil && *p.Spec.Disabled}
+	gv, err := schema.ParseGroupVersion(p.Spec.Trigger.Resource.APIVersion)
+	if err != nil {
+		out.Err = fmt.Errorf("spec.trigger.resource.apiVersion: %w", err)
+		return out
+	}
+	out.Trigger = schema.GroupKind{Group: gv.Group, Kind: p.Spec.Trigger.Resource.Kind}
+	if out.Trigger.Group != "resourcemanager.miloapis.com" || (out.Trigger.Kind != KindOrganization && out.Trigger.Kind != KindProject) {
+		out.Err = fmt.Errorf("spec.trigger.resource: grants are created for Organizations and Projects (resourcemanager.miloapis.com), not %s", out.Trigger)
+		return out
+	}
+	if p.Spec.Target.ParentContext != nil {
+		out.Err = fmt.Errorf("spec.target.parentContext: Milo is one control plane; grants are created in it")
+		return out
+	}
+	if out.conditions, err = compileConditions(p.Spec.Trigger.Constraints); err != nil {
+		out.Err = fmt.Errorf("spec.trigger.%w", err)
+		return out
+	}
+	tmpl := p.Spec.Target.ResourceGrantTemplate
+	if out.consumer.kind, err = compileTemplate(tmpl.Spec.ConsumerRef.Kind); err == nil {
+		if out.consumer.name, err = compileTemplate(tmpl.Spec.ConsumerRef.Name); err == nil {
+			out.name, err = compileTemplate(tmpl.Metadata.Name)
+		}
+	}
+	if err != nil {
+		out.Err = fmt.Errorf("spec.target.resourceGrantTemplate: %w", err)
+		return out
+	}
+	out.allowances = tmpl.Spec.Allowances
+	out.labels = tmpl.Metadata.Labels
+	return out
+}
+
+// Active reports whether the policy creates grants.
+func (p *GrantPolicy) Active() bool { return p.Err == nil && !p.Disabled }
+
+// PlannedGrant is a grant a policy gives a consumer.
+type PlannedGrant struct {
+	Name       string
+	Consumer   Consumer
+	Allowances []quotav1alpha1.Allowance
+	Labels     map[string]string
+}
+
+// Plan evaluates the policy for trigger, an Organization or Project; ok is
+// false when its constraints do not hold.
+func (p *GrantPolicy) Plan(trigger map[string]any, triggerConsumer Consumer) (PlannedGrant, bool, error) {
+	vars := Vars{Trigger: trigger}.activation()
+	if ok, err := holds(p.conditions, vars); !ok || err != nil {
+		return PlannedGrant{}, false, err
+	}
+	c := triggerConsumer
+	kind, err := p.consumer.kind.render(vars)
+	if err != nil {
+		return PlannedGrant{}, false, err
+	}
+	name, err := p.consumer.name.render(vars)
+	if err != nil {
+		return PlannedGrant{}, false, err
+	}
+	if kind != "" {
+		c.Kind = kind
+	}
+	if name != "" {
+		c.Name = name
+	}
+	grantName, err := p.name.render(vars)
+	if err != nil {
+		return PlannedGrant{}, false, err
+	}
+	if grantName == "" {
+		grantName = p.Name + "-" + strings.ToLower(c.Kind) + "-" + c.Name
+	}
+	labels := map[string]string{quotav1alpha1.AutoCreatedLabel: "true", quotav1alpha1.PolicyLabel: LabelValue(p.Name)}
+	for k, v := range p.labels {
+		labels[k] = v
+	}
+	return PlannedGrant{Name: grantName, Consumer: c, Allowances: p.allowances, Labels: labels}, true, nil
+}
