@@ -71,7 +71,7 @@ var (
 	namespacesResource = schema.GroupResource{Resource: "namespaces"}
 )
 
-func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+func (p *plugin) Validate(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
 	gr := a.GetResource().GroupResource()
 	if gr.Group == quotav1alpha1.GroupName {
 		return p.validateQuotaObject(ctx, a)
@@ -92,13 +92,13 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		}
 		return nil
 	case admission.Create:
-		return p.claim(ctx, a)
+		return p.claim(ctx, a, o)
 	}
 	return nil
 }
 
 // claim charges a create to the buckets the matching policies name.
-func (p *plugin) claim(ctx context.Context, a admission.Attributes) error {
+func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
 	kind := a.GetKind()
 	policies := p.ledger.PoliciesFor(kind.GroupKind())
 	if len(policies) == 0 {
@@ -112,7 +112,7 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes) error {
 	if err != nil {
 		return nil
 	}
-	content, err := toMap(obj)
+	content, err := toMap(obj, a.GetKind().GroupVersion(), o)
 	if err != nil {
 		return apierrors.NewInternalError(err)
 	}
@@ -125,7 +125,7 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes) error {
 	vars := Vars{Trigger: content, User: userVars(a), RequestInfo: map[string]any{
 		"verb": "create", "apiGroup": kind.Group, "apiVersion": kind.Version, "resource": a.GetResource().Resource,
 		"subresource": a.GetSubresource(), "name": accessor.GetName(), "namespace": a.GetNamespace()}}
-	consumers := &consumersOf{ctx: ctx, tenant: t, object: accessor, namespace: a.GetNamespace(), gr: a.GetResource().GroupResource(), hierarchy: p.hierarchy}
+	consumers := &consumersOf{ledger: p.ledger, ctx: ctx, tenant: t, object: accessor, namespace: a.GetNamespace(), gr: a.GetResource().GroupResource(), hierarchy: p.hierarchy}
 	var plans []ClaimPlan
 	for _, policy := range policies {
 		plan, ok, err := policy.Plan(vars, trigger, consumers)
@@ -177,9 +177,19 @@ func objectNamespace(a admission.Attributes) string {
 	return a.GetNamespace()
 }
 
-func toMap(obj runtime.Object) (map[string]any, error) {
+// toMap renders the object as policies see it: in the version of the
+// request, as its clients write it (built-in kinds reach admission in
+// their internal form, which has no JSON names).
+func toMap(obj runtime.Object, gv schema.GroupVersion, o admission.ObjectInterfaces) (map[string]any, error) {
 	if u, ok := obj.(*unstructured.Unstructured); ok {
 		return u.Object, nil
+	}
+	if o != nil {
+		external, err := o.GetObjectConvertor().ConvertToVersion(obj.DeepCopyObject(), gv)
+		if err != nil {
+			return nil, fmt.Errorf("converting %s to %s: %w", obj.GetObjectKind().GroupVersionKind().Kind, gv, err)
+		}
+		obj = external
 	}
 	return runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 }
@@ -206,6 +216,7 @@ func userVars(a admission.Attributes) map[string]any {
 
 // consumersOf resolves the consumers of one object being created.
 type consumersOf struct {
+	ledger    *Ledger
 	ctx       context.Context
 	tenant    tenancy.Tenant
 	object    metav1.Object
@@ -236,6 +247,8 @@ func (c *consumersOf) Default(kind string) (Consumer, bool) {
 	}
 	return Consumer{}, false
 }
+
+func (c *consumersOf) KindFor(resourceType string) string { return c.ledger.ConsumerKind(resourceType) }
 
 func (c *consumersOf) Organization(consumer Consumer) (string, error) {
 	return OrganizationOf(c.ctx, c.hierarchy, consumer)

@@ -90,6 +90,8 @@ type Consumers interface {
 	Default(kind string) (Consumer, bool)
 	// Organization returns the organization of c.
 	Organization(c Consumer) (string, error)
+	// KindFor returns the consumer kind the registration of resourceType charges.
+	KindFor(resourceType string) string
 }
 
 // Plan returns the claim p makes for an object, or ok false when its
@@ -108,12 +110,12 @@ func (p *ClaimPolicy) Plan(vars Vars, trigger TriggerRef, consumers Consumers) (
 		return ClaimPlan{}, false, fmt.Errorf("consumerRef.name: %w", err)
 	}
 	c := Consumer{Kind: kind, Name: name}
+	if c.Kind == "" && len(p.requests) > 0 {
+		// The kind the registration of the requests charges.
+		c.Kind = consumers.KindFor(p.requests[0].ResourceType)
+	}
 	if c.Kind == "" {
-		// The kind the registrations of the requests charge.
-		c.Kind = KindProject
-		if trigger.Project == "" {
-			c.Kind = KindOrganization
-		}
+		return ClaimPlan{}, false, nil // nothing registered to charge
 	}
 	if c.Name == "" {
 		d, found := consumers.Default(c.Kind)

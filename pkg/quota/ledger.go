@@ -10,6 +10,7 @@
 package quota
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -186,7 +187,7 @@ func (l *Ledger) RegistrationError(name string) error {
 	defer l.mu.Unlock()
 	r, ok := l.registrations[name]
 	if !ok {
-		return fmt.Errorf("not found")
+		return ErrNotLoaded
 	}
 	if winner := l.byType[r.resourceType]; winner != r {
 		return fmt.Errorf("resource type %q is registered by %s", r.resourceType, winner.name)
@@ -195,6 +196,16 @@ func (l *Ledger) RegistrationError(name string) error {
 		return fmt.Errorf("spec.consumerType: Milo charges Organizations and Projects (%s), not %s/%s", ConsumerGroup, r.consumer.APIGroup, r.consumer.Kind)
 	}
 	return nil
+}
+
+// ConsumerKind returns the kind of consumer resource type t charges, or "".
+func (l *Ledger) ConsumerKind(t string) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r, ok := l.byType[t]; ok {
+		return r.consumer.Kind
+	}
+	return ""
 }
 
 // validTypeLocked returns the registration of resource type t when it is in
@@ -206,6 +217,9 @@ func (l *Ledger) validTypeLocked(t, kind string) (*registration, bool) {
 	}
 	return r, true
 }
+
+// ErrNotLoaded: the ledger has not seen the object (yet).
+var ErrNotLoaded = errors.New("not in the quota ledger")
 
 // Key is the ledger's key of a namespaced object.
 func Key(namespace, name string) string { return namespace + "/" + name }
@@ -263,7 +277,7 @@ func (l *Ledger) GrantError(namespace, name string) error {
 	defer l.mu.Unlock()
 	g, ok := l.grants[Key(namespace, name)]
 	if !ok {
-		return fmt.Errorf("not found")
+		return ErrNotLoaded
 	}
 	if err := grantPlacement(g.namespace, g.consumer); err != nil {
 		return err

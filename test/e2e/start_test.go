@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	utilversion "k8s.io/apimachinery/pkg/util/version"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -228,6 +229,17 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 	if err := first.ensureOrganization("acme"); err != nil {
 		t.Fatal(err)
 	}
+	// Every project of acme is claimed from a grant of 6: the claims are
+	// counted again, once each, after the restart.
+	eventually(t, "acme's namespace", func() error {
+		_, err := first.kube(t).CoreV1().Namespaces().Get(context.Background(), "organization-acme", metav1.GetOptions{})
+		return err
+	})
+	if _, err := first.dynamic(t).Resource(grantsGVR).Namespace("organization-acme").Create(context.Background(), quotaObject("ResourceGrant", "organization-acme", "projects",
+		grantSpec("Organization", "acme", "resourcemanager.miloapis.com/projects", 6)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	conditionIs(t, first.dynamic(t).Resource(grantsGVR).Namespace("organization-acme"), "projects", "Active")
 	for _, p := range []string{"restart-a", "restart-b"} {
 		first.createProject(t, p)
 		c := first.projectKube(t, p)
@@ -310,6 +322,11 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 		}
 		return nil
 	})
+
+	buckets := func(m *milo) dynamic.ResourceInterface {
+		return m.dynamic(t).Resource(bucketsGVR).Namespace("organization-acme")
+	}
+	bucketIs(t, buckets(first), "acme", "resourcemanager.miloapis.com/projects", 6, 4)
 
 	leaseBefore, err := first.kube(t).CoordinationV1().Leases("milo-system").Get(context.Background(), "milo-controller-manager", metav1.GetOptions{})
 	if err != nil {
@@ -403,6 +420,16 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 	}
 	if list, err := second.kube(t).CoreV1().ConfigMaps("keep").List(context.Background(), metav1.ListOptions{ResourceVersion: "0"}); err != nil || len(ownConfigMaps(list.Items)) != 1 || ownConfigMaps(list.Items)[0].Data["k"] != "v" {
 		t.Fatalf("platform configmaps after restart: %v %v", list, err)
+	}
+	// The quota ledger is refilled from the stored claims, each counted
+	// once: with restart-doomed gone, 3 of 6 are used, so 3 more projects
+	// fit and the fourth does not.
+	bucketIs(t, buckets(second), "acme", "resourcemanager.miloapis.com/projects", 6, 3)
+	for i := range 4 {
+		err := second.tryCreateProject(t, fmt.Sprintf("restart-q%d", i))
+		if (i < 3) != (err == nil) || (err != nil && !apierrors.IsForbidden(errors.Unwrap(err))) {
+			t.Fatalf("project %d after the restart, 3 units left: %v", i, err)
+		}
 	}
 	// The generated CA is reused, so kubeconfigs handed out before the restart keep working.
 	if out := second.mustKubectl(t, "", "get", "namespace", "keep", "-o", "name"); strings.TrimSpace(out) != "namespace/keep" {

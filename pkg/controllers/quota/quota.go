@@ -22,6 +22,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"strconv"
 	"strings"
 	"sync"
@@ -387,20 +388,36 @@ func (c *Controller) condition(ctx context.Context, inf cache.SharedIndexInforme
 	return cerr
 }
 
+// The ledger is fed by handlers of the same informers as the controller's,
+// in no set order: an object it has not seen yet is retried.
+
 func (c *Controller) syncGrant(ctx context.Context, key string) error {
 	ns, name, _ := strings.Cut(key, "/")
-	return c.condition(ctx, c.inf.Grants, quotav1alpha1.GrantsResource, key, quotav1alpha1.ConditionActive, quotav1alpha1.ReasonGrantActive, c.ledger.GrantError(ns, name))
+	err := c.ledger.GrantError(ns, name)
+	if errors.Is(err, quota.ErrNotLoaded) {
+		return err
+	}
+	return c.condition(ctx, c.inf.Grants, quotav1alpha1.GrantsResource, key, quotav1alpha1.ConditionActive, quotav1alpha1.ReasonGrantActive, err)
 }
 
 func (c *Controller) syncRegistration(ctx context.Context, name string) error {
-	return c.condition(ctx, c.inf.Registrations, quotav1alpha1.RegistrationsResource, name, quotav1alpha1.ConditionActive, quotav1alpha1.ReasonRegistrationActive, c.ledger.RegistrationError(name))
+	err := c.ledger.RegistrationError(name)
+	if errors.Is(err, quota.ErrNotLoaded) {
+		return err
+	}
+	return c.condition(ctx, c.inf.Registrations, quotav1alpha1.RegistrationsResource, name, quotav1alpha1.ConditionActive, quotav1alpha1.ReasonRegistrationActive, err)
 }
 
 func (c *Controller) syncClaimPolicy(ctx context.Context, name string) error {
-	p, ok := c.ledger.ClaimPolicy(name)
-	if !ok {
+	obj, exists, err := c.inf.ClaimPolicies.GetStore().GetByKey(name)
+	if err != nil || !exists {
+		return err
+	}
+	var policy quotav1alpha1.ClaimCreationPolicy
+	if !decodeInto(obj, &policy) {
 		return nil
 	}
+	p := quota.CompileClaimPolicy(&policy)
 	reason := quotav1alpha1.ReasonPolicyReady
 	if p.Disabled {
 		reason = quotav1alpha1.ReasonPolicyDisabled

@@ -1,0 +1,249 @@
+package quota
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
+)
+
+func registrationOf(name, resourceType, typ, consumer string, claiming ...schema.GroupKind) *quotav1alpha1.ResourceRegistration {
+	r := &quotav1alpha1.ResourceRegistration{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.Now()},
+		Spec: quotav1alpha1.ResourceRegistrationSpec{ConsumerType: quotav1alpha1.ConsumerType{APIGroup: ConsumerGroup, Kind: consumer},
+			Type: typ, ResourceType: resourceType, BaseUnit: "unit", DisplayUnit: "unit", UnitConversionFactor: 1}}
+	for _, gk := range claiming {
+		r.Spec.ClaimingResources = append(r.Spec.ClaimingResources, quotav1alpha1.ClaimingResource{APIGroup: gk.Group, Kind: gk.Kind})
+	}
+	return r
+}
+
+func grantOf(ns, name string, c Consumer, allowances map[string][]int64) *quotav1alpha1.ResourceGrant {
+	g := &quotav1alpha1.ResourceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Generation: 1},
+		Spec: quotav1alpha1.ResourceGrantSpec{ConsumerRef: c.Ref()}}
+	for t, amounts := range allowances {
+		a := quotav1alpha1.Allowance{ResourceType: t}
+		for _, n := range amounts {
+			a.Buckets = append(a.Buckets, quotav1alpha1.Bucket{Amount: n})
+		}
+		g.Spec.Allowances = append(g.Spec.Allowances, a)
+	}
+	return g
+}
+
+var (
+	configMaps = schema.GroupKind{Kind: "ConfigMap"}
+	projects   = schema.GroupKind{Group: ConsumerGroup, Kind: KindProject}
+	acme       = Consumer{Kind: KindOrganization, Name: "acme"}
+	web        = Consumer{Kind: KindProject, Name: "web"}
+)
+
+func plan(name string, c Consumer, trigger schema.GroupKind, requests map[string]int64) ClaimPlan {
+	p := ClaimPlan{Namespace: "organization-acme", Name: name, Consumer: c, Trigger: TriggerRef{Group: trigger.Group, Kind: trigger.Kind, Name: name, UID: name}}
+	for t, n := range requests {
+		p.Requests = append(p.Requests, quotav1alpha1.ResourceRequest{ResourceType: t, Amount: n})
+	}
+	return p
+}
+
+// TestBucketArithmetic: limits add up over grants and buckets, claims and
+// reservations use them, and a request that does not fit is refused whole.
+func TestBucketArithmetic(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		grants    []*quotav1alpha1.ResourceGrant
+		claims    []map[string]int64 // reserved one after the other
+		refusedAt int                // index of the first refused claim, -1 for none
+		want      BucketStatus       // of acme's "bytes"
+	}{
+		{name: "no grant: not limited, not charged", claims: []map[string]int64{{"bytes": 1 << 40}}, refusedAt: -1, want: BucketStatus{}},
+		{name: "one grant, two buckets", grants: []*quotav1alpha1.ResourceGrant{grantOf("organization-acme", "g", acme, map[string][]int64{"bytes": {1000, 24}})},
+			claims: []map[string]int64{{"bytes": 1000}, {"bytes": 24}, {"bytes": 1}}, refusedAt: 2,
+			want: BucketStatus{Limit: 1024, Allocated: 1024, Available: 0, GrantCount: 1, Exists: true}},
+		{name: "grants add up", grants: []*quotav1alpha1.ResourceGrant{
+			grantOf("organization-acme", "a", acme, map[string][]int64{"bytes": {512}}), grantOf("organization-acme", "b", acme, map[string][]int64{"bytes": {512}})},
+			claims: []map[string]int64{{"bytes": 700}, {"bytes": 400}}, refusedAt: 1,
+			want: BucketStatus{Limit: 1024, Allocated: 700, Available: 324, GrantCount: 2, Exists: true}},
+		{name: "a grant in another organization's namespace does not count", grants: []*quotav1alpha1.ResourceGrant{
+			grantOf("organization-other", "a", acme, map[string][]int64{"bytes": {512}}), grantOf("organization-acme", "b", acme, map[string][]int64{"bytes": {10}})},
+			claims: []map[string]int64{{"bytes": 11}}, refusedAt: 0,
+			want: BucketStatus{Limit: 10, Available: 10, GrantCount: 1, Exists: true}},
+		{name: "all or nothing across resource types", grants: []*quotav1alpha1.ResourceGrant{
+			grantOf("organization-acme", "g", acme, map[string][]int64{"bytes": {100}, "count": {1}})},
+			claims: []map[string]int64{{"bytes": 10, "count": 1}, {"bytes": 10, "count": 1}}, refusedAt: 1,
+			want: BucketStatus{Limit: 100, Allocated: 10, Available: 90, GrantCount: 1, Exists: true}},
+		{name: "a zero grant refuses everything", grants: []*quotav1alpha1.ResourceGrant{grantOf("organization-acme", "g", acme, map[string][]int64{"bytes": {0}})},
+			claims: []map[string]int64{{"bytes": 1}}, refusedAt: 0, want: BucketStatus{GrantCount: 1, Exists: true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLedger()
+			l.SetRegistration(registrationOf("bytes", "bytes", quotav1alpha1.TypeAllocation, KindOrganization, configMaps))
+			l.SetRegistration(registrationOf("count", "count", quotav1alpha1.TypeEntity, KindOrganization, configMaps))
+			for _, g := range tc.grants {
+				l.SetGrant(g)
+			}
+			refused := -1
+			for i, c := range tc.claims {
+				_, err := l.Reserve([]ClaimPlan{plan(fmt.Sprint("c", i), acme, configMaps, c)})
+				var exceeded *Exceeded
+				if errors.As(err, &exceeded) {
+					if refused < 0 {
+						refused = i
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if refused != tc.refusedAt {
+				t.Fatalf("first refused claim %d, want %d", refused, tc.refusedAt)
+			}
+			got := l.Bucket(BucketKey{acme, "bytes"})
+			got.Grants, got.ClaimCount = nil, 0
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("bucket %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestReservationsBecomeClaims: a reserved claim counts once — while it is
+// on its way to storage, then as the stored claim — and its units come back
+// when the claim goes, when its create fails, or when it is never seen.
+func TestReservationsBecomeClaims(t *testing.T) {
+	l := NewLedger()
+	now := time.Now()
+	l.now = func() time.Time { return now }
+	l.SetRegistration(registrationOf("count", "count", quotav1alpha1.TypeEntity, KindOrganization, configMaps))
+	l.SetGrant(grantOf("organization-acme", "g", acme, map[string][]int64{"count": {2}}))
+	k := BucketKey{acme, "count"}
+	reserved, err := l.Reserve([]ClaimPlan{plan("one", acme, configMaps, map[string]int64{"count": 1})})
+	if err != nil || len(reserved) != 1 {
+		t.Fatal(reserved, err)
+	}
+	if got := l.Bucket(k).Allocated; got != 1 {
+		t.Fatalf("allocated while reserved: %d", got)
+	}
+	l.SetClaim(reserved[0].Object())
+	l.SetClaim(reserved[0].Object()) // an update: counted once
+	if got := l.Bucket(k); got.Allocated != 1 || got.ClaimCount != 1 {
+		t.Fatalf("after the claim is stored: %+v", got)
+	}
+	// A reservation whose create failed is released; one never seen expires.
+	failed, _ := l.Reserve([]ClaimPlan{plan("two", acme, configMaps, map[string]int64{"count": 1})})
+	if _, err := l.Reserve([]ClaimPlan{plan("three", acme, configMaps, map[string]int64{"count": 1})}); err == nil {
+		t.Fatal("a third claim against a limit of 2 was reserved")
+	}
+	l.Release(failed[0].Namespace, failed[0].Name)
+	if _, err := l.Reserve([]ClaimPlan{plan("four", acme, configMaps, map[string]int64{"count": 1})}); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	now = now.Add(pendingTTL + time.Second)
+	if got := l.Bucket(k).Allocated; got != 2 {
+		t.Fatalf("before expiry is noticed: %d", got)
+	}
+	if _, err := l.Reserve(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.Bucket(k).Allocated; got != 1 {
+		t.Fatalf("after the unseen reservation expired: %d", got)
+	}
+	l.DeleteClaim(reserved[0].Namespace, reserved[0].Name)
+	if got := l.Bucket(k); got.Allocated != 0 || got.ClaimCount != 0 || got.Available != 2 {
+		t.Fatalf("after the claim went: %+v", got)
+	}
+}
+
+// TestConcurrentReservationsNeverExceed: 50 creates racing for 10 units:
+// exactly 10 are reserved.
+func TestConcurrentReservationsNeverExceed(t *testing.T) {
+	l := NewLedger()
+	l.SetRegistration(registrationOf("projects", ProjectsPerOrganization, quotav1alpha1.TypeEntity, KindOrganization, projects))
+	l.SetGrant(grantOf("organization-acme", "g", acme, map[string][]int64{ProjectsPerOrganization: {10}}))
+	var wg sync.WaitGroup
+	var ok atomic.Int32
+	for i := range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := l.Reserve([]ClaimPlan{plan(fmt.Sprint("p", i), acme, projects, map[string]int64{ProjectsPerOrganization: 1})}); err == nil {
+				ok.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != 10 {
+		t.Fatalf("%d of 50 reserved against a limit of 10", ok.Load())
+	}
+}
+
+// TestWhatIsCharged: only registered, active, non-Feature resource types
+// of the consumer's kind, claimed by a kind the registration lists.
+func TestWhatIsCharged(t *testing.T) {
+	l := NewLedger()
+	l.SetRegistration(registrationOf("orgs", "org-thing", quotav1alpha1.TypeEntity, KindOrganization, configMaps))
+	l.SetRegistration(registrationOf("feature", "feature", quotav1alpha1.TypeFeature, KindOrganization, configMaps))
+	l.SetRegistration(registrationOf("projects-only", "project-thing", quotav1alpha1.TypeEntity, KindProject, configMaps))
+	l.SetGrant(grantOf("organization-acme", "g", acme, map[string][]int64{"org-thing": {0}, "feature": {0}, "project-thing": {0}, "unregistered": {0}}))
+	for _, tc := range []struct {
+		resourceType string
+		trigger      schema.GroupKind
+		charged      bool
+	}{
+		{"org-thing", configMaps, true},
+		{"org-thing", projects, false}, // not a claiming resource of the registration
+		{"feature", configMaps, false},
+		{"project-thing", configMaps, false}, // charges Projects, not Organizations
+		{"unregistered", configMaps, false},
+	} {
+		_, err := l.Reserve([]ClaimPlan{plan("x", acme, tc.trigger, map[string]int64{tc.resourceType: 1})})
+		if charged := err != nil; charged != tc.charged {
+			t.Errorf("%s claimed by %s: charged %v, want %v (%v)", tc.resourceType, tc.trigger, charged, tc.charged, err)
+		}
+	}
+	if err := l.GrantError("organization-acme", "g"); err == nil {
+		t.Error("a grant naming unregistered and mismatched resource types is active")
+	}
+	// Two registrations of one resource type: the oldest holds it.
+	later := registrationOf("orgs-again", "org-thing", quotav1alpha1.TypeEntity, KindOrganization, configMaps)
+	later.CreationTimestamp = metav1.NewTime(time.Now().Add(time.Hour))
+	l.SetRegistration(later)
+	if err := l.RegistrationError("orgs"); err != nil {
+		t.Errorf("the first registration: %v", err)
+	}
+	if err := l.RegistrationError("orgs-again"); err == nil {
+		t.Error("a second registration of a resource type is active")
+	}
+}
+
+// TestClaimsOfAnObjectAreCheckedWhenItGoes: a delete of the object, or of
+// its project, asks for its claims to be checked.
+func TestClaimsOfAnObjectAreCheckedWhenItGoes(t *testing.T) {
+	l := NewLedger()
+	var going []string
+	l.Notify(func(BucketKey) {}, func(string) {}, func(k string) { going = append(going, k) })
+	p := plan("c", web, configMaps, map[string]int64{"x": 1})
+	p.Trigger = TriggerRef{Project: "web", Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespace: "default", Name: "settings", UID: "u1"}
+	l.SetClaim(p.Object())
+	l.TriggerDeleted(TriggerRef{Project: "other", Resource: "configmaps", Namespace: "default", Name: "settings"}.Key())
+	if len(going) != 0 {
+		t.Fatalf("a delete in another project checked %v", going)
+	}
+	l.TriggerDeleted(TriggerRef{Project: "web", Resource: "configmaps", Namespace: "default", Name: "settings"}.Key())
+	l.ProjectDeleted("web")
+	if len(going) != 2 || going[0] != Key(p.Namespace, p.Name) {
+		t.Fatalf("checked %v", going)
+	}
+	back, ok := TriggerFromAnnotations(p.Object())
+	if !ok || back != p.Trigger {
+		t.Fatalf("trigger read back %+v, want %+v", back, p.Trigger)
+	}
+}
