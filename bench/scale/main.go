@@ -72,6 +72,8 @@ type options struct {
 	// Catalog, when Projects > 0, measures the service catalog after the
 	// last step (Milo only).
 	Catalog catalogOptions
+	// Quota, when Projects > 0, measures provider quotas after the last step (Milo).
+	Quota quotaOptions
 	// Noisy runs the noisy-neighbour measurement after the last step (Milo only).
 	Noisy        bool
 	NoisyOptions noisyOptions
@@ -113,6 +115,9 @@ func main() {
 	flag.IntVar(&o.Catalog.Projects, "catalog-projects", 0, "after the last step, this many projects enable a registered service (Milo); 0: the service catalog is not measured")
 	flag.IntVar(&o.Catalog.Services, "catalog-services", 50, "services registered in all for the catalog's discovery measurement")
 	flag.IntVar(&o.Catalog.Samples, "catalog-samples", 400, "GETs and discovery documents timed before and after the enablements")
+	flag.IntVar(&o.Quota.Projects, "quota-projects", 0, "after the last step, this many projects get a grant (and a bucket) each, and ConfigMap creates and project creation are timed with and without quota (Milo); 0: not measured")
+	flag.IntVar(&o.Quota.Created, "quota-created", 2000, "projects created in an organization with and in one without a projects quota")
+	flag.IntVar(&o.Quota.Samples, "quota-samples", 400, "ConfigMap creates timed per series")
 	flag.StringVar(&o.Service, "service", "", "run the sample service with this provider (shared: pkg/mcprovider with the builder's watches; sources: pkg/mcprovider's Sources, projects not engaged; naive: a cluster per project) and measure it at each step: one Widget per project (Milo only)")
 	flag.IntVar(&o.ServiceSamples, "service-samples", 100, "Widgets timed from create to Ready per step")
 	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling, 300 projects deleted")
@@ -385,6 +390,17 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		}
 		if out.Catalog, err = measureCatalog(ctx, s, o.Catalog, o.Settle, dir); err != nil {
 			return fmt.Errorf("service catalog: %w", err)
+		}
+		if err := save(); err != nil {
+			return err
+		}
+	}
+	if s.isMilo() && o.Quota.Projects > 0 {
+		if o.Quota.Projects > have {
+			return fmt.Errorf("--quota-projects needs %d projects, the last step has %d", o.Quota.Projects, have)
+		}
+		if out.Quota, err = measureQuota(ctx, s, o.Quota, o.Settle, dir); err != nil {
+			return fmt.Errorf("quotas: %w", err)
 		}
 		if err := save(); err != nil {
 			return err

@@ -45,6 +45,8 @@ type systemResult struct {
 	CRDs *crdResult `json:",omitempty"`
 	// Catalog is the service catalog's measurement (Milo only).
 	Catalog *catalogResult `json:",omitempty"`
+	// Quota is the provider quotas' measurement (Milo only).
+	Quota *quotaResult `json:",omitempty"`
 	// Noisy is the noisy-neighbour measurement at the last step (Milo only),
 	// with and without per-project flows.
 	Noisy []noisyResult `json:",omitempty"`
@@ -308,6 +310,9 @@ func (r *results) markdown() string {
 	b.WriteString("\n")
 	if milo != nil {
 		b.WriteString(milo.noisySection(r.Steps[len(r.Steps)-1]))
+	}
+	if milo != nil && milo.Quota != nil {
+		b.WriteString(milo.Quota.section())
 	}
 	if milo != nil && milo.Catalog != nil {
 		b.WriteString(milo.Catalog.section())

@@ -21,7 +21,7 @@ func TestSmoke(t *testing.T) {
 	res, err := run(context.Background(), options{Max: 1000, Steps: []int{100, 1000, 10000}, Out: out, Systems: []string{"milo", "baseline"},
 		Workers: 32, LatencySamples: 50, WatchSamples: 20, Delete: 300, Repo: filepath.Join("..", ".."),
 		BaselineControllers: true, MiloControllers: "separate", DeletionSamples: 8,
-		Noisy: true, NoisyOptions: defaultNoisyOptions(true)})
+		Noisy: true, NoisyOptions: defaultNoisyOptions(true), Quota: quotaOptions{Projects: 200, Created: 200, Samples: 50}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,6 +29,9 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("measured %d systems", len(res.Systems))
 	}
 	for _, s := range res.Systems {
+		if q := s.Quota; s.Name == "milo" && (q == nil || q.CreateOff.P50 <= 0 || q.CreateCharged.P50 <= 0 || q.Granted.HeapBytes <= 0 || q.ProjectsPerSecondOn <= 0) {
+			t.Errorf("milo: quotas not measured: %+v", q)
+		}
 		if len(s.Steps) != 2 || s.Steps[0].Projects != 100 || s.Steps[1].Projects != 1000 {
 			t.Fatalf("%s: steps %+v, want 100 and 1,000 (10,000 is above --max)", s.Name, s.Steps)
 		}

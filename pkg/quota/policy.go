@@ -211,6 +211,16 @@ func CompileClaimPolicy(p *quotav1alpha1.ClaimCreationPolicy) *ClaimPolicy {
 // Active reports whether the policy creates claims.
 func (p *ClaimPolicy) Active() bool { return p.Err == nil && !p.Disabled }
 
+// Requests reports whether the policy claims resourceType.
+func (p *ClaimPolicy) Requests(resourceType string) bool {
+	for _, r := range p.requests {
+		if r.ResourceType == resourceType {
+			return true
+		}
+	}
+	return false
+}
+
 // GrantPolicy is a compiled GrantCreationPolicy.
 type GrantPolicy struct {
 	Name       string

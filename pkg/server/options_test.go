@@ -183,6 +183,13 @@ func TestMiloCRDsCoverTheAPIContract(t *testing.T) {
 		"iam.miloapis.com/ProtectedResource":                  "Cluster",
 		"services.miloapis.com/Service":                       "Cluster",
 		"services.miloapis.com/ServiceActivation":             "Cluster",
+		"resourcemanager.miloapis.com/ProjectSuspension":      "Cluster",
+		"quota.miloapis.com/ResourceRegistration":             "Cluster",
+		"quota.miloapis.com/ResourceGrant":                    "Namespaced",
+		"quota.miloapis.com/ResourceClaim":                    "Namespaced",
+		"quota.miloapis.com/AllowanceBucket":                  "Namespaced",
+		"quota.miloapis.com/ClaimCreationPolicy":              "Cluster",
+		"quota.miloapis.com/GrantCreationPolicy":              "Cluster",
 	}
 	for kind, scope := range want {
 		if got[kind] != scope {

@@ -265,7 +265,17 @@ func TestProviderQuotas(t *testing.T) {
 			t.Fatalf("a premium configmap in %s: %v", api, err)
 		}
 	}
-	webClaims, err := admin.Resource(claimsGVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: "quota.miloapis.com/policy=" + policyName})
+	// A grant limits what was there before it too: api's three premium
+	// ConfigMaps are claimed when its bucket appears.
+	if _, err := admin.Resource(grantsGVR).Namespace(ns).Create(ctx, quotaObject("ResourceGrant", ns, "api-premium", grantSpec("Project", api, premium, 16)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bucketIs(t, aliceBuckets, api, premium, 16, 15)
+	if _, err := m.as(t, "alice-token", tenancy.ProjectPath(api)).CoreV1().ConfigMaps("default").Create(ctx, cm("gold-3", true), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("a premium configmap in %s past its grant: %v", api, err)
+	}
+	webClaims, err := admin.Resource(claimsGVR).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: "quota.miloapis.com/policy=" + policyName,
+		FieldSelector: "spec.consumerRef.name=" + web})
 	if err != nil || len(webClaims.Items) != 2 || webClaims.Items[0].GetAnnotations()["made-by"] != "alice" {
 		t.Fatalf("claims of the premium policy: %v %v", webClaims, err)
 	}
@@ -276,7 +286,8 @@ func TestProviderQuotas(t *testing.T) {
 	bucketIs(t, aliceBuckets, web, premium, 12, 5)
 
 	// A grant policy gives every project labelled for the starter plan
-	// one namespace; raising the organization's grant makes room for it.
+	// three namespaces (its default and kube-system count); raising the
+	// organization's grant makes room for it.
 	starter := fmt.Sprintf("starter-%d", n)
 	gpName := fmt.Sprintf("starter-namespaces-%d", n)
 	t.Cleanup(func() { _ = admin.Resource(grantPoliciesGVR).Delete(ctx, gpName, metav1.DeleteOptions{}) })
@@ -285,7 +296,7 @@ func TestProviderQuotas(t *testing.T) {
 			"constraints": []any{map[string]any{"expression": fmt.Sprintf(`has(trigger.metadata.labels) && trigger.metadata.labels["plan"] == %q`, starter)}}},
 		"target": map[string]any{"resourceGrantTemplate": map[string]any{"metadata": map[string]any{},
 			"spec": map[string]any{"consumerRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Project", "name": "{{trigger.metadata.name}}"},
-				"allowances": []any{map[string]any{"resourceType": "core/namespaces", "buckets": []any{map[string]any{"amount": int64(1)}}}}}}}}), metav1.CreateOptions{}); err != nil {
+				"allowances": []any{map[string]any{"resourceType": "core/namespaces", "buckets": []any{map[string]any{"amount": int64(3)}}}}}}}}), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	conditionIs(t, admin.Resource(grantPoliciesGVR), gpName, "Ready")
@@ -305,6 +316,7 @@ func TestProviderQuotas(t *testing.T) {
 	m.waitProjectReady(t, small)
 	grantName := gpName + "-project-" + small
 	conditionIs(t, admin.Resource(grantsGVR).Namespace(ns), grantName, "Active")
+	bucketIs(t, aliceBuckets, small, "core/namespaces", 3, 2)
 	aliceSmall := m.as(t, "alice-token", tenancy.ProjectPath(small))
 	if _, err := aliceSmall.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "one"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the starter project's first namespace: %v", err)

@@ -36,7 +36,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -67,6 +70,7 @@ type Controller struct {
 	platform  dynamic.Interface
 	hierarchy tenancy.HierarchyLookup
 	inf       Informers
+	mapper    *restmapper.DeferredDiscoveryRESTMapper
 	queue     workqueue.TypedRateLimitingInterface[string]
 	now       func() time.Time
 
@@ -80,7 +84,12 @@ func New(ledger *quota.Ledger, clients *allprojects.Clients, hierarchy tenancy.H
 	if err != nil {
 		return nil, err
 	}
+	disco, err := discovery.NewDiscoveryClientForConfigAndClient(clients.Config(""), clients.HTTPClient())
+	if err != nil {
+		return nil, err
+	}
 	c := &Controller{ledger: ledger, clients: clients, platform: platform, hierarchy: hierarchy, inf: inf, now: time.Now, seen: map[string]bool{},
+		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco)),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedMaxOfRateLimiter(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second)),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "quota"})}
@@ -174,6 +183,8 @@ func (c *Controller) work(ctx context.Context) {
 func (c *Controller) sync(ctx context.Context, item string) (time.Duration, error) {
 	parts := strings.Split(item, "\x00")
 	switch parts[0] {
+	case "recount":
+		return 0, c.recount(ctx, quota.BucketKey{Consumer: quota.Consumer{Kind: parts[1], Name: parts[2]}, ResourceType: parts[3]})
 	case "bucket":
 		return 0, c.syncBucket(ctx, quota.BucketKey{Consumer: quota.Consumer{Kind: parts[1], Name: parts[2]}, ResourceType: parts[3]})
 	case "claim":
@@ -224,6 +235,7 @@ func (c *Controller) syncBucket(ctx context.Context, k quota.BucketKey) error {
 		if u, err = create(ctx, client, b); err != nil {
 			return err
 		}
+		c.queue.Add("recount" + strings.TrimPrefix(bucketItem(k), "bucket"))
 	} else if err != nil {
 		return err
 	}

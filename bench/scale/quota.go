@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// quotaOptions size the measurement of provider quotas (Milo only).
+type quotaOptions struct {
+	// Projects each get one grant (namespaces per project), so one bucket.
+	Projects int
+	// Created projects are timed in an organization with a projects quota and in one without.
+	Created int
+	// Samples ConfigMap creates are timed per series.
+	Samples int
+}
+
+// quotaResult is the measurement of provider quotas.
+type quotaResult struct {
+	Options quotaOptions
+	// CreateOff, CreateUncharged and CreateCharged time a ConfigMap create
+	// in a project: with no claim policy for ConfigMaps; with one, the
+	// project holding no grant for it; and charged, a claim stored per
+	// create (ms).
+	CreateOff, CreateUncharged, CreateCharged quantiles
+	// Before and Granted are the server before and after Projects grants (and their buckets and claims).
+	Before, Granted resources
+	// ProjectsPerSecondOff and ProjectsPerSecondOn are Project creations
+	// (to created, not to Ready) in an organization without and with a projects-per-organization grant.
+	ProjectsPerSecondOff, ProjectsPerSecondOn float64
+}
+
+var (
+	quotaGrantsGVR        = schema.GroupVersionResource{Group: "quota.miloapis.com", Version: "v1alpha1", Resource: "resourcegrants"}
+	quotaBucketsGVR       = schema.GroupVersionResource{Group: "quota.miloapis.com", Version: "v1alpha1", Resource: "allowancebuckets"}
+	quotaRegistrationsGVR = schema.GroupVersionResource{Group: "quota.miloapis.com", Version: "v1alpha1", Resource: "resourceregistrations"}
+	quotaPoliciesGVR      = schema.GroupVersionResource{Group: "quota.miloapis.com", Version: "v1alpha1", Resource: "claimcreationpolicies"}
+)
+
+func quotaGrant(ns, name, kind, consumer, resourceType string, amount int64) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "quota.miloapis.com/v1alpha1", "kind": "ResourceGrant",
+		"metadata": map[string]any{"name": name, "namespace": ns},
+		"spec": map[string]any{"consumerRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": kind, "name": consumer},
+			"allowances": []any{map[string]any{"resourceType": resourceType, "buckets": []any{map[string]any{"amount": amount}}}}}}}
+}
+
+// measureQuota times ConfigMap creates without and with quota, measures
+// the heap a grant, its bucket and its claims cost per project, and times
+// project creation in an organization with and without a projects quota.
+func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Duration, dir string) (*quotaResult, error) {
+	r := &quotaResult{Options: o}
+	admin, err := dynamic.NewForConfigAndClient(s.config, s.http)
+	if err != nil {
+		return nil, err
+	}
+	first := projectName(0)
+	user, err := s.writerClient(first)
+	if err != nil {
+		return nil, err
+	}
+	ns := s.namespaceOf(first)
+	series := 0
+	timeCreates := func() (quantiles, error) {
+		series++
+		var l latencies
+		for i := range o.Samples {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quota-%d-%d", series, i)}, Data: map[string]string{"payload": kib}}
+			began := time.Now()
+			if _, err := user.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				return quantiles{}, err
+			}
+			l = append(l, time.Since(began))
+		}
+		slices.Sort(l)
+		return quantiles{P50: ms(l.quantile(0.5)), P99: ms(l.quantile(0.99))}, nil
+	}
+	if r.CreateOff, err = timeCreates(); err != nil {
+		return nil, err
+	}
+	// A registration and claim policy of ConfigMaps, charged to their project.
+	const resourceType = "bench.example/configmaps"
+	registration := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "quota.miloapis.com/v1alpha1", "kind": "ResourceRegistration",
+		"metadata": map[string]any{"name": "bench-configmaps"},
+		"spec": map[string]any{"consumerType": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Project"}, "type": "Entity",
+			"resourceType": resourceType, "baseUnit": "configmap", "displayUnit": "configmap", "unitConversionFactor": int64(1),
+			"claimingResources": []any{map[string]any{"kind": "ConfigMap"}}}}}
+	policy := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "quota.miloapis.com/v1alpha1", "kind": "ClaimCreationPolicy",
+		"metadata": map[string]any{"name": "bench-configmaps"},
+		"spec": map[string]any{"trigger": map[string]any{"resource": map[string]any{"apiVersion": "v1", "kind": "ConfigMap"}},
+			"target": map[string]any{"resourceClaimTemplate": map[string]any{"metadata": map[string]any{},
+				"spec": map[string]any{"requests": []any{map[string]any{"resourceType": resourceType, "amount": int64(1)}}}}}}}}
+	defer func() {
+		_ = admin.Resource(quotaPoliciesGVR).Delete(context.Background(), "bench-configmaps", metav1.DeleteOptions{})
+		_ = admin.Resource(quotaRegistrationsGVR).Delete(context.Background(), "bench-configmaps", metav1.DeleteOptions{})
+	}()
+	for gvr, obj := range map[schema.GroupVersionResource]*unstructured.Unstructured{quotaRegistrationsGVR: registration, quotaPoliciesGVR: policy} {
+		if _, err := admin.Resource(gvr).Create(ctx, obj, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return nil, err
+		}
+	}
+	orgNS := tenancy.OrganizationNamespace(organization)
+	buckets := admin.Resource(quotaBucketsGVR).Namespace(orgNS)
+	// The policy is in the ledger once a create in a project with a
+	// grant of 0 is refused; that project is the harness's last.
+	probe := projectName(o.Projects - 1)
+	if _, err := admin.Resource(quotaGrantsGVR).Namespace(orgNS).Create(ctx, quotaGrant(orgNS, "bench-probe", "Project", probe, resourceType, 0), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	probeClient, err := s.writerClient(probe)
+	if err != nil {
+		return nil, err
+	}
+	if err := poll(ctx, time.Minute, func() (bool, error) {
+		_, err := probeClient.CoreV1().ConfigMaps(s.namespaceOf(probe)).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}}, metav1.CreateOptions{})
+		return apierrors.IsForbidden(err), nil
+	}); err != nil {
+		return nil, fmt.Errorf("the ConfigMap policy never applied: %w", err)
+	}
+	if r.CreateUncharged, err = timeCreates(); err != nil {
+		return nil, err
+	}
+	if _, err := admin.Resource(quotaGrantsGVR).Namespace(orgNS).Create(ctx, quotaGrant(orgNS, "bench-configmaps", "Project", first, resourceType, 1<<40), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	if err := poll(ctx, time.Minute, func() (bool, error) {
+		list, err := buckets.List(ctx, metav1.ListOptions{FieldSelector: "spec.consumerRef.name=" + first + ",spec.resourceType=" + resourceType})
+		return err == nil && len(list.Items) == 1, nil
+	}); err != nil {
+		return nil, fmt.Errorf("no bucket for %s: %w", first, err)
+	}
+	if r.CreateCharged, err = timeCreates(); err != nil {
+		return nil, err
+	}
+	progress("[milo] ConfigMap create p50/p99: %.2f/%.2f ms without quota, %.2f/%.2f ms under a policy without a grant, %.2f/%.2f ms charged",
+		r.CreateOff.P50, r.CreateOff.P99, r.CreateUncharged.P50, r.CreateUncharged.P99, r.CreateCharged.P50, r.CreateCharged.P99)
+
+	// A grant of namespaces to each of Projects projects: a bucket each,
+	// and a claim of each namespace the project holds.
+	if settle > 0 {
+		time.Sleep(settle)
+	}
+	if r.Before, err = s.measure(ctx, filepath.Join(dir, "quota-heap-before.pprof")); err != nil {
+		return nil, err
+	}
+	if err := parallel(ctx, "projects granted namespaces", 0, o.Projects, 32, func(i int) error {
+		_, err := admin.Resource(quotaGrantsGVR).Namespace(orgNS).Create(ctx, quotaGrant(orgNS, "ns-"+projectName(i), "Project", projectName(i), "core/namespaces", 10), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	if err := poll(ctx, 30*time.Minute, func() (bool, error) {
+		list, err := buckets.List(ctx, metav1.ListOptions{Limit: 1, LabelSelector: "quota.miloapis.com/consumer-kind=Project"})
+		if err != nil {
+			return false, nil
+		}
+		n := 1 + int(ptrOr(list.GetRemainingItemCount(), 0))
+		return len(list.Items) == 1 && n >= o.Projects, nil
+	}); err != nil {
+		return nil, fmt.Errorf("buckets: %w", err)
+	}
+	if settle > 0 {
+		time.Sleep(settle)
+	}
+	if r.Granted, err = s.measure(ctx, filepath.Join(dir, "quota-heap-granted.pprof")); err != nil {
+		return nil, err
+	}
+	progress("[milo] %d projects with a grant and a bucket: heap %.0f → %.0f MiB (%.0f bytes per project), %v → %v goroutines",
+		o.Projects, r.Before.HeapBytes/(1<<20), r.Granted.HeapBytes/(1<<20), r.bytesPerProject(), r.Before.Goroutines, r.Granted.Goroutines)
+
+	// Project creation in two new organizations, one limited.
+	rate := func(org string, limited bool) (float64, error) {
+		if _, err := admin.Resource(organizationsGVR).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Organization", "metadata": map[string]any{"name": org}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return 0, err
+		}
+		orgNS := tenancy.OrganizationNamespace(org)
+		if err := poll(ctx, time.Minute, func() (bool, error) {
+			_, err := admin.Resource(quotaBucketsGVR).Namespace(orgNS).List(ctx, metav1.ListOptions{Limit: 1})
+			return err == nil, nil
+		}); err != nil {
+			return 0, err
+		}
+		if limited {
+			if _, err := admin.Resource(quotaGrantsGVR).Namespace(orgNS).Create(ctx, quotaGrant(orgNS, "projects", "Organization", org, "resourcemanager.miloapis.com/projects", int64(o.Created)), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return 0, err
+			}
+			if err := poll(ctx, time.Minute, func() (bool, error) {
+				list, err := admin.Resource(quotaBucketsGVR).Namespace(orgNS).List(ctx, metav1.ListOptions{})
+				return err == nil && len(list.Items) == 1, nil
+			}); err != nil {
+				return 0, err
+			}
+		}
+		began := time.Now()
+		if err := parallel(ctx, "projects of "+org, 0, o.Created, 8*32, func(i int) error {
+			_, err := admin.Resource(projectsGVR).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+				"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": map[string]any{"name": fmt.Sprintf("%s-%05d", org, i)},
+				"spec": map[string]any{"ownerRef": map[string]any{"kind": "Organization", "name": org}}}}, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				return nil
+			}
+			return err
+		}); err != nil {
+			return 0, err
+		}
+		return float64(o.Created) / time.Since(began).Seconds(), nil
+	}
+	if r.ProjectsPerSecondOff, err = rate("quota-off", false); err != nil {
+		return nil, err
+	}
+	if r.ProjectsPerSecondOn, err = rate("quota-on", true); err != nil {
+		return nil, err
+	}
+	progress("[milo] %d projects created at %.0f/s without a projects quota, %.0f/s with one", o.Created, r.ProjectsPerSecondOff, r.ProjectsPerSecondOn)
+	return r, nil
+}
+
+func ptrOr(p *int64, def int64) int64 {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+func (q *quotaResult) bytesPerProject() float64 {
+	return (q.Granted.HeapBytes - q.Before.HeapBytes) / float64(max(1, q.Options.Projects))
+}
+
+// section reports the measurement of provider quotas.
+func (q *quotaResult) section() string {
+	var b strings.Builder
+	o := q.Options
+	fmt.Fprintf(&b, "## Provider quotas\n\nConfigMap creates in %s as the harness's ordinary user, one after another, %d each. Then %d projects granted namespaces (a ResourceGrant, its AllowanceBucket and a claim of each namespace they hold); then %d projects created, 256 at once, in a new organization without and with a projects-per-organization grant.\n\n",
+		projectName(0), o.Samples, o.Projects, o.Created)
+	b.WriteString("| ConfigMap create | p50 | p99 |\n|---|---|---|\n")
+	for _, row := range []struct {
+		name string
+		q    quantiles
+	}{{"no claim policy", q.CreateOff}, {"a policy, no grant (not charged)", q.CreateUncharged}, {"charged (a claim stored)", q.CreateCharged}} {
+		fmt.Fprintf(&b, "| %s | %.2f ms (%.2f×) | %.2f ms (%.2f×) |\n", row.name, row.q.P50, row.q.P50/max(q.CreateOff.P50, 0.001), row.q.P99, row.q.P99/max(q.CreateOff.P99, 0.001))
+	}
+	fmt.Fprintf(&b, "\n| | heap | goroutines |\n|---|---|---|\n| before the grants | %.0f MiB | %.0f |\n| %d grants and buckets | %.0f MiB | %.0f |\n",
+		q.Before.HeapBytes/(1<<20), q.Before.Goroutines, o.Projects, q.Granted.HeapBytes/(1<<20), q.Granted.Goroutines)
+	fmt.Fprintf(&b, "\n%.0f bytes of heap per project granted. Project creation: %.0f/s without a projects quota, %.0f/s with one (%.2f×).\n\n",
+		q.bytesPerProject(), q.ProjectsPerSecondOff, q.ProjectsPerSecondOn, q.ProjectsPerSecondOn/max(q.ProjectsPerSecondOff, 0.001))
+	return b.String()
+}
