@@ -165,12 +165,18 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 		return nil, err
 	}
 	if err := poll(ctx, 30*time.Minute, func() (bool, error) {
-		list, err := buckets.List(ctx, metav1.ListOptions{Limit: 1, LabelSelector: "quota.miloapis.com/consumer-kind=Project"})
-		if err != nil {
-			return false, nil
+		// Counted a page at a time; the two ConfigMap buckets above are among them.
+		n, opts := 0, metav1.ListOptions{Limit: 500}
+		for {
+			list, err := buckets.List(ctx, opts)
+			if err != nil {
+				return false, nil
+			}
+			n += len(list.Items)
+			if opts.Continue = list.GetContinue(); opts.Continue == "" {
+				return n >= o.Projects+2, nil
+			}
 		}
-		n := 1 + int(ptrOr(list.GetRemainingItemCount(), 0))
-		return len(list.Items) == 1 && n >= o.Projects, nil
 	}); err != nil {
 		return nil, fmt.Errorf("buckets: %w", err)
 	}
@@ -229,13 +235,6 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 	}
 	progress("[milo] %d projects created at %.0f/s without a projects quota, %.0f/s with one", o.Created, r.ProjectsPerSecondOff, r.ProjectsPerSecondOn)
 	return r, nil
-}
-
-func ptrOr(p *int64, def int64) int64 {
-	if p == nil {
-		return def
-	}
-	return *p
 }
 
 func (q *quotaResult) bytesPerProject() float64 {

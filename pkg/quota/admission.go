@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -15,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/initializer"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/dynamic"
+	api "k8s.io/kubernetes/pkg/apis/core"
 
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -67,9 +70,27 @@ func (p *plugin) ValidateInitialization() error {
 }
 
 var (
-	projectsResource   = schema.GroupResource{Group: ConsumerGroup, Resource: "projects"}
-	namespacesResource = schema.GroupResource{Resource: "namespaces"}
+	projectsResource       = schema.GroupResource{Group: ConsumerGroup, Resource: "projects"}
+	namespacesResource     = schema.GroupResource{Resource: "namespaces"}
+	resourceQuotasResource = schema.GroupResource{Resource: "resourcequotas"}
 )
+
+// refuseQuotaCounts refuses a ResourceQuota that counts quota objects:
+// held in an organization's namespace, whose editors write ResourceQuotas,
+// it would stop the server storing the claims and grants it owes.
+func refuseQuotaCounts(a admission.Attributes) error {
+	q, ok := a.GetObject().(*api.ResourceQuota)
+	if !ok {
+		return nil
+	}
+	for name := range q.Spec.Hard {
+		if strings.HasSuffix(string(name), "."+quotav1alpha1.GroupName) {
+			return apierrors.NewInvalid(api.Kind("ResourceQuota"), a.GetName(), field.ErrorList{field.Forbidden(field.NewPath("spec", "hard").Key(string(name)),
+				"the objects of "+quotav1alpha1.GroupName+" are the server's; they cannot be limited")})
+		}
+	}
+	return nil
+}
 
 func (p *plugin) Validate(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
 	gr := a.GetResource().GroupResource()
@@ -81,14 +102,23 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 	}
 	switch a.GetOperation() {
 	case admission.Delete:
+		if a.IsDryRun() {
+			return nil
+		}
 		t := tenancy.From(ctx)
 		project := ""
 		if t.Kind == tenancy.Project {
 			project = t.Name
 		}
-		p.ledger.TriggerDeleted(TriggerRef{Project: project, Group: gr.Group, Resource: gr.Resource, Namespace: objectNamespace(a), Name: a.GetName()}.Key())
+		name := a.GetName()
+		if name == "" { // one object of a deletecollection
+			if old, err := meta.Accessor(a.GetOldObject()); err == nil {
+				name = old.GetName()
+			}
+		}
+		p.ledger.TriggerDeleted(TriggerRef{Project: project, Group: gr.Group, Resource: gr.Resource, Namespace: objectNamespace(a), Name: name}.Key())
 		if t.Kind != tenancy.Project && gr == projectsResource {
-			p.ledger.ProjectDeleted(a.GetName())
+			p.ledger.ProjectDeleted(name)
 		}
 		return nil
 	case admission.Create:
@@ -100,12 +130,20 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 // claim charges a create to the buckets the matching policies name.
 func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
 	kind := a.GetKind()
+	if !p.ledger.Synced() {
+		// What the policies are is not known yet: nothing is created
+		// unclaimed, but the server's own bootstrap writes.
+		if u := a.GetUserInfo(); u != nil && u.GetName() == user.APIServerUser {
+			return nil
+		}
+		return apierrors.NewServiceUnavailable("quotas are loading; retry in a moment")
+	}
+	if gr := a.GetResource().GroupResource(); gr == resourceQuotasResource {
+		return refuseQuotaCounts(a)
+	}
 	policies := p.ledger.PoliciesFor(kind.GroupKind())
 	if len(policies) == 0 {
 		return nil
-	}
-	if !p.ledger.Synced() {
-		return apierrors.NewServiceUnavailable("quotas are loading; retry in a moment")
 	}
 	obj := a.GetObject()
 	accessor, err := meta.Accessor(obj)
@@ -128,6 +166,15 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 	consumers := &consumersOf{ledger: p.ledger, ctx: ctx, tenant: t, object: accessor, namespace: a.GetNamespace(), gr: a.GetResource().GroupResource(), hierarchy: p.hierarchy}
 	var plans []ClaimPlan
 	for _, policy := range policies {
+		// A policy that charges the object's own consumer, who has no
+		// grant for what it claims, has nothing to decide: its
+		// expressions are not run (one that fails would refuse creates of
+		// consumers it does not limit).
+		if !policy.NamesConsumer() {
+			if c, ok := consumers.Default(policy.ConsumerKind(consumers)); !ok || !p.ledger.HasGrant(c, policy.ResourceTypes()) {
+				continue
+			}
+		}
 		plan, ok, err := policy.Plan(vars, trigger, consumers)
 		if err != nil {
 			return apierrors.NewForbidden(a.GetResource().GroupResource(), accessor.GetName(),

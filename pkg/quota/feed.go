@@ -15,10 +15,20 @@ type Informers struct {
 	Registrations, Grants, Claims, ClaimPolicies cache.SharedIndexInformer
 }
 
-// Feed keeps l current with the informers' objects.
-func Feed(l *Ledger, inf Informers) error {
+// Feed keeps l current with the informers' objects. The ledger holds what
+// is stored once every returned function reports true (the handlers have
+// seen the informers' first lists).
+func Feed(l *Ledger, inf Informers) ([]cache.InformerSynced, error) {
+	var synced []cache.InformerSynced
+	handle := func(inf cache.SharedIndexInformer, h cache.ResourceEventHandler) error {
+		reg, err := inf.AddEventHandler(h)
+		if err == nil {
+			synced = append(synced, reg.HasSynced)
+		}
+		return err
+	}
 	add := func(inf cache.SharedIndexInformer, set func(*unstructured.Unstructured), del func(*unstructured.Unstructured)) error {
-		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		return handle(inf, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { withObject(obj, set) },
 			UpdateFunc: func(_, obj any) { withObject(obj, set) },
 			DeleteFunc: func(obj any) {
@@ -28,7 +38,6 @@ func Feed(l *Ledger, inf Informers) error {
 				withObject(obj, del)
 			},
 		})
-		return err
 	}
 	if err := add(inf.Registrations, func(u *unstructured.Unstructured) {
 		var r quotav1alpha1.ResourceRegistration
@@ -36,7 +45,7 @@ func Feed(l *Ledger, inf Informers) error {
 			l.SetRegistration(&r)
 		}
 	}, func(u *unstructured.Unstructured) { l.DeleteRegistration(u.GetName()) }); err != nil {
-		return err
+		return nil, err
 	}
 	if err := add(inf.Grants, func(u *unstructured.Unstructured) {
 		var g quotav1alpha1.ResourceGrant
@@ -44,17 +53,33 @@ func Feed(l *Ledger, inf Informers) error {
 			l.SetGrant(&g)
 		}
 	}, func(u *unstructured.Unstructured) { l.DeleteGrant(u.GetNamespace(), u.GetName()) }); err != nil {
-		return err
+		return nil, err
 	}
-	if err := add(inf.Claims, func(u *unstructured.Unstructured) {
+	setClaim := func(u *unstructured.Unstructured, check bool) {
 		var c quotav1alpha1.ResourceClaim
 		if decode(u, &c) {
-			l.SetClaim(&c)
+			l.SetClaim(&c, check)
 		}
-	}, func(u *unstructured.Unstructured) { l.DeleteClaim(u.GetNamespace(), u.GetName()) }); err != nil {
-		return err
 	}
-	return add(inf.ClaimPolicies, func(u *unstructured.Unstructured) {
+	if err := handle(inf.Claims, cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { withObject(obj, func(u *unstructured.Unstructured) { setClaim(u, true) }) },
+		UpdateFunc: func(old, obj any) {
+			// A resync hands the same object again: its object is looked up again.
+			o, _ := old.(*unstructured.Unstructured)
+			withObject(obj, func(u *unstructured.Unstructured) {
+				setClaim(u, o != nil && o.GetResourceVersion() == u.GetResourceVersion())
+			})
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			withObject(obj, func(u *unstructured.Unstructured) { l.DeleteClaim(u.GetNamespace(), u.GetName()) })
+		},
+	}); err != nil {
+		return nil, err
+	}
+	return synced, add(inf.ClaimPolicies, func(u *unstructured.Unstructured) {
 		var p quotav1alpha1.ClaimCreationPolicy
 		if decode(u, &p) {
 			l.SetClaimPolicy(CompileClaimPolicy(&p))

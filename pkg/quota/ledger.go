@@ -12,6 +12,8 @@ package quota
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -282,7 +284,7 @@ func (l *Ledger) GrantError(namespace, name string) error {
 	if err := grantPlacement(g.namespace, g.consumer); err != nil {
 		return err
 	}
-	for _, t := range sortedKeys(g.allowances) {
+	for _, t := range slices.Sorted(maps.Keys(g.allowances)) {
 		if _, ok := l.validTypeLocked(t, g.consumer.Kind); !ok {
 			return fmt.Errorf("no active ResourceRegistration of resource type %q charges a %s", t, g.consumer.Kind)
 		}
@@ -306,6 +308,20 @@ func grantPlacement(namespace string, c Consumer) error {
 	return nil
 }
 
+// HasGrant reports whether c has a grant, in effect or not, for any of types.
+func (l *Ledger) HasGrant(c Consumer, types []string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, g := range l.grantsOf[c] {
+		for _, t := range types {
+			if _, ok := g.allowances[t]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // limitLocked returns k's limit and the grants that make it up.
 func (l *Ledger) limitLocked(k BucketKey) (limit int64, grants []*grant) {
 	if _, ok := l.validTypeLocked(k.ResourceType, k.Consumer.Kind); !ok {
@@ -323,8 +339,9 @@ func (l *Ledger) limitLocked(k BucketKey) (limit int64, grants []*grant) {
 	return limit, grants
 }
 
-// SetClaim records c.
-func (l *Ledger) SetClaim(c *quotav1alpha1.ResourceClaim) {
+// SetClaim records c. check asks for its object to be looked up: when the
+// claim is new, and at each resync (not on its own status writes).
+func (l *Ledger) SetClaim(c *quotav1alpha1.ResourceClaim, check bool) {
 	key := Key(c.Namespace, c.Name)
 	nc := &claim{consumer: Consumer{Kind: c.Spec.ConsumerRef.Kind, Name: c.Spec.ConsumerRef.Name}, requests: map[string]int64{},
 		trigger: c.Annotations[TriggerAnnotation], project: c.Annotations[TriggerProjectAnnotation]}
@@ -356,7 +373,7 @@ func (l *Ledger) SetClaim(c *quotav1alpha1.ResourceClaim) {
 		}
 		l.byProject[nc.project][key] = struct{}{}
 	}
-	if l.verify != nil {
+	if check && l.verify != nil {
 		l.verify(key)
 	}
 }
@@ -623,13 +640,4 @@ func (l *Ledger) indexPoliciesLocked() {
 // is asked on every create.
 func (l *Ledger) PoliciesFor(gk schema.GroupKind) []*ClaimPolicy {
 	return (*l.policiesByGK.Load())[gk]
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -132,8 +132,8 @@ func TestReservationsBecomeClaims(t *testing.T) {
 	if got := l.Bucket(k).Allocated; got != 1 {
 		t.Fatalf("allocated while reserved: %d", got)
 	}
-	l.SetClaim(reserved[0].Object())
-	l.SetClaim(reserved[0].Object()) // an update: counted once
+	l.SetClaim(reserved[0].Object(), true)
+	l.SetClaim(reserved[0].Object(), false) // an update: counted once
 	if got := l.Bucket(k); got.Allocated != 1 || got.ClaimCount != 1 {
 		t.Fatalf("after the claim is stored: %+v", got)
 	}
@@ -232,7 +232,7 @@ func TestClaimsOfAnObjectAreCheckedWhenItGoes(t *testing.T) {
 	l.Notify(func(BucketKey) {}, func(string) {}, func(k string) { going = append(going, k) })
 	p := plan("c", web, configMaps, map[string]int64{"x": 1})
 	p.Trigger = TriggerRef{Project: "web", Version: "v1", Resource: "configmaps", Kind: "ConfigMap", Namespace: "default", Name: "settings", UID: "u1"}
-	l.SetClaim(p.Object())
+	l.SetClaim(p.Object(), true)
 	l.TriggerDeleted(TriggerRef{Project: "other", Resource: "configmaps", Namespace: "default", Name: "settings"}.Key())
 	if len(going) != 0 {
 		t.Fatalf("a delete in another project checked %v", going)

@@ -211,6 +211,34 @@ func CompileClaimPolicy(p *quotav1alpha1.ClaimCreationPolicy) *ClaimPolicy {
 // Active reports whether the policy creates claims.
 func (p *ClaimPolicy) Active() bool { return p.Err == nil && !p.Disabled }
 
+// NamesConsumer reports whether the policy's template names its consumer
+// (else the object's own is charged).
+func (p *ClaimPolicy) NamesConsumer() bool {
+	n, k := p.consumer.name, p.consumer.kind
+	return (n != nil && (len(n.exprs) > 0 || n.literal[0] != "")) || (k != nil && len(k.exprs) > 0)
+}
+
+// ConsumerKind returns the kind the policy charges: its template's literal
+// kind, or the kind the registration of its first request charges.
+func (p *ClaimPolicy) ConsumerKind(c Consumers) string {
+	if p.consumer.kind != nil && len(p.consumer.kind.exprs) == 0 && p.consumer.kind.literal[0] != "" {
+		return p.consumer.kind.literal[0]
+	}
+	if len(p.requests) == 0 {
+		return ""
+	}
+	return c.KindFor(p.requests[0].ResourceType)
+}
+
+// ResourceTypes returns the resource types the policy claims.
+func (p *ClaimPolicy) ResourceTypes() []string {
+	out := make([]string, 0, len(p.requests))
+	for _, r := range p.requests {
+		out = append(out, r.ResourceType)
+	}
+	return out
+}
+
 // Requests reports whether the policy claims resourceType.
 func (p *ClaimPolicy) Requests(resourceType string) bool {
 	for _, r := range p.requests {

@@ -63,10 +63,11 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 		GrantPolicies: informer(quotav1alpha1.GrantCreationPoliciesResource), Suspensions: informer(projectSuspensionsResource),
 		Organizations: tree.Factory().ForResource(organizationsGVR).Informer(), Projects: tree.Factory().ForResource(projectsGVR).Informer(),
 	}
-	if err := quota.Feed(ledger, inf.Informers); err != nil {
+	fed, err := quota.Feed(ledger, inf.Informers)
+	if err != nil {
 		return err
 	}
-	if _, err := inf.Suspensions.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	indexed, err := inf.Suspensions.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { setSuspension(index, obj) },
 		UpdateFunc: func(_, obj any) { setSuspension(index, obj) },
 		DeleteFunc: func(obj any) {
@@ -77,7 +78,8 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 				index.Delete(u.GetName())
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	clients, err := allprojects.NewClients(loopback)
@@ -92,7 +94,9 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 	for _, i := range own {
 		go i.RunWithContext(ctx)
 	}
-	var synced []cache.InformerSynced
+	// The handlers, not only the informers: the ledger and the index hold
+	// what is stored once their handlers have seen the first lists.
+	synced := append(fed, indexed.HasSynced)
 	for _, i := range append(own, inf.Organizations, inf.Projects) {
 		synced = append(synced, i.HasSynced)
 	}

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -195,6 +196,13 @@ func TestProviderQuotas(t *testing.T) {
 	if _, err := m.dynamicAs(t, "alice-token", tenancy.ProjectPath(created[1])).Resource(grantsGVR).Namespace("default").List(ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("grants inside a project: %v", err)
 	}
+	// Nor can she stop the server storing claims and grants with a
+	// ResourceQuota of her namespace counting them.
+	if _, err := m.as(t, "alice-token", tenancy.OrganizationPath(org)).CoreV1().ResourceQuotas(ns).Create(ctx, &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "no-claims"},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/resourceclaims.quota.miloapis.com": resource.MustParse("0")}}}, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("a ResourceQuota counting claims: %v", err)
+	}
 	// Nobody else reads them: carol gets the same answer here as for an
 	// organization that does not exist; alice the same in another one's.
 	outsider := func(token, o string) error {
@@ -371,5 +379,29 @@ func TestProviderQuotas(t *testing.T) {
 	eventually(t, "writes restored once the suspension is lifted", func() error {
 		_, err := aliceWeb.CoreV1().ConfigMaps("default").Create(ctx, cm("after", false), metav1.CreateOptions{})
 		return err
+	})
+
+	// A deleted project takes its grants, buckets and suspensions with it:
+	// a later project of its name starts without them.
+	suspension.SetName(api + "-abuse")
+	suspension.Object["spec"].(map[string]any)["projectRef"] = map[string]any{"name": api}
+	if _, err := admin.Resource(projectSuspensionsGVR).Create(ctx, suspension, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := aliceOrg.Resource(projectsGVR).Delete(ctx, api, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the deleted project's grant, bucket and suspension gone", func() error {
+		if _, err := admin.Resource(grantsGVR).Namespace(ns).Get(ctx, "api-premium", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("grant: %v", err)
+		}
+		if _, err := admin.Resource(projectSuspensionsGVR).Get(ctx, api+"-abuse", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("suspension: %v", err)
+		}
+		list, err := admin.Resource(bucketsGVR).Namespace(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.consumerRef.name=" + api})
+		if err != nil || len(list.Items) != 0 {
+			return fmt.Errorf("buckets: %d %v", len(list.Items), err)
+		}
+		return nil
 	})
 }

@@ -23,7 +23,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -55,6 +54,10 @@ import (
 // create it was made for may still be on its way to storage.
 const Grace = time.Minute
 
+// BucketDelay is how long a bucket's change waits for others before its
+// status is written.
+const BucketDelay = 250 * time.Millisecond
+
 // Informers are what the controller watches beside the ledger's.
 type Informers struct {
 	quota.Informers
@@ -76,6 +79,20 @@ type Controller struct {
 
 	seenMu sync.Mutex
 	seen   map[string]bool // claims whose object has been seen stored
+	// goingChecks counts, per claim whose object a delete was admitted
+	// for, the lookups that found it still there.
+	goingChecks map[string]int
+}
+
+// going queues the claim of an object a delete was admitted for: one item
+// per claim, however many deletes were.
+func (c *Controller) going(claim string) {
+	c.seenMu.Lock()
+	if _, ok := c.goingChecks[claim]; !ok {
+		c.goingChecks[claim] = 0
+	}
+	c.seenMu.Unlock()
+	c.queue.Add("going\x00" + claim)
 }
 
 // New returns the controller.
@@ -88,33 +105,72 @@ func New(ledger *quota.Ledger, clients *allprojects.Clients, hierarchy tenancy.H
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{ledger: ledger, clients: clients, platform: platform, hierarchy: hierarchy, inf: inf, now: time.Now, seen: map[string]bool{},
+	c := &Controller{ledger: ledger, clients: clients, platform: platform, hierarchy: hierarchy, inf: inf, now: time.Now, seen: map[string]bool{}, goingChecks: map[string]int{},
 		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco)),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedMaxOfRateLimiter(
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second)),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "quota"})}
-	ledger.Notify(func(k quota.BucketKey) { c.queue.Add(bucketItem(k)) },
+	// A bucket's status is written at most every BucketDelay: a burst of
+	// claims is one write.
+	ledger.Notify(func(k quota.BucketKey) { c.queue.AddAfter(bucketItem(k), BucketDelay) },
 		func(claim string) { c.queue.Add("claim\x00" + claim) },
-		func(claim string) { c.queue.Add("going\x00" + claim + "\x000") })
-	on := func(inf cache.SharedIndexInformer, prefix string, namespaced bool) error {
-		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { c.enqueue(prefix, obj, namespaced) },
-			UpdateFunc: func(_, obj any) { c.enqueue(prefix, obj, namespaced) },
-		})
+		c.going)
+	on := func(inf cache.SharedIndexInformer, prefix string, namespaced, updates bool) error {
+		h := cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) { c.enqueue(prefix, obj, namespaced) }}
+		if updates {
+			h.UpdateFunc = func(_, obj any) { c.enqueue(prefix, obj, namespaced) }
+		}
+		_, err := inf.AddEventHandler(h)
 		return err
 	}
 	for _, h := range []struct {
-		inf        cache.SharedIndexInformer
-		prefix     string
-		namespaced bool
+		inf                 cache.SharedIndexInformer
+		prefix              string
+		namespaced, updates bool
 	}{
-		{inf.Registrations, "registration", false}, {inf.Grants, "grant", true}, {inf.ClaimPolicies, "claimpolicy", false},
-		{inf.GrantPolicies, "grantpolicy", false}, {inf.Suspensions, "suspension", false},
-		{inf.Organizations, "consumer\x00" + quota.KindOrganization, false}, {inf.Projects, "consumer\x00" + quota.KindProject, false},
+		{inf.Registrations, "registration", false, true}, {inf.Grants, "grant", true, true}, {inf.ClaimPolicies, "claimpolicy", false, true},
+		{inf.GrantPolicies, "grantpolicy", false, true}, {inf.Suspensions, "suspension", false, true},
+		// Grant policies read a consumer when it is created (and when a
+		// policy changes), not on its updates: a tenant relabelling its
+		// project does not collect grants.
+		{inf.Organizations, "consumer\x00" + quota.KindOrganization, false, false}, {inf.Projects, "consumer\x00" + quota.KindProject, false, false},
 	} {
-		if err := on(h.inf, h.prefix, h.namespaced); err != nil {
+		if err := on(h.inf, h.prefix, h.namespaced, h.updates); err != nil {
 			return nil, err
 		}
+	}
+	// A project being deleted takes its grants, buckets and suspensions
+	// with it, before its name can be used again, and its objects' claims
+	// are checked.
+	if _, err := inf.Projects.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj any) {
+			if u, ok := obj.(*unstructured.Unstructured); ok && u.GetDeletionTimestamp() != nil {
+				c.queue.Add("projectgone\x00" + u.GetName() + "\x00" + u.GetLabels()[tenancy.OrganizationLabel])
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				c.queue.Add("projectgone\x00" + u.GetName() + "\x00" + u.GetLabels()[tenancy.OrganizationLabel])
+				ledger.ProjectDeleted(u.GetName())
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := inf.Claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				c.forget(quota.Key(u.GetNamespace(), u.GetName()))
+			}
+		},
+	}); err != nil {
+		return nil, err
 	}
 	// A changed registration changes which grants count.
 	if _, err := inf.Registrations.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -188,9 +244,11 @@ func (c *Controller) sync(ctx context.Context, item string) (time.Duration, erro
 	case "bucket":
 		return 0, c.syncBucket(ctx, quota.BucketKey{Consumer: quota.Consumer{Kind: parts[1], Name: parts[2]}, ResourceType: parts[3]})
 	case "claim":
-		return c.syncClaim(ctx, parts[1], "")
+		return c.syncClaim(ctx, parts[1], false)
 	case "going":
-		return c.syncClaim(ctx, parts[1], parts[2])
+		return c.syncClaim(ctx, parts[1], true)
+	case "projectgone":
+		return 0, c.projectGone(ctx, parts[1], parts[2])
 	case "grant":
 		return 0, c.syncGrant(ctx, parts[1])
 	case "registration":
@@ -256,14 +314,36 @@ func (c *Controller) syncBucket(ctx context.Context, k quota.BucketKey) error {
 	return updateStatus(ctx, client, &b)
 }
 
-// goingChecks bounds how often the object of a claim is looked up after a
-// delete of it was admitted and it is still there, not being deleted: the
-// delete may have been refused after admission.
-const goingChecks = 25
+// maxGoingChecks bounds how often the object of a claim is looked up after
+// a delete of it was admitted and it is still there, not being deleted:
+// the delete may have been refused after admission.
+const maxGoingChecks = 12
 
-// syncClaim checks the object of the claim at key. going, when set, is how
-// many times it was found since a delete of it was admitted.
-func (c *Controller) syncClaim(ctx context.Context, key string, going string) (time.Duration, error) {
+// backoff returns when to look the object of claim key up again: 50 ms,
+// doubling, at most a minute apart.
+func (c *Controller) backoff(key string) time.Duration {
+	c.seenMu.Lock()
+	defer c.seenMu.Unlock()
+	n := c.goingChecks[key]
+	c.goingChecks[key] = n + 1
+	return min(50*time.Millisecond<<min(n, 20), time.Minute)
+}
+
+func (c *Controller) checksOf(key string) int {
+	c.seenMu.Lock()
+	defer c.seenMu.Unlock()
+	return c.goingChecks[key]
+}
+
+func (c *Controller) doneGoing(key string) {
+	c.seenMu.Lock()
+	defer c.seenMu.Unlock()
+	delete(c.goingChecks, key)
+}
+
+// syncClaim checks the object of the claim at key; going: a delete of the
+// object was admitted.
+func (c *Controller) syncClaim(ctx context.Context, key string, going bool) (time.Duration, error) {
 	obj, exists, err := c.inf.Claims.GetStore().GetByKey(key)
 	if err != nil || !exists {
 		c.forget(key)
@@ -291,16 +371,22 @@ func (c *Controller) syncClaim(ctx context.Context, key string, going string) (t
 	}
 	switch {
 	case err == nil && string(got.GetUID()) == trigger.UID:
-		if got.GetDeletionTimestamp() != nil {
-			return time.Second, nil // going: its finalizers decide when
-		}
 		c.markSeen(key)
+		if got.GetDeletionTimestamp() != nil {
+			// Going: its finalizers decide when. Looked up again, less
+			// and less often (a finalizer may stay for ever).
+			return c.backoff(key), nil
+		}
 		if err := c.grant(ctx, &claim); err != nil {
 			return 0, err
 		}
-		if n, err := strconv.Atoi(going); err == nil && n < goingChecks {
-			// Still there: the delete has not been applied yet, or was refused.
-			c.queue.AddAfter("going\x00"+key+"\x00"+strconv.Itoa(n+1), min(50*time.Millisecond<<n, 5*time.Second))
+		if going {
+			// Still there: the delete has not been applied yet, or was
+			// refused; looked up a few more times.
+			if after := c.backoff(key); c.checksOf(key) <= maxGoingChecks {
+				return after, nil
+			}
+			c.doneGoing(key)
 		}
 		return 0, nil
 	case err != nil && !apierrors.IsNotFound(err):
@@ -338,6 +424,7 @@ func (c *Controller) forget(key string) {
 	c.seenMu.Lock()
 	defer c.seenMu.Unlock()
 	delete(c.seen, key)
+	delete(c.goingChecks, key)
 }
 
 // grant marks a claim admission made as Granted, once.
@@ -404,6 +491,9 @@ func (c *Controller) condition(ctx context.Context, inf cache.SharedIndexInforme
 // in no set order: an object it has not seen yet is retried.
 
 func (c *Controller) syncGrant(ctx context.Context, key string) error {
+	if _, exists, err := c.inf.Grants.GetStore().GetByKey(key); err != nil || !exists {
+		return err
+	}
 	ns, name, _ := strings.Cut(key, "/")
 	err := c.ledger.GrantError(ns, name)
 	if errors.Is(err, quota.ErrNotLoaded) {
@@ -413,6 +503,9 @@ func (c *Controller) syncGrant(ctx context.Context, key string) error {
 }
 
 func (c *Controller) syncRegistration(ctx context.Context, name string) error {
+	if _, exists, err := c.inf.Registrations.GetStore().GetByKey(name); err != nil || !exists {
+		return err
+	}
 	err := c.ledger.RegistrationError(name)
 	if errors.Is(err, quota.ErrNotLoaded) {
 		return err
@@ -512,6 +605,35 @@ func (c *Controller) syncConsumer(ctx context.Context, kind, name string) error 
 		}
 		if _, err := create(ctx, c.platform.Resource(quotav1alpha1.GrantsResource).Namespace(g.Namespace), g); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err // the organization's namespace may not exist yet: retried
+		}
+	}
+	return nil
+}
+
+// projectGone deletes what was the project's own: its grants and buckets
+// (in its organization's namespace) and its suspensions, so that a later
+// project of the same name starts without them.
+func (c *Controller) projectGone(ctx context.Context, project, org string) error {
+	if org != "" {
+		ns := tenancy.OrganizationNamespace(org)
+		if err := c.platform.Resource(quotav1alpha1.GrantsResource).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{
+			FieldSelector: "spec.consumerRef.kind=" + quota.KindProject + ",spec.consumerRef.name=" + project}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if err := c.platform.Resource(quotav1alpha1.BucketsResource).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{
+			LabelSelector: quotav1alpha1.ConsumerKindLabel + "=" + quota.KindProject + "," + quotav1alpha1.ConsumerNameLabel + "=" + quota.LabelValue(project)}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	for _, obj := range c.inf.Suspensions.GetStore().List() {
+		var s resourcemanagerv1alpha1.ProjectSuspension
+		if !decodeInto(obj, &s) || s.Spec.ProjectRef.Name != project {
+			continue
+		}
+		err := c.platform.Resource(resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projectsuspensions")).Delete(ctx, s.Name,
+			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return err
 		}
 	}
 	return nil
