@@ -39,8 +39,9 @@ type quotaResult struct {
 	// Before and Granted are the server before and after Projects grants (and their buckets and claims).
 	Before, Granted resources
 	// ProjectsPerSecondOff and ProjectsPerSecondOn are Project creations
-	// (to created, not to Ready) in an organization without and with a projects-per-organization grant.
-	ProjectsPerSecondOff, ProjectsPerSecondOn float64
+	// (to created) in an organization without and with a projects-per-organization grant;
+	// ReadyPerSecondOff and ReadyPerSecondOn the same to every project Ready.
+	ProjectsPerSecondOff, ProjectsPerSecondOn, ReadyPerSecondOff, ReadyPerSecondOn float64
 }
 
 var (
@@ -190,27 +191,27 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 		o.Projects, r.Before.HeapBytes/(1<<20), r.Granted.HeapBytes/(1<<20), r.bytesPerProject(), r.Before.Goroutines, r.Granted.Goroutines)
 
 	// Project creation in two new organizations, one limited.
-	rate := func(org string, limited bool) (float64, error) {
+	rate := func(org string, limited bool) (created, ready float64, err error) {
 		if _, err := admin.Resource(organizationsGVR).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Organization", "metadata": map[string]any{"name": org}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return 0, err
+			return 0, 0, err
 		}
 		orgNS := tenancy.OrganizationNamespace(org)
 		if err := poll(ctx, time.Minute, func() (bool, error) {
 			_, err := admin.Resource(quotaBucketsGVR).Namespace(orgNS).List(ctx, metav1.ListOptions{Limit: 1})
 			return err == nil, nil
 		}); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		if limited {
 			if _, err := admin.Resource(quotaGrantsGVR).Namespace(orgNS).Create(ctx, quotaGrant(orgNS, "projects", "Organization", org, "resourcemanager.miloapis.com/projects", int64(o.Created)), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				return 0, err
+				return 0, 0, err
 			}
 			if err := poll(ctx, time.Minute, func() (bool, error) {
 				list, err := admin.Resource(quotaBucketsGVR).Namespace(orgNS).List(ctx, metav1.ListOptions{})
 				return err == nil && len(list.Items) == 1, nil
 			}); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 		}
 		began := time.Now()
@@ -223,17 +224,40 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 			}
 			return err
 		}); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		return float64(o.Created) / time.Since(began).Seconds(), nil
+		created = float64(o.Created) / time.Since(began).Seconds()
+		err = poll(ctx, 10*time.Minute, func() (bool, error) {
+			n, opts := 0, metav1.ListOptions{Limit: 500, LabelSelector: tenancy.OrganizationLabel + "=" + org}
+			for {
+				list, err := admin.Resource(projectsGVR).List(ctx, opts)
+				if err != nil {
+					return false, nil
+				}
+				for _, p := range list.Items {
+					conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
+					if slices.ContainsFunc(conds, func(c any) bool {
+						m, _ := c.(map[string]any)
+						return m["type"] == "Ready" && m["status"] == "True"
+					}) {
+						n++
+					}
+				}
+				if opts.Continue = list.GetContinue(); opts.Continue == "" {
+					return n >= o.Created, nil
+				}
+			}
+		})
+		return created, float64(o.Created) / time.Since(began).Seconds(), err
 	}
-	if r.ProjectsPerSecondOff, err = rate("quota-off", false); err != nil {
+	if r.ProjectsPerSecondOff, r.ReadyPerSecondOff, err = rate("quota-off", false); err != nil {
 		return nil, err
 	}
-	if r.ProjectsPerSecondOn, err = rate("quota-on", true); err != nil {
+	if r.ProjectsPerSecondOn, r.ReadyPerSecondOn, err = rate("quota-on", true); err != nil {
 		return nil, err
 	}
-	progress("[milo] %d projects created at %.0f/s without a projects quota, %.0f/s with one", o.Created, r.ProjectsPerSecondOff, r.ProjectsPerSecondOn)
+	progress("[milo] %d projects created at %.0f/s (Ready %.0f/s) without a projects quota, %.0f/s (Ready %.0f/s) with one",
+		o.Created, r.ProjectsPerSecondOff, r.ReadyPerSecondOff, r.ProjectsPerSecondOn, r.ReadyPerSecondOn)
 	return r, nil
 }
 
@@ -256,7 +280,8 @@ func (q *quotaResult) section() string {
 	}
 	fmt.Fprintf(&b, "\n| | heap | goroutines |\n|---|---|---|\n| before the grants | %.0f MiB | %.0f |\n| %d grants and buckets | %.0f MiB | %.0f |\n",
 		q.Before.HeapBytes/(1<<20), q.Before.Goroutines, o.Projects, q.Granted.HeapBytes/(1<<20), q.Granted.Goroutines)
-	fmt.Fprintf(&b, "\n%.0f bytes of heap per project granted. Project creation: %.0f/s without a projects quota, %.0f/s with one (%.2f×).\n\n",
-		q.bytesPerProject(), q.ProjectsPerSecondOff, q.ProjectsPerSecondOn, q.ProjectsPerSecondOn/max(q.ProjectsPerSecondOff, 0.001))
+	fmt.Fprintf(&b, "\n%.0f bytes of heap per project granted. Project creation, to created: %.0f/s without a projects quota, %.0f/s with one (%.2f×); to all Ready: %.0f/s and %.0f/s (%.2f×).\n\n",
+		q.bytesPerProject(), q.ProjectsPerSecondOff, q.ProjectsPerSecondOn, q.ProjectsPerSecondOn/max(q.ProjectsPerSecondOff, 0.001),
+		q.ReadyPerSecondOff, q.ReadyPerSecondOn, q.ReadyPerSecondOn/max(q.ReadyPerSecondOff, 0.001))
 	return b.String()
 }

@@ -165,10 +165,26 @@ func (plan ClaimPlan) Object() *quotav1alpha1.ResourceClaim {
 			ann[k] = v
 		}
 	}
-	return &quotav1alpha1.ResourceClaim{
+	c := &quotav1alpha1.ResourceClaim{
 		TypeMeta:   metav1.TypeMeta{APIVersion: quotav1alpha1.SchemeGroupVersion.String(), Kind: "ResourceClaim"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: plan.Namespace, Name: plan.Name, Labels: plan.Labels, Annotations: ann},
 		Spec: quotav1alpha1.ResourceClaimSpec{ConsumerRef: plan.Consumer.Ref(), Requests: plan.Requests,
 			ResourceRef: &quotav1alpha1.UnversionedObjectReference{APIGroup: t.Group, Kind: t.Kind, Name: t.Name, Namespace: t.Namespace}},
 	}
+	// Granted as it is stored: the ledger reserved its units first.
+	now := metav1.Now()
+	for _, r := range plan.Requests {
+		c.Status.Allocations = append(c.Status.Allocations, quotav1alpha1.ResourceClaimAllocationStatus{
+			ResourceType: r.ResourceType, Status: "Granted", Reason: quotav1alpha1.ReasonQuotaAvailable, AllocatedAmount: r.Amount,
+			AllocatingBucket: BucketName(BucketKey{Consumer: plan.Consumer, ResourceType: r.ResourceType}), LastTransitionTime: now})
+	}
+	c.Status.Conditions = []metav1.Condition{{Type: quotav1alpha1.ConditionGranted, Status: metav1.ConditionTrue, Reason: quotav1alpha1.ReasonQuotaAvailable,
+		Message: "reserved at admission", LastTransitionTime: now}}
+	return c
+}
+
+// BucketName is the name of k's AllowanceBucket.
+func BucketName(k BucketKey) string {
+	sum := sha256.Sum256([]byte(k.ResourceType))
+	return strings.ToLower(k.Consumer.Kind) + "-" + k.Consumer.Name + "-" + hex.EncodeToString(sum[:4])
 }

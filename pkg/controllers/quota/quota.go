@@ -7,8 +7,7 @@
 //   - ResourceClaims: the object each is for is looked up when the claim
 //     appears, when a delete of the object is admitted, and at every
 //     resync; a claim whose object is gone (or was never stored) is
-//     deleted, which frees its units; one whose object exists is marked
-//     Granted;
+//     deleted, which frees its units;
 //   - the Active condition of registrations and grants, the Ready
 //     condition of policies, the phase of ProjectSuspensions;
 //   - GrantCreationPolicies: each Organization or Project a policy matches
@@ -20,8 +19,6 @@ package quota
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"strings"
 	"sync"
@@ -265,19 +262,13 @@ func (c *Controller) sync(ctx context.Context, item string) (time.Duration, erro
 	return 0, nil
 }
 
-// BucketName is the name of k's AllowanceBucket.
-func BucketName(k quota.BucketKey) string {
-	sum := sha256.Sum256([]byte(k.ResourceType))
-	return strings.ToLower(k.Consumer.Kind) + "-" + k.Consumer.Name + "-" + hex.EncodeToString(sum[:4])
-}
-
 func (c *Controller) syncBucket(ctx context.Context, k quota.BucketKey) error {
 	s := c.ledger.Bucket(k)
 	org, err := quota.OrganizationOf(ctx, c.hierarchy, k.Consumer)
 	if err != nil {
 		return nil // the consumer is gone; its organization's namespace goes with it
 	}
-	ns, name := tenancy.OrganizationNamespace(org), BucketName(k)
+	ns, name := tenancy.OrganizationNamespace(org), quota.BucketName(k)
 	client := c.platform.Resource(quotav1alpha1.BucketsResource).Namespace(ns)
 	u, err := client.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -377,9 +368,6 @@ func (c *Controller) syncClaim(ctx context.Context, key string, going bool) (tim
 			// and less often (a finalizer may stay for ever).
 			return c.backoff(key), nil
 		}
-		if err := c.grant(ctx, &claim); err != nil {
-			return 0, err
-		}
 		if going {
 			// Still there: the delete has not been applied yet, or was
 			// refused; looked up a few more times.
@@ -425,25 +413,6 @@ func (c *Controller) forget(key string) {
 	defer c.seenMu.Unlock()
 	delete(c.seen, key)
 	delete(c.goingChecks, key)
-}
-
-// grant marks a claim admission made as Granted, once.
-func (c *Controller) grant(ctx context.Context, claim *quotav1alpha1.ResourceClaim) error {
-	if cond := meta.FindStatusCondition(claim.Status.Conditions, quotav1alpha1.ConditionGranted); cond != nil && cond.Status == metav1.ConditionTrue {
-		return nil
-	}
-	now := metav1.NewTime(c.now())
-	claim.Status.ObservedGeneration = claim.Generation
-	claim.Status.Allocations = nil
-	for _, r := range claim.Spec.Requests {
-		claim.Status.Allocations = append(claim.Status.Allocations, quotav1alpha1.ResourceClaimAllocationStatus{
-			ResourceType: r.ResourceType, Status: "Granted", Reason: quotav1alpha1.ReasonQuotaAvailable, AllocatedAmount: r.Amount,
-			AllocatingBucket:   BucketName(quota.BucketKey{Consumer: quota.Consumer{Kind: claim.Spec.ConsumerRef.Kind, Name: claim.Spec.ConsumerRef.Name}, ResourceType: r.ResourceType}),
-			LastTransitionTime: now})
-	}
-	meta.SetStatusCondition(&claim.Status.Conditions, metav1.Condition{Type: quotav1alpha1.ConditionGranted, Status: metav1.ConditionTrue,
-		Reason: quotav1alpha1.ReasonQuotaAvailable, Message: "admitted with the object it is for", ObservedGeneration: claim.Generation})
-	return updateStatus(ctx, c.platform.Resource(quotav1alpha1.ClaimsResource).Namespace(claim.Namespace), claim)
 }
 
 // condition sets one condition on the status of the object at key in inf.
