@@ -55,7 +55,9 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 			// (a crash) frees its units then.
 			resync = ClaimResync
 		}
-		return dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer()
+		inf := dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer()
+		_ = inf.SetTransform(slimQuotaObject) // fails only once started
+		return inf
 	}
 	inf := quotacontroller.Informers{
 		Informers: quota.Informers{Registrations: informer(quotav1alpha1.RegistrationsResource), Grants: informer(quotav1alpha1.GrantsResource),
@@ -113,6 +115,21 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 	}
 	go ctl.Run(ctx, 4)
 	return nil
+}
+
+// slimQuotaObject drops what nobody here reads of a cached quota object:
+// its managed fields, and a claim's per-request status (a claim and a grant
+// are held once per object a quota charges or consumer it limits).
+func slimQuotaObject(obj any) (any, error) {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return obj, nil
+	}
+	u.SetManagedFields(nil)
+	if u.GetKind() == "ResourceClaim" {
+		unstructured.RemoveNestedField(u.Object, "status", "allocations")
+	}
+	return u, nil
 }
 
 func setSuspension(index *suspension.Index, obj any) {
