@@ -196,6 +196,7 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 		for _, plan := range reserved {
 			p.ledger.Release(plan.Namespace, plan.Name)
 		}
+		p.ledger.ReleaseTrigger(trigger.Key())
 		return nil
 	}
 	for i, plan := range reserved {
@@ -209,6 +210,7 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 			for _, rest := range reserved[i:] {
 				p.ledger.Release(rest.Namespace, rest.Name)
 			}
+			p.ledger.ReleaseTrigger(trigger.Key())
 			return apierrors.NewInternalError(fmt.Errorf("storing the quota claim of %s %s: %w", trigger.Kind, trigger.Name, err))
 		}
 	}

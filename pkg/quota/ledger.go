@@ -100,6 +100,9 @@ type Ledger struct {
 	byProject     map[string]map[string]struct{} // project of the claimed object -> claim keys
 	claimPolicies map[string]*ClaimPolicy
 	policiesByGK  atomic.Pointer[map[schema.GroupKind][]*ClaimPolicy]
+	// metered resource types are counted from what the server already
+	// caches (MeterAdd), not from claims; metered[t] holds the counts.
+	metered map[string]map[Consumer]int64
 
 	synced  atomic.Bool
 	now     func() time.Time
@@ -116,7 +119,7 @@ func NewLedger() *Ledger {
 		claims: map[string]*claim{}, allocated: map[BucketKey]int64{}, claimCount: map[BucketKey]int32{},
 		pending: map[string]pendingClaim{}, pendingOf: map[BucketKey]int64{},
 		byTrigger: map[string][]string{}, byProject: map[string]map[string]struct{}{},
-		claimPolicies: map[string]*ClaimPolicy{}, now: time.Now,
+		claimPolicies: map[string]*ClaimPolicy{}, metered: map[string]map[Consumer]int64{}, now: time.Now,
 	}
 	empty := map[schema.GroupKind][]*ClaimPolicy{}
 	l.policiesByGK.Store(&empty)
@@ -469,6 +472,7 @@ func (l *Ledger) Reserve(plans []ClaimPlan) ([]ClaimPlan, error) {
 	l.expirePendingLocked()
 	var out []ClaimPlan
 	want := map[BucketKey]int64{}
+	meteredOf := map[string][]meteredRequest{}
 	for _, p := range plans {
 		kept := p
 		kept.Requests = nil
@@ -482,11 +486,15 @@ func (l *Ledger) Reserve(plans []ClaimPlan) ([]ClaimPlan, error) {
 			if len(grants) == 0 {
 				continue
 			}
-			used := l.allocated[k] + l.pendingOf[k] + want[k]
+			used := l.allocatedLocked(k) + l.pendingOf[k] + want[k]
 			if used+r.Amount > limit {
 				return nil, &Exceeded{Bucket: k, Limit: limit, Used: used, Amount: r.Amount, Unit: reg.baseUnit()}
 			}
 			want[k] += r.Amount
+			if _, ok := l.metered[r.ResourceType]; ok {
+				meteredOf[p.Trigger.Key()] = append(meteredOf[p.Trigger.Key()], meteredRequest{p.Consumer, r})
+				continue // counted when the object is seen: no claim
+			}
 			kept.Requests = append(kept.Requests, r)
 		}
 		if len(kept.Requests) > 0 {
@@ -494,6 +502,16 @@ func (l *Ledger) Reserve(plans []ClaimPlan) ([]ClaimPlan, error) {
 		}
 	}
 	expires := l.now().Add(pendingTTL)
+	for trigger, rs := range meteredOf {
+		key := meteredKey(trigger)
+		l.dropPendingLocked(key)
+		pc := pendingClaim{consumer: rs[0].consumer, requests: map[string]int64{}, expires: expires}
+		for _, r := range rs {
+			pc.requests[r.request.ResourceType] += r.request.Amount
+			l.pendingOf[BucketKey{r.consumer, r.request.ResourceType}] += r.request.Amount
+		}
+		l.pending[key] = pc
+	}
 	for _, p := range out {
 		key := Key(p.Namespace, p.Name)
 		if _, stored := l.claims[key]; stored {
@@ -508,6 +526,68 @@ func (l *Ledger) Reserve(plans []ClaimPlan) ([]ClaimPlan, error) {
 		l.pending[key] = pc
 	}
 	return out, nil
+}
+
+type meteredRequest struct {
+	consumer Consumer
+	request  quotav1alpha1.ResourceRequest
+}
+
+func meteredKey(trigger string) string { return "metered|" + trigger }
+
+// allocatedLocked is what k's consumer holds: its claims, or its count of
+// a metered resource type.
+func (l *Ledger) allocatedLocked(k BucketKey) int64 {
+	if counts, ok := l.metered[k.ResourceType]; ok {
+		return counts[k.Consumer]
+	}
+	return l.allocated[k]
+}
+
+// Meter makes resourceType metered: what a consumer holds of it is the
+// count MeterAdd keeps, fed from a cache the server holds anyway, and
+// admission stores no claim for it — a charged create costs no write.
+func (l *Ledger) Meter(resourceType string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.metered[resourceType] == nil {
+		l.metered[resourceType] = map[Consumer]int64{}
+	}
+}
+
+// Metered reports whether resourceType is counted without claims.
+func (l *Ledger) Metered(resourceType string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, ok := l.metered[resourceType]
+	return ok
+}
+
+// MeterAdd counts delta objects of a metered resource type to c; trigger,
+// when an object is added, is its TriggerRef key: the units reserved for
+// its create count from now on as the object's.
+func (l *Ledger) MeterAdd(resourceType string, c Consumer, delta int64, trigger string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	counts, ok := l.metered[resourceType]
+	if !ok {
+		return
+	}
+	counts[c] += delta
+	if counts[c] <= 0 {
+		delete(counts, c)
+	}
+	if trigger != "" {
+		l.dropPendingLocked(meteredKey(trigger))
+	}
+	l.notify(BucketKey{c, resourceType})
+}
+
+// ReleaseTrigger frees the metered units reserved for an object that was not created.
+func (l *Ledger) ReleaseTrigger(trigger string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.dropPendingLocked(meteredKey(trigger))
 }
 
 func (r *registration) baseUnit() string { return r.unit }
@@ -544,7 +624,10 @@ func (l *Ledger) Bucket(k BucketKey) BucketStatus {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	limit, grants := l.limitLocked(k)
-	s := BucketStatus{Limit: limit, Allocated: l.allocated[k] + l.pendingOf[k], ClaimCount: l.claimCount[k], GrantCount: int32(len(grants)), Exists: len(grants) > 0}
+	s := BucketStatus{Limit: limit, Allocated: l.allocatedLocked(k) + l.pendingOf[k], ClaimCount: l.claimCount[k], GrantCount: int32(len(grants)), Exists: len(grants) > 0}
+	if counts, ok := l.metered[k.ResourceType]; ok {
+		s.ClaimCount = int32(counts[k.Consumer])
+	}
 	s.Available = max(0, s.Limit-s.Allocated)
 	for _, g := range grants {
 		s.Grants = append(s.Grants, quotav1alpha1.ContributingGrantRef{Name: g.name, LastObservedGeneration: g.generation, Amount: g.allowances[k.ResourceType]})

@@ -247,3 +247,46 @@ func TestClaimsOfAnObjectAreCheckedWhenItGoes(t *testing.T) {
 		t.Fatalf("trigger read back %+v, want %+v", back, p.Trigger)
 	}
 }
+
+// TestMeteredTypesCountWithoutClaims: a metered type is counted from what
+// MeterAdd reports — objects made before the grant included — its creates
+// store no claim, and a reservation counts until its object is counted.
+func TestMeteredTypesCountWithoutClaims(t *testing.T) {
+	l := NewLedger()
+	l.Meter(ProjectsPerOrganization)
+	l.SetRegistration(registrationOf("projects", ProjectsPerOrganization, quotav1alpha1.TypeEntity, KindOrganization, projects))
+	trigger := func(name string) string {
+		return TriggerRef{Group: ConsumerGroup, Resource: "projects", Name: name}.Key()
+	}
+	l.MeterAdd(ProjectsPerOrganization, acme, 1, trigger("old"))
+	l.SetGrant(grantOf("organization-acme", "g", acme, map[string][]int64{ProjectsPerOrganization: {3}}))
+	k := BucketKey{acme, ProjectsPerOrganization}
+	if got := l.Bucket(k); got.Allocated != 1 || got.ClaimCount != 1 {
+		t.Fatalf("a project made before the grant: %+v", got)
+	}
+	newProject := func(name string) ClaimPlan {
+		p := plan(name, acme, projects, map[string]int64{ProjectsPerOrganization: 1})
+		p.Trigger = TriggerRef{Group: ConsumerGroup, Resource: "projects", Kind: KindProject, Name: name, UID: name}
+		return p
+	}
+	claims, err := l.Reserve([]ClaimPlan{newProject("a")})
+	if err != nil || len(claims) != 0 {
+		t.Fatalf("a metered create: claims %v, %v", claims, err)
+	}
+	if _, err := l.Reserve([]ClaimPlan{newProject("b")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Reserve([]ClaimPlan{newProject("c")}); err == nil {
+		t.Fatal("a fourth project against a limit of 3")
+	}
+	// a is stored and counted (once); b's create failed.
+	l.MeterAdd(ProjectsPerOrganization, acme, 1, trigger("a"))
+	l.ReleaseTrigger(trigger("b"))
+	if got := l.Bucket(k); got.Allocated != 2 || got.ClaimCount != 2 {
+		t.Fatalf("after a was stored and b failed: %+v", got)
+	}
+	l.MeterAdd(ProjectsPerOrganization, acme, -1, "")
+	if got := l.Bucket(k); got.Allocated != 1 || got.Available != 2 {
+		t.Fatalf("after a project went: %+v", got)
+	}
+}

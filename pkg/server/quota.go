@@ -23,6 +23,7 @@ import (
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/quota"
 	"go.miloapis.com/milo/pkg/suspension"
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 // ClaimResync is how often every quota claim's object is looked up again.
@@ -84,6 +85,38 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 	if err != nil {
 		return err
 	}
+	// Projects per organization is metered: counted from the hierarchy's
+	// cache of Projects, every project of the organization, with no claim.
+	ledger.Meter(quota.ProjectsPerOrganization)
+	count := func(obj any, delta int64, added bool) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok || u.GetLabels()[tenancy.OrganizationLabel] == "" {
+			return
+		}
+		trigger := ""
+		if added {
+			trigger = quota.TriggerRef{Group: quota.ConsumerGroup, Resource: "projects", Name: u.GetName()}.Key()
+		}
+		ledger.MeterAdd(quota.ProjectsPerOrganization, quota.Consumer{Kind: quota.KindOrganization, Name: u.GetLabels()[tenancy.OrganizationLabel]}, delta, trigger)
+	}
+	counted, err := inf.Projects.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { count(obj, 1, true) },
+		UpdateFunc: func(old, obj any) {
+			o, _ := old.(*unstructured.Unstructured)
+			n, _ := obj.(*unstructured.Unstructured)
+			if o != nil && n != nil && o.GetLabels()[tenancy.OrganizationLabel] != n.GetLabels()[tenancy.OrganizationLabel] {
+				count(o, -1, false)
+				count(n, 1, false)
+			}
+		},
+		DeleteFunc: func(obj any) { count(obj, -1, false) },
+	})
+	if err != nil {
+		return err
+	}
 	clients, err := allprojects.NewClients(loopback)
 	if err != nil {
 		return err
@@ -98,7 +131,7 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 	}
 	// The handlers, not only the informers: the ledger and the index hold
 	// what is stored once their handlers have seen the first lists.
-	synced := append(fed, indexed.HasSynced)
+	synced := append(fed, indexed.HasSynced, counted.HasSynced)
 	for _, i := range append(own, inf.Organizations, inf.Projects) {
 		synced = append(synced, i.HasSynced)
 	}

@@ -229,8 +229,8 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 	if err := first.ensureOrganization("acme"); err != nil {
 		t.Fatal(err)
 	}
-	// Every project of acme is claimed from a grant of 6: the claims are
-	// counted again, once each, after the restart.
+	// Every project of acme counts against a grant of 6, and again, once
+	// each, after the restart.
 	eventually(t, "acme's namespace", func() error {
 		_, err := first.kube(t).CoreV1().Namespaces().Get(context.Background(), "organization-acme", metav1.GetOptions{})
 		return err
@@ -421,9 +421,9 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 	if list, err := second.kube(t).CoreV1().ConfigMaps("keep").List(context.Background(), metav1.ListOptions{ResourceVersion: "0"}); err != nil || len(ownConfigMaps(list.Items)) != 1 || ownConfigMaps(list.Items)[0].Data["k"] != "v" {
 		t.Fatalf("platform configmaps after restart: %v %v", list, err)
 	}
-	// The quota ledger is refilled from the stored claims, each counted
-	// once: with restart-doomed gone, 3 of 6 are used, so 3 more projects
-	// fit and the fourth does not.
+	// The quota ledger is refilled from what is stored, each project
+	// counted once: with restart-doomed gone, 3 of 6 are used, so 3 more
+	// projects fit and the fourth does not.
 	bucketIs(t, buckets(second), "acme", "resourcemanager.miloapis.com/projects", 6, 3)
 	for i := range 4 {
 		err := second.tryCreateProject(t, fmt.Sprintf("restart-q%d", i))

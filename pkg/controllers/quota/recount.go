@@ -23,6 +23,9 @@ import (
 // whatever admission claimed meanwhile; objects beyond the limit are
 // claimed all the same (the bucket then has nothing available).
 func (c *Controller) recount(ctx context.Context, k quota.BucketKey) error {
+	if c.ledger.Metered(k.ResourceType) {
+		return nil // counted whole already
+	}
 	org, err := quota.OrganizationOf(ctx, c.hierarchy, k.Consumer)
 	if err != nil {
 		return nil
