@@ -45,6 +45,7 @@ type quotaResult struct {
 }
 
 var (
+	namespacesGVR         = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
 	quotaGrantsGVR        = schema.GroupVersionResource{Group: "quota.miloapis.com", Version: "v1alpha1", Resource: "resourcegrants"}
 	quotaBucketsGVR       = schema.GroupVersionResource{Group: "quota.miloapis.com", Version: "v1alpha1", Resource: "allowancebuckets"}
 	quotaRegistrationsGVR = schema.GroupVersionResource{Group: "quota.miloapis.com", Version: "v1alpha1", Resource: "resourceregistrations"}
@@ -87,6 +88,10 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 		}
 		slices.Sort(l)
 		return quantiles{P50: ms(l.quantile(0.5)), P99: ms(l.quantile(0.99))}, nil
+	}
+	// A warm-up series first: the server has just restarted.
+	if _, err = timeCreates(); err != nil {
+		return nil, err
 	}
 	if r.CreateOff, err = timeCreates(); err != nil {
 		return nil, err
@@ -198,20 +203,21 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 		}
 		orgNS := tenancy.OrganizationNamespace(org)
 		if err := poll(ctx, time.Minute, func() (bool, error) {
-			_, err := admin.Resource(quotaBucketsGVR).Namespace(orgNS).List(ctx, metav1.ListOptions{Limit: 1})
+			_, err := admin.Resource(namespacesGVR).Get(ctx, orgNS, metav1.GetOptions{})
 			return err == nil, nil
 		}); err != nil {
-			return 0, 0, err
+			return 0, 0, fmt.Errorf("namespace %s: %w", orgNS, err)
 		}
 		if limited {
 			if _, err := admin.Resource(quotaGrantsGVR).Namespace(orgNS).Create(ctx, quotaGrant(orgNS, "projects", "Organization", org, "resourcemanager.miloapis.com/projects", int64(o.Created)), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 				return 0, 0, err
 			}
-			if err := poll(ctx, time.Minute, func() (bool, error) {
+			// The quota controller's queue may still hold the recount of the grants above.
+			if err := poll(ctx, 10*time.Minute, func() (bool, error) {
 				list, err := admin.Resource(quotaBucketsGVR).Namespace(orgNS).List(ctx, metav1.ListOptions{})
 				return err == nil && len(list.Items) == 1, nil
 			}); err != nil {
-				return 0, 0, err
+				return 0, 0, fmt.Errorf("the bucket of %s: %w", org, err)
 			}
 		}
 		began := time.Now()

@@ -12,6 +12,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/client-go/util/keyutil"
 
+	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
 	"go.miloapis.com/milo/pkg/fairness"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/authz"
@@ -44,11 +45,13 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 }
 
 // uncachedResources have no watch cache: ServiceActivations, one per
-// enablement, held decoded whole (about 3 KiB each, managed fields
-// included) in a cache nobody needs, while their one reader across projects
-// (the service catalog's index) keeps its own slim copy, and a project's
-// few are one key range in etcd.
-var uncachedResources = sets.New(tenancy.Activations)
+// enablement, and the quota objects kept per consumer or charged object
+// (grants, claims, buckets), would be held decoded whole (several KiB each,
+// managed fields included) in caches nobody needs: their one reader across
+// the platform (the catalog's index, the quota ledger) keeps its own slim
+// copy, and a project's or organization's few are one key range in etcd.
+var uncachedResources = sets.New(tenancy.Activations,
+	quotav1alpha1.GrantsResource.GroupResource(), quotav1alpha1.ClaimsResource.GroupResource(), quotav1alpha1.BucketsResource.GroupResource())
 
 // makeStorageTenantKeyed wraps the storage of every server in the chain:
 // built-in APIs, CRDs and their instances, and APIServices.
