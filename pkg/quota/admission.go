@@ -122,7 +122,14 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, o admissi
 		}
 		return nil
 	case admission.Create:
+		if gr == resourceQuotasResource {
+			return refuseQuotaCounts(a)
+		}
 		return p.claim(ctx, a, o)
+	case admission.Update:
+		if gr == resourceQuotasResource {
+			return refuseQuotaCounts(a)
+		}
 	}
 	return nil
 }
@@ -137,9 +144,6 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 			return nil
 		}
 		return apierrors.NewServiceUnavailable("quotas are loading; retry in a moment")
-	}
-	if gr := a.GetResource().GroupResource(); gr == resourceQuotasResource {
-		return refuseQuotaCounts(a)
 	}
 	policies := p.ledger.PoliciesFor(kind.GroupKind())
 	if len(policies) == 0 {
@@ -196,7 +200,7 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 		for _, plan := range reserved {
 			p.ledger.Release(plan.Namespace, plan.Name)
 		}
-		p.ledger.ReleaseTrigger(trigger.Key())
+		p.ledger.ReleaseObject(trigger.ObjectKey())
 		return nil
 	}
 	for i, plan := range reserved {
@@ -210,7 +214,7 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 			for _, rest := range reserved[i:] {
 				p.ledger.Release(rest.Namespace, rest.Name)
 			}
-			p.ledger.ReleaseTrigger(trigger.Key())
+			p.ledger.ReleaseObject(trigger.ObjectKey())
 			return apierrors.NewInternalError(fmt.Errorf("storing the quota claim of %s %s: %w", trigger.Kind, trigger.Name, err))
 		}
 	}

@@ -50,6 +50,10 @@ func (t TriggerRef) Key() string {
 	return t.Project + "|" + t.Group + "/" + t.Resource + "|" + t.Namespace + "/" + t.Name
 }
 
+// ObjectKey identifies the one object: its Key and its uid (another
+// create of the same name is another object).
+func (t TriggerRef) ObjectKey() string { return t.Key() + "|" + t.UID }
+
 // TriggerFromAnnotations reads back the TriggerRef of a claim admission created.
 func TriggerFromAnnotations(c *quotav1alpha1.ResourceClaim) (TriggerRef, bool) {
 	a := c.Annotations

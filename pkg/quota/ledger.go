@@ -78,10 +78,11 @@ type claim struct {
 	project  string
 }
 
+// pendingClaim is what one reserved claim (or metered object) holds of
+// each bucket until it is seen stored.
 type pendingClaim struct {
-	consumer Consumer
-	requests map[string]int64
-	expires  time.Time
+	amounts map[BucketKey]int64
+	expires time.Time
 }
 
 // Ledger is the quota system's state. Its methods are safe for concurrent use.
@@ -438,8 +439,7 @@ func (l *Ledger) dropPendingLocked(key string) {
 		return
 	}
 	delete(l.pending, key)
-	for t, amount := range p.requests {
-		k := BucketKey{p.consumer, t}
+	for k, amount := range p.amounts {
 		l.pendingOf[k] -= amount
 		if l.pendingOf[k] <= 0 {
 			delete(l.pendingOf, k)
@@ -492,7 +492,7 @@ func (l *Ledger) Reserve(plans []ClaimPlan) ([]ClaimPlan, error) {
 			}
 			want[k] += r.Amount
 			if _, ok := l.metered[r.ResourceType]; ok {
-				meteredOf[p.Trigger.Key()] = append(meteredOf[p.Trigger.Key()], meteredRequest{p.Consumer, r})
+				meteredOf[p.Trigger.ObjectKey()] = append(meteredOf[p.Trigger.ObjectKey()], meteredRequest{p.Consumer, r})
 				continue // counted when the object is seen: no claim
 			}
 			kept.Requests = append(kept.Requests, r)
@@ -502,28 +502,30 @@ func (l *Ledger) Reserve(plans []ClaimPlan) ([]ClaimPlan, error) {
 		}
 	}
 	expires := l.now().Add(pendingTTL)
-	for trigger, rs := range meteredOf {
-		key := meteredKey(trigger)
+	hold := func(key string, pc pendingClaim) {
 		l.dropPendingLocked(key)
-		pc := pendingClaim{consumer: rs[0].consumer, requests: map[string]int64{}, expires: expires}
-		for _, r := range rs {
-			pc.requests[r.request.ResourceType] += r.request.Amount
-			l.pendingOf[BucketKey{r.consumer, r.request.ResourceType}] += r.request.Amount
+		for k, amount := range pc.amounts {
+			l.pendingOf[k] += amount
 		}
 		l.pending[key] = pc
+	}
+	for object, rs := range meteredOf {
+		pc := pendingClaim{amounts: map[BucketKey]int64{}, expires: expires}
+		for _, r := range rs {
+			pc.amounts[BucketKey{r.consumer, r.request.ResourceType}] += r.request.Amount
+		}
+		hold(meteredKey(object), pc)
 	}
 	for _, p := range out {
 		key := Key(p.Namespace, p.Name)
 		if _, stored := l.claims[key]; stored {
 			continue // the object's claim exists already (a retried create of the same object)
 		}
-		pc := pendingClaim{consumer: p.Consumer, requests: map[string]int64{}, expires: expires}
+		pc := pendingClaim{amounts: map[BucketKey]int64{}, expires: expires}
 		for _, r := range p.Requests {
-			pc.requests[r.ResourceType] += r.Amount
-			l.pendingOf[BucketKey{p.Consumer, r.ResourceType}] += r.Amount
+			pc.amounts[BucketKey{p.Consumer, r.ResourceType}] += r.Amount
 		}
-		l.dropPendingLocked(key)
-		l.pending[key] = pc
+		hold(key, pc)
 	}
 	return out, nil
 }
@@ -533,7 +535,7 @@ type meteredRequest struct {
 	request  quotav1alpha1.ResourceRequest
 }
 
-func meteredKey(trigger string) string { return "metered|" + trigger }
+func meteredKey(object string) string { return "metered|" + object }
 
 // allocatedLocked is what k's consumer holds: its claims, or its count of
 // a metered resource type.
@@ -563,10 +565,10 @@ func (l *Ledger) Metered(resourceType string) bool {
 	return ok
 }
 
-// MeterAdd counts delta objects of a metered resource type to c; trigger,
-// when an object is added, is its TriggerRef key: the units reserved for
+// MeterAdd counts delta objects of a metered resource type to c; object,
+// when one is added, is its TriggerRef.ObjectKey: the units reserved for
 // its create count from now on as the object's.
-func (l *Ledger) MeterAdd(resourceType string, c Consumer, delta int64, trigger string) {
+func (l *Ledger) MeterAdd(resourceType string, c Consumer, delta int64, object string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	counts, ok := l.metered[resourceType]
@@ -577,17 +579,18 @@ func (l *Ledger) MeterAdd(resourceType string, c Consumer, delta int64, trigger 
 	if counts[c] <= 0 {
 		delete(counts, c)
 	}
-	if trigger != "" {
-		l.dropPendingLocked(meteredKey(trigger))
+	if object != "" {
+		l.dropPendingLocked(meteredKey(object))
 	}
 	l.notify(BucketKey{c, resourceType})
 }
 
-// ReleaseTrigger frees the metered units reserved for an object that was not created.
-func (l *Ledger) ReleaseTrigger(trigger string) {
+// ReleaseObject frees the metered units reserved for an object (its
+// TriggerRef.ObjectKey) that was not created.
+func (l *Ledger) ReleaseObject(object string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.dropPendingLocked(meteredKey(trigger))
+	l.dropPendingLocked(meteredKey(object))
 }
 
 func (r *registration) baseUnit() string { return r.unit }

@@ -256,7 +256,7 @@ func TestMeteredTypesCountWithoutClaims(t *testing.T) {
 	l.Meter(ProjectsPerOrganization)
 	l.SetRegistration(registrationOf("projects", ProjectsPerOrganization, quotav1alpha1.TypeEntity, KindOrganization, projects))
 	trigger := func(name string) string {
-		return TriggerRef{Group: ConsumerGroup, Resource: "projects", Name: name}.Key()
+		return TriggerRef{Group: ConsumerGroup, Resource: "projects", Name: name, UID: name}.ObjectKey()
 	}
 	l.MeterAdd(ProjectsPerOrganization, acme, 1, trigger("old"))
 	l.SetGrant(grantOf("organization-acme", "g", acme, map[string][]int64{ProjectsPerOrganization: {3}}))
@@ -279,9 +279,15 @@ func TestMeteredTypesCountWithoutClaims(t *testing.T) {
 	if _, err := l.Reserve([]ClaimPlan{newProject("c")}); err == nil {
 		t.Fatal("a fourth project against a limit of 3")
 	}
+	// A dry run of another create of the name a does not touch a's reservation.
+	dry := newProject("a")
+	dry.Trigger.UID = "other"
+	if _, err := l.Reserve([]ClaimPlan{dry}); err == nil {
+		t.Fatal("a fourth reservation against a limit of 3")
+	}
 	// a is stored and counted (once); b's create failed.
 	l.MeterAdd(ProjectsPerOrganization, acme, 1, trigger("a"))
-	l.ReleaseTrigger(trigger("b"))
+	l.ReleaseObject(trigger("b"))
 	if got := l.Bucket(k); got.Allocated != 2 || got.ClaimCount != 2 {
 		t.Fatalf("after a was stored and b failed: %+v", got)
 	}

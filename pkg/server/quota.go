@@ -96,20 +96,22 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 		if !ok || u.GetLabels()[tenancy.OrganizationLabel] == "" {
 			return
 		}
-		trigger := ""
+		object := ""
 		if added {
-			trigger = quota.TriggerRef{Group: quota.ConsumerGroup, Resource: "projects", Name: u.GetName()}.Key()
+			object = quota.TriggerRef{Group: quota.ConsumerGroup, Resource: "projects", Name: u.GetName(), UID: string(u.GetUID())}.ObjectKey()
 		}
-		ledger.MeterAdd(quota.ProjectsPerOrganization, quota.Consumer{Kind: quota.KindOrganization, Name: u.GetLabels()[tenancy.OrganizationLabel]}, delta, trigger)
+		ledger.MeterAdd(quota.ProjectsPerOrganization, quota.Consumer{Kind: quota.KindOrganization, Name: u.GetLabels()[tenancy.OrganizationLabel]}, delta, object)
 	}
 	counted, err := inf.Projects.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { count(obj, 1, true) },
 		UpdateFunc: func(old, obj any) {
 			o, _ := old.(*unstructured.Unstructured)
 			n, _ := obj.(*unstructured.Unstructured)
-			if o != nil && n != nil && o.GetLabels()[tenancy.OrganizationLabel] != n.GetLabels()[tenancy.OrganizationLabel] {
+			// Another organization, or another project of the name (seen as
+			// an update when a relist missed the delete): one out, one in.
+			if o != nil && n != nil && (o.GetUID() != n.GetUID() || o.GetLabels()[tenancy.OrganizationLabel] != n.GetLabels()[tenancy.OrganizationLabel]) {
 				count(o, -1, false)
-				count(n, 1, false)
+				count(n, 1, o.GetUID() != n.GetUID())
 			}
 		},
 		DeleteFunc: func(obj any) { count(obj, -1, false) },

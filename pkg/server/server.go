@@ -152,7 +152,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 	// names the one that has not finished. The apiserver runs hooks at once;
 	// stages order those that depend on another's work.
 	tree := c.Hierarchy
-	crdsInstalled, informersSynced, rolesBootstrapped := newStage(), newStage(), newStage()
+	crdsInstalled, informersSynced, rolesBootstrapped, quotaLoaded := newStage(), newStage(), newStage(), newStage()
 	hooks := []struct {
 		name string
 		run  func(ctx genericapiserver.PostStartHookContext) error
@@ -206,7 +206,11 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if !informersSynced.wait(ctx) {
 				return nil
 			}
-			return runQuota(ctx, loopback, tree, c.Options.Quota, c.Options.Suspensions)
+			if err := runQuota(ctx, loopback, tree, c.Options.Quota, c.Options.Suspensions); err != nil {
+				return err
+			}
+			quotaLoaded.done()
+			return nil
 		}},
 		{"milo-iam-roles", func(ctx genericapiserver.PostStartHookContext) error {
 			if !informersSynced.wait(ctx) {
@@ -253,7 +257,9 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if len(c.Options.Controllers) == 0 {
 				return nil
 			}
-			if !rolesBootstrapped.wait(ctx) {
+			// The controllers' creates are charged like anyone's: not before
+			// the quota ledger holds what is stored.
+			if !rolesBootstrapped.wait(ctx) || !quotaLoaded.wait(ctx) {
 				return nil
 			}
 			rootCA, err := servingCA(c.Options.AdminKubeconfig)

@@ -20,6 +20,7 @@ package quota
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -142,7 +143,7 @@ func New(ledger *quota.Ledger, clients *allprojects.Clients, hierarchy tenancy.H
 	if _, err := inf.Projects.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
 			if u, ok := obj.(*unstructured.Unstructured); ok && u.GetDeletionTimestamp() != nil {
-				c.queue.Add("projectgone\x00" + u.GetName() + "\x00" + u.GetLabels()[tenancy.OrganizationLabel])
+				c.queue.Add("projectgone\x00" + u.GetName() + "\x00" + u.GetLabels()[tenancy.OrganizationLabel] + "\x00" + string(u.GetUID()))
 			}
 		},
 		DeleteFunc: func(obj any) {
@@ -150,7 +151,7 @@ func New(ledger *quota.Ledger, clients *allprojects.Clients, hierarchy tenancy.H
 				obj = t.Obj
 			}
 			if u, ok := obj.(*unstructured.Unstructured); ok {
-				c.queue.Add("projectgone\x00" + u.GetName() + "\x00" + u.GetLabels()[tenancy.OrganizationLabel])
+				c.queue.Add("projectgone\x00" + u.GetName() + "\x00" + u.GetLabels()[tenancy.OrganizationLabel] + "\x00" + string(u.GetUID()))
 				ledger.ProjectDeleted(u.GetName())
 			}
 		},
@@ -245,7 +246,7 @@ func (c *Controller) sync(ctx context.Context, item string) (time.Duration, erro
 	case "going":
 		return c.syncClaim(ctx, parts[1], true)
 	case "projectgone":
-		return 0, c.projectGone(ctx, parts[1], parts[2])
+		return 0, c.projectGone(ctx, parts[1], parts[2], parts[3])
 	case "grant":
 		return 0, c.syncGrant(ctx, parts[1])
 	case "registration":
@@ -360,6 +361,11 @@ func (c *Controller) syncClaim(ctx context.Context, key string, going bool) (tim
 	} else {
 		got, err = ri.Get(ctx, trigger.Name, metav1.GetOptions{})
 	}
+	// A 404 about the object, not about its path (a kind not served, yet or
+	// any more): only that says the object is gone.
+	if apierrors.IsNotFound(err) && !objectGone(err, trigger) {
+		return 0, fmt.Errorf("looking up %s %s: %w", trigger.Kind, trigger.Name, err)
+	}
 	switch {
 	case err == nil && string(got.GetUID()) == trigger.UID:
 		c.markSeen(key)
@@ -382,7 +388,9 @@ func (c *Controller) syncClaim(ctx context.Context, key string, going bool) (tim
 	}
 	// Gone, or another object of the same name.
 	age := c.now().Sub(claim.CreationTimestamp.Time)
-	if !c.wasSeen(key) && age < Grace && (err != nil) {
+	// Never seen: its create may still be on its way (another object of
+	// the name may be going first); after Grace it is taken as failed.
+	if !c.wasSeen(key) && age < Grace {
 		return min(Grace-age, time.Second), nil
 	}
 	err = c.platform.Resource(quotav1alpha1.ClaimsResource).Namespace(claim.Namespace).Delete(ctx, claim.Name,
@@ -394,6 +402,17 @@ func (c *Controller) syncClaim(ctx context.Context, key string, going bool) (tim
 		c.forget(key)
 	}
 	return 0, err
+}
+
+// objectGone reports whether a 404 says the object, or its project, is
+// gone — not that its path is not served.
+func objectGone(err error, trigger quota.TriggerRef) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) || status.Status().Details == nil {
+		return false
+	}
+	d := status.Status().Details
+	return d.Name == trigger.Name || (trigger.Project != "" && d.Name == trigger.Project && d.Group == quota.ConsumerGroup && d.Kind == "projects")
 }
 
 func (c *Controller) markSeen(key string) {
@@ -582,7 +601,15 @@ func (c *Controller) syncConsumer(ctx context.Context, kind, name string) error 
 // projectGone deletes what was the project's own: its grants and buckets
 // (in its organization's namespace) and its suspensions, so that a later
 // project of the same name starts without them.
-func (c *Controller) projectGone(ctx context.Context, project, org string) error {
+func (c *Controller) projectGone(ctx context.Context, project, org, uid string) error {
+	// A later project of the name keeps what is its own.
+	if obj, exists, err := c.inf.Projects.GetStore().GetByKey(project); err != nil {
+		return err
+	} else if exists {
+		if u, ok := obj.(*unstructured.Unstructured); ok && string(u.GetUID()) != uid {
+			return nil
+		}
+	}
 	if org != "" {
 		ns := tenancy.OrganizationNamespace(org)
 		if err := c.platform.Resource(quotav1alpha1.GrantsResource).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{

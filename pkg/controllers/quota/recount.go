@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/klog/v2"
 
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
 	"go.miloapis.com/milo/pkg/quota"
@@ -43,7 +44,13 @@ func (c *Controller) recount(ctx context.Context, k quota.BucketKey) error {
 		if err != nil {
 			continue
 		}
-		if err := c.recountPolicy(ctx, k, org, p, gv.WithKind(policy.Spec.Trigger.Resource.Kind)); err != nil {
+		err = c.recountPolicy(ctx, k, org, p, gv.WithKind(policy.Spec.Trigger.Resource.Kind))
+		if meta.IsNoMatchError(err) {
+			// A kind the platform does not serve (a project's own): not recounted.
+			klog.FromContext(ctx).Info("Not recounting a kind the platform does not serve", "policy", p.Name, "kind", policy.Spec.Trigger.Resource.Kind)
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("recounting %s for %s: %w", k.ResourceType, k.Consumer, err)
 		}
 	}
