@@ -87,7 +87,7 @@ type pendingClaim struct {
 
 // Ledger is the quota system's state. Its methods are safe for concurrent use.
 type Ledger struct {
-	mu            sync.Mutex
+	mu            sync.RWMutex
 	registrations map[string]*registration // by name
 	byType        map[string]*registration // the oldest registration of each resource type
 	grants        map[string]*grant        // by namespace/name
@@ -130,7 +130,8 @@ func NewLedger() *Ledger {
 // Notify sets what the ledger calls when a bucket's numbers may have
 // changed, when a claim's object should be checked (it may be gone), and
 // when it is being deleted (a delete of it was admitted: it should be gone
-// soon). They are called with the ledger's lock held: they must only queue.
+// soon). They are called with the ledger's lock held, read or write, from
+// any goroutine: they must only queue.
 func (l *Ledger) Notify(changed func(BucketKey), verify, going func(claimKey string)) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -189,8 +190,8 @@ func (l *Ledger) indexTypesLocked() {
 
 // RegistrationError says why the registration name is not in effect, or nil.
 func (l *Ledger) RegistrationError(name string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	r, ok := l.registrations[name]
 	if !ok {
 		return ErrNotLoaded
@@ -206,8 +207,8 @@ func (l *Ledger) RegistrationError(name string) error {
 
 // ConsumerKind returns the kind of consumer resource type t charges, or "".
 func (l *Ledger) ConsumerKind(t string) string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	if r, ok := l.byType[t]; ok {
 		return r.consumer.Kind
 	}
@@ -279,8 +280,8 @@ func (l *Ledger) removeGrantLocked(key string) {
 
 // GrantError says why the grant namespace/name does not count, or nil.
 func (l *Ledger) GrantError(namespace, name string) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	g, ok := l.grants[Key(namespace, name)]
 	if !ok {
 		return ErrNotLoaded
@@ -314,8 +315,8 @@ func grantPlacement(namespace string, c Consumer) error {
 
 // HasGrant reports whether c has a grant, in effect or not, for any of types.
 func (l *Ledger) HasGrant(c Consumer, types []string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	for _, g := range l.grantsOf[c] {
 		for _, t := range types {
 			if _, ok := g.allowances[t]; ok {
@@ -559,8 +560,8 @@ func (l *Ledger) Meter(resourceType string) {
 
 // Metered reports whether resourceType is counted without claims.
 func (l *Ledger) Metered(resourceType string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	_, ok := l.metered[resourceType]
 	return ok
 }
@@ -624,8 +625,8 @@ type BucketStatus struct {
 
 // Bucket returns k's numbers; pending claims count as allocated.
 func (l *Ledger) Bucket(k BucketKey) BucketStatus {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	limit, grants := l.limitLocked(k)
 	s := BucketStatus{Limit: limit, Allocated: l.allocatedLocked(k) + l.pendingOf[k], ClaimCount: l.claimCount[k], GrantCount: int32(len(grants)), Exists: len(grants) > 0}
 	if counts, ok := l.metered[k.ResourceType]; ok {
@@ -640,8 +641,8 @@ func (l *Ledger) Bucket(k BucketKey) BucketStatus {
 
 // Buckets returns every bucket that exists or is charged.
 func (l *Ledger) Buckets() []BucketKey {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	seen := map[BucketKey]bool{}
 	for c, gs := range l.grantsOf {
 		for _, g := range gs {
@@ -663,8 +664,8 @@ func (l *Ledger) Buckets() []BucketKey {
 // TriggerDeleted asks for the claims of the object trigger to be checked:
 // a delete of it was admitted.
 func (l *Ledger) TriggerDeleted(trigger string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	if l.going == nil {
 		return
 	}
@@ -675,8 +676,8 @@ func (l *Ledger) TriggerDeleted(trigger string) {
 
 // ProjectDeleted asks for the claims of every object of project to be checked.
 func (l *Ledger) ProjectDeleted(project string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	if l.going == nil {
 		return
 	}
@@ -703,8 +704,8 @@ func (l *Ledger) DeleteClaimPolicy(name string) {
 
 // ClaimPolicy returns the compiled policy name.
 func (l *Ledger) ClaimPolicy(name string) (*ClaimPolicy, bool) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	p, ok := l.claimPolicies[name]
 	return p, ok
 }

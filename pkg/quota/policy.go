@@ -151,6 +151,8 @@ type ClaimPolicy struct {
 	Name       string
 	Generation int64
 	Trigger    schema.GroupKind
+	// TriggerVersion is the version the trigger names.
+	TriggerVersion string
 	// Err, when set, is why the policy is not applied (its Ready condition).
 	Err         error
 	Disabled    bool
@@ -165,28 +167,43 @@ type consumerTemplate struct {
 	kind, name *template
 }
 
+// compileTrigger parses a policy's trigger kind and compiles its constraints.
+func compileTrigger(apiVersion, kind string, constraints []quotav1alpha1.ConditionExpression) (schema.GroupVersionKind, []condition, error) {
+	gv, err := schema.ParseGroupVersion(apiVersion)
+	if err != nil {
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("spec.trigger.resource.apiVersion: %w", err)
+	}
+	conditions, err := compileConditions(constraints)
+	if err != nil {
+		return schema.GroupVersionKind{}, nil, fmt.Errorf("spec.trigger.%w", err)
+	}
+	return gv.WithKind(kind), conditions, nil
+}
+
+// compileConsumer compiles the templates of a consumer reference (empty: the object's own).
+func compileConsumer(ref quotav1alpha1.ConsumerRef) (consumerTemplate, error) {
+	var c consumerTemplate
+	var err error
+	if c.kind, err = compileTemplate(ref.Kind); err == nil {
+		c.name, err = compileTemplate(ref.Name)
+	}
+	return c, err
+}
+
 // CompileClaimPolicy compiles p; a policy that does not compile has Err set.
 func CompileClaimPolicy(p *quotav1alpha1.ClaimCreationPolicy) *ClaimPolicy {
 	out := &ClaimPolicy{Name: p.Name, Generation: p.Generation, Disabled: p.Spec.Disabled != nil && *p.Spec.Disabled}
-	gv, err := schema.ParseGroupVersion(p.Spec.Trigger.Resource.APIVersion)
-	if err != nil {
-		out.Err = fmt.Errorf("spec.trigger.resource.apiVersion: %w", err)
+	var gvk schema.GroupVersionKind
+	var err error
+	if gvk, out.conditions, err = compileTrigger(p.Spec.Trigger.Resource.APIVersion, p.Spec.Trigger.Resource.Kind, p.Spec.Trigger.Constraints); err != nil {
+		out.Err = err
 		return out
 	}
-	out.Trigger = schema.GroupKind{Group: gv.Group, Kind: p.Spec.Trigger.Resource.Kind}
-	if out.conditions, err = compileConditions(p.Spec.Trigger.Constraints); err != nil {
-		out.Err = fmt.Errorf("spec.trigger.%w", err)
-		return out
-	}
+	out.Trigger, out.TriggerVersion = gvk.GroupKind(), gvk.Version
 	tmpl := p.Spec.Target.ResourceClaimTemplate
-	if ref := tmpl.Spec.ConsumerRef; ref.Kind != "" || ref.Name != "" {
-		if out.consumer.kind, err = compileTemplate(ref.Kind); err == nil {
-			out.consumer.name, err = compileTemplate(ref.Name)
-		}
-		if err != nil {
-			out.Err = fmt.Errorf("spec.target.resourceClaimTemplate.spec.consumerRef: %w", err)
-			return out
-		}
+	if out.consumer, err = compileConsumer(tmpl.Spec.ConsumerRef); err != nil {
+		out.Err = fmt.Errorf("spec.target.resourceClaimTemplate.spec.consumerRef: %w", err)
+		return out
 	}
 	seen := map[string]bool{}
 	for _, r := range tmpl.Spec.Requests {
@@ -266,12 +283,12 @@ type GrantPolicy struct {
 // CompileGrantPolicy compiles p; a policy that does not compile has Err set.
 func CompileGrantPolicy(p *quotav1alpha1.GrantCreationPolicy) *GrantPolicy {
 	out := &GrantPolicy{Name: p.Name, Generation: p.Generation, Disabled: p.Spec.Disabled != nil && *p.Spec.Disabled}
-	gv, err := schema.ParseGroupVersion(p.Spec.Trigger.Resource.APIVersion)
+	gvk, conditions, err := compileTrigger(p.Spec.Trigger.Resource.APIVersion, p.Spec.Trigger.Resource.Kind, p.Spec.Trigger.Constraints)
 	if err != nil {
-		out.Err = fmt.Errorf("spec.trigger.resource.apiVersion: %w", err)
+		out.Err = err
 		return out
 	}
-	out.Trigger = schema.GroupKind{Group: gv.Group, Kind: p.Spec.Trigger.Resource.Kind}
+	out.Trigger, out.conditions = gvk.GroupKind(), conditions
 	if out.Trigger.Group != "resourcemanager.miloapis.com" || (out.Trigger.Kind != KindOrganization && out.Trigger.Kind != KindProject) {
 		out.Err = fmt.Errorf("spec.trigger.resource: grants are created for Organizations and Projects (resourcemanager.miloapis.com), not %s", out.Trigger)
 		return out
@@ -280,15 +297,9 @@ func CompileGrantPolicy(p *quotav1alpha1.GrantCreationPolicy) *GrantPolicy {
 		out.Err = fmt.Errorf("spec.target.parentContext: Milo is one control plane; grants are created in it")
 		return out
 	}
-	if out.conditions, err = compileConditions(p.Spec.Trigger.Constraints); err != nil {
-		out.Err = fmt.Errorf("spec.trigger.%w", err)
-		return out
-	}
 	tmpl := p.Spec.Target.ResourceGrantTemplate
-	if out.consumer.kind, err = compileTemplate(tmpl.Spec.ConsumerRef.Kind); err == nil {
-		if out.consumer.name, err = compileTemplate(tmpl.Spec.ConsumerRef.Name); err == nil {
-			out.name, err = compileTemplate(tmpl.Metadata.Name)
-		}
+	if out.consumer, err = compileConsumer(tmpl.Spec.ConsumerRef); err == nil {
+		out.name, err = compileTemplate(tmpl.Metadata.Name)
 	}
 	if err != nil {
 		out.Err = fmt.Errorf("spec.target.resourceGrantTemplate: %w", err)

@@ -40,14 +40,10 @@ func (c *Controller) recount(ctx context.Context, k quota.BucketKey) error {
 		if !p.Active() || !p.Requests(k.ResourceType) {
 			continue
 		}
-		gv, err := schema.ParseGroupVersion(policy.Spec.Trigger.Resource.APIVersion)
-		if err != nil {
-			continue
-		}
-		err = c.recountPolicy(ctx, k, org, p, gv.WithKind(policy.Spec.Trigger.Resource.Kind))
+		err = c.recountPolicy(ctx, k, org, p, p.Trigger.WithVersion(p.TriggerVersion))
 		if meta.IsNoMatchError(err) {
 			// A kind the platform does not serve (a project's own): not recounted.
-			klog.FromContext(ctx).Info("Not recounting a kind the platform does not serve", "policy", p.Name, "kind", policy.Spec.Trigger.Resource.Kind)
+			klog.FromContext(ctx).Info("Not recounting a kind the platform does not serve", "policy", p.Name, "kind", p.Trigger.Kind)
 			continue
 		}
 		if err != nil {
