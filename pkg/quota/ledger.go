@@ -702,14 +702,6 @@ func (l *Ledger) DeleteClaimPolicy(name string) {
 	l.indexPoliciesLocked()
 }
 
-// ClaimPolicy returns the compiled policy name.
-func (l *Ledger) ClaimPolicy(name string) (*ClaimPolicy, bool) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	p, ok := l.claimPolicies[name]
-	return p, ok
-}
-
 func (l *Ledger) indexPoliciesLocked() {
 	idx := map[schema.GroupKind][]*ClaimPolicy{}
 	for _, p := range l.claimPolicies {

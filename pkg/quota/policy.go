@@ -148,9 +148,8 @@ func refType(v ref.Val) string {
 
 // ClaimPolicy is a compiled ClaimCreationPolicy.
 type ClaimPolicy struct {
-	Name       string
-	Generation int64
-	Trigger    schema.GroupKind
+	Name    string
+	Trigger schema.GroupKind
 	// TriggerVersion is the version the trigger names.
 	TriggerVersion string
 	// Err, when set, is why the policy is not applied (its Ready condition).
@@ -192,7 +191,7 @@ func compileConsumer(ref quotav1alpha1.ConsumerRef) (consumerTemplate, error) {
 
 // CompileClaimPolicy compiles p; a policy that does not compile has Err set.
 func CompileClaimPolicy(p *quotav1alpha1.ClaimCreationPolicy) *ClaimPolicy {
-	out := &ClaimPolicy{Name: p.Name, Generation: p.Generation, Disabled: p.Spec.Disabled != nil && *p.Spec.Disabled}
+	out := &ClaimPolicy{Name: p.Name, Disabled: p.Spec.Disabled != nil && *p.Spec.Disabled}
 	var gvk schema.GroupVersionKind
 	var err error
 	if gvk, out.conditions, err = compileTrigger(p.Spec.Trigger.Resource.APIVersion, p.Spec.Trigger.Resource.Kind, p.Spec.Trigger.Constraints); err != nil {
@@ -269,7 +268,6 @@ func (p *ClaimPolicy) Requests(resourceType string) bool {
 // GrantPolicy is a compiled GrantCreationPolicy.
 type GrantPolicy struct {
 	Name       string
-	Generation int64
 	Trigger    schema.GroupKind
 	Err        error
 	Disabled   bool
@@ -282,7 +280,7 @@ type GrantPolicy struct {
 
 // CompileGrantPolicy compiles p; a policy that does not compile has Err set.
 func CompileGrantPolicy(p *quotav1alpha1.GrantCreationPolicy) *GrantPolicy {
-	out := &GrantPolicy{Name: p.Name, Generation: p.Generation, Disabled: p.Spec.Disabled != nil && *p.Spec.Disabled}
+	out := &GrantPolicy{Name: p.Name, Disabled: p.Spec.Disabled != nil && *p.Spec.Disabled}
 	gvk, conditions, err := compileTrigger(p.Spec.Trigger.Resource.APIVersion, p.Spec.Trigger.Resource.Kind, p.Spec.Trigger.Constraints)
 	if err != nil {
 		out.Err = err
