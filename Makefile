@@ -3,7 +3,7 @@ CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
 # -count=1: the e2e tests build and run the milo binary, which the test cache cannot see.
 GO_TEST_FLAGS ?= -count=1
 
-.PHONY: all build run test generate verify-generated vet fmt-check fuzz bench-dispatch bench-provider bench-iam bench-scale bench-scale-smoke clean
+.PHONY: all build run test test-postgres generate verify-generated vet fmt-check fuzz bench-dispatch bench-provider bench-iam bench-scale bench-scale-smoke clean
 
 all: build
 
@@ -18,9 +18,19 @@ build:
 run:
 	go run ./cmd/milo start
 
-## test: everything CI runs: generated files fresh, gofmt, go vet, then all tests.
+# POSTGRES_E2E are the e2e tests run a second time with the shared server on
+# PostgreSQL (through kine): isolation, lifecycle, IAM and quotas.
+POSTGRES_E2E ?= TestProjectsAreIsolated|TestWatchSeesOnlyTheOwnProject|TestTenantAwareNamespaceAdmission|TestTenantAnnotationCannotBeForged|TestUnknownProjectIsNotFoundAndWritesNothing|TestAllProjectsViewListsAndWatchesOnly|TestCustomResourcesAreIsolated|TestResourceQuotaLimitsOnlyItsProject|TestProjectRBACAppliesOnlyInItsProject|TestProjectExistenceIsNotRevealedWithoutAccess|TestProjectDeletionEmptiesItAndReleasesTheName|TestOrganizationDeletionCascadesWithKubectl|TestFolderDeletionCascadesToItsSubtreeOnly|TestIAMStory|TestBindingsDoNotCrossOrganizations|TestIAMGrantMatrix|TestNamespaceDeletionEmptiesTheNamespace|TestGarbageCollectionInAProject|TestOrganizationContextShowsOnlyItsOwnObjects|TestServiceAccountTokensWorkOnlyInTheirProject|TestProjectCRDsAreTheProjectsOwn|TestProviderQuotas|TestStoredObjectsAndBytesPerProject
+
+## test: everything CI runs: generated files fresh, gofmt, go vet, then all
+## tests, then the e2e tests of POSTGRES_E2E again on PostgreSQL.
 test: verify-generated fmt-check vet
 	go test $(GO_TEST_FLAGS) -timeout 40m ./...
+	MILO_E2E_STORAGE=postgres go test $(GO_TEST_FLAGS) -timeout 20m ./test/e2e -run '^($(POSTGRES_E2E))$$'
+
+## test-postgres: only the e2e tests of POSTGRES_E2E, the shared server on PostgreSQL.
+test-postgres:
+	MILO_E2E_STORAGE=postgres go test $(GO_TEST_FLAGS) -timeout 20m ./test/e2e -run '^($(POSTGRES_E2E))$$'
 
 generate:
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path"
 	"sync"
 	"time"
 
@@ -33,6 +32,7 @@ import (
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -125,7 +125,7 @@ func (s *Index) KeyPrefixes(projectID, storagePrefix string) []string {
 	var out []string
 	for _, o := range s.ofProject(projectID) {
 		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok && crd.Status.AcceptedNames.Plural != "" {
-			out = append(out, path.Join("/", storagePrefix, crd.Spec.Group, crd.Status.AcceptedNames.Plural))
+			out = append(out, tenantstorage.CustomResourcePrefix(storagePrefix, crd.Spec.Group, crd.Status.AcceptedNames.Plural))
 		}
 	}
 	return out

@@ -480,7 +480,7 @@ func (l *Ledger) Reserve(plans []ClaimPlan) ([]ClaimPlan, error) {
 		for _, r := range p.Requests {
 			k := BucketKey{p.Consumer, r.ResourceType}
 			reg, ok := l.validTypeLocked(r.ResourceType, p.Consumer.Kind)
-			if !ok || reg.kind == quotav1alpha1.TypeFeature || !reg.claiming[p.Trigger.GroupKind()] {
+			if !ok || storageMetered[r.ResourceType] || reg.kind == quotav1alpha1.TypeFeature || !reg.claiming[p.Trigger.GroupKind()] {
 				continue
 			}
 			limit, grants := l.limitLocked(k)
@@ -631,6 +631,9 @@ func (l *Ledger) Bucket(k BucketKey) BucketStatus {
 	s := BucketStatus{Limit: limit, Allocated: l.allocatedLocked(k) + l.pendingOf[k], ClaimCount: l.claimCount[k], GrantCount: int32(len(grants)), Exists: len(grants) > 0}
 	if counts, ok := l.metered[k.ResourceType]; ok {
 		s.ClaimCount = int32(counts[k.Consumer])
+		if k.ResourceType == BytesPerProject {
+			s.ClaimCount = int32(l.metered[ObjectsPerProject][k.Consumer])
+		}
 	}
 	s.Available = max(0, s.Limit-s.Allocated)
 	for _, g := range grants {

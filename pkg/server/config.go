@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
 	apimachineryversion "k8s.io/apimachinery/pkg/version"
@@ -24,6 +23,8 @@ import (
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/iam/users"
 	"go.miloapis.com/milo/pkg/projectcrds"
+	"go.miloapis.com/milo/pkg/quota"
+	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenantadmission"
 	"go.miloapis.com/milo/pkg/tenantstate"
@@ -60,8 +61,8 @@ type Tenancy struct {
 	// ProjectCRDs holds every project's own CRDs (nil without --project-crds):
 	// their instances are served from it, projects' discovery lists them.
 	ProjectCRDs *projectcrds.Index
-	// EtcdClient works on key ranges: quota counts and purges.
-	EtcdClient *clientv3.Client
+	// Keys works on key ranges: quota counts and purges.
+	Keys keyranges.Store
 	// IAM makes Milo IAM's decisions; fed from informers once the CRDs exist.
 	IAM *evaluator.Evaluator
 	// Users records the identities that authenticate as User objects.
@@ -69,6 +70,9 @@ type Tenancy struct {
 	// Catalog says where the resources of Services are served: read by the
 	// router, the all-projects view and admission; fed once the CRDs exist.
 	Catalog *catalog.Catalog
+	// Usage meters what projects store, for the built-in objects and bytes
+	// per project quotas; the storage of every resource tells it of writes.
+	Usage *quota.StorageMeter
 }
 
 // CompletedConfig is a Config whose parts have been completed.
@@ -94,17 +98,18 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 
 	// Admission plugins answer for the request's tenant; they read a project's
 	// namespaces through the namespace storage, captured when it is built.
-	etcdClient, err := newEtcdClient(opts.ControlPlane.Etcd.StorageConfig.Transport)
+	etcdClient, err := NewEtcdClient(opts.ControlPlane.Etcd.StorageConfig.Transport)
 	if err != nil {
 		return nil, err
 	}
-	if err := tenantstorage.UpgradeLayout(context.Background(), etcdClient, opts.ControlPlane.Etcd.StorageConfig.Prefix); err != nil {
+	keys := keyRangesOf(etcdClient, opts.SQL != nil)
+	if err := tenantstorage.UpgradeLayout(context.Background(), keys, opts.ControlPlane.Etcd.StorageConfig.Prefix); err != nil {
 		return nil, err
 	}
 	prefixes := tenantstorage.NewPrefixes()
 	tenant := tenantstate.New()
 	namespaces := tenantadmission.NewNamespaces(tenant)
-	quotas := tenantadmission.NewQuotas(tenant, objectCounter(etcdClient, prefixes), objectExists(etcdClient, prefixes))
+	quotas := tenantadmission.NewQuotas(tenant, objectCounter(keys, prefixes), objectExists(keys, prefixes))
 	genericAdmission := opts.ControlPlane.Admission.GenericAdmission
 	selectors := tenantadmission.NewSelectors(namespaces)
 	genericAdmission.Decorators = append(genericAdmission.Decorators, tenantadmission.Decorator(namespaces, quotas, selectors))
@@ -132,7 +137,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	aggregator.ExtraConfig.DisableRemoteAvailableConditionController = true
 
 	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Tenancy: Tenancy{
-		Prefixes: prefixes, Tenant: tenant, RBAC: projectrbac.NewStorage(tenant), EtcdClient: etcdClient,
+		Prefixes: prefixes, Tenant: tenant, RBAC: projectrbac.NewStorage(tenant), Keys: keys,
 		IAM: opts.IAM, Users: users.NewRecorder(), Catalog: opts.Catalog,
 	}}
 	if c.Catalog == nil {
@@ -140,6 +145,17 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	}
 	if c.IAM == nil {
 		c.IAM = evaluator.New()
+	}
+	if opts.Quota != nil {
+		storagePrefix := opts.ControlPlane.Etcd.StorageConfig.Prefix
+		c.Usage = quota.NewStorageMeter(opts.Quota, func(ctx context.Context, projectID string, bytes bool) (quota.Usage, error) {
+			var own []string
+			if c.ProjectCRDs != nil {
+				own = c.ProjectCRDs.KeyPrefixes(projectID, storagePrefix)
+			}
+			objects, size, err := tenantstorage.StoredUsage(ctx, keys, prefixes, projectID, bytes, own...)
+			return quota.Usage{Objects: objects, Bytes: size}, err
+		}, func(name string) string { return c.Hierarchy.CachedProjectID(name) })
 	}
 	makeStorageTenantKeyed(c, c.Prefixes)
 	if opts.ProjectCRDs {

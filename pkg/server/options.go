@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"net"
@@ -32,6 +33,7 @@ import (
 	"go.miloapis.com/milo/pkg/projectcrds"
 	"go.miloapis.com/milo/pkg/quota"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
+	"go.miloapis.com/milo/pkg/storage/sqlstorage"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/suspension"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -60,6 +62,9 @@ type Options struct {
 	MaxWatches int
 	// ProjectCRDs are the rules for CRDs defined in projects (package projectcrds).
 	ProjectCRDs projectcrds.Rules
+	// StorageBackend, when set, is a SQL database served through kine in
+	// place of the embedded etcd: postgres://... or sqlite://PATH.
+	StorageBackend string
 
 	// ControlPlane are the generic control plane's options (serving, etcd,
 	// authentication, authorization, admission, audit, logging, ...).
@@ -119,6 +124,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, ""+
 		"Directory for Milo's state: the embedded etcd data (etcd/), generated certificates and keys (pki/) "+
 		"and admin.kubeconfig. Created if missing. Certificates and keys found there are reused.")
+	fs.StringVar(&o.StorageBackend, "storage-backend", o.StorageBackend, ""+
+		"Store everything in a SQL database instead of the embedded etcd, through kine run in this process: "+
+		"postgres://USER[:PASSWORD]@HOST:PORT/DATABASE (created if missing) or sqlite://PATH (one server only). "+
+		"Empty: the embedded etcd in --data-dir, or --etcd-servers. See docs/operations.md.")
 	fs.Var(&o.Controllers, "controllers", ""+
 		"Controllers to run in this process: '*' for all, a name to add one, '-name' to leave one out "+
 		"(known: "+strings.Join(controllers.Registry().Names(), ", ")+"); 'false' runs none. They join the leader "+
@@ -162,8 +171,11 @@ type CompletedOptions struct {
 	ControlPlane cpoptions.CompletedOptions
 	// DataDir is the absolute data directory.
 	DataDir string
-	// Etcd is the embedded etcd to start, or nil when --etcd-servers names an external one.
+	// Etcd is the embedded etcd to start, or nil when --etcd-servers names
+	// an external one or the storage is SQL.
 	Etcd *embeddedetcd.Config
+	// SQL is the SQL storage to serve through kine, or nil.
+	SQL *sqlstorage.Config
 	// AdminKubeconfig is the path of the kubeconfig of the admin identity.
 	AdminKubeconfig string
 	// URL is where clients on this machine reach the server.
@@ -237,7 +249,13 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 	applyGeneratedDefaults(cp, files, url)
 
 	var etcd *embeddedetcd.Config
-	if len(cp.Etcd.StorageConfig.Transport.ServerList) == 0 {
+	var sql *sqlstorage.Config
+	if o.StorageBackend != "" {
+		sql = &sqlstorage.Config{Endpoint: o.StorageBackend, Socket: kineSocket(dataDir)}
+		t := &cp.Etcd.StorageConfig.Transport
+		t.ServerList = []string{"unix://" + sql.Socket}
+		t.CertFile, t.KeyFile, t.TrustedCAFile = "", "", ""
+	} else if len(cp.Etcd.StorageConfig.Transport.ServerList) == 0 {
 		etcd, err = embeddedEtcdConfig(filepath.Join(dataDir, "etcd"), files)
 		if err != nil {
 			return CompletedOptions{}, err
@@ -261,7 +279,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {
@@ -271,6 +289,14 @@ func (o *Options) validateMiloFlags() []error {
 	}
 	if o.MaxListItems < 0 {
 		errs = append(errs, errors.New("--max-project-list-items must not be negative"))
+	}
+	if o.StorageBackend != "" {
+		if err := sqlstorage.Validate(o.StorageBackend); err != nil {
+			errs = append(errs, fmt.Errorf("--storage-backend: %w", err))
+		}
+		if len(o.ControlPlane.Etcd.StorageConfig.Transport.ServerList) > 0 {
+			errs = append(errs, errors.New("--storage-backend and --etcd-servers name two storages: give one"))
+		}
 	}
 	for _, prefix := range o.ProjectCRDs.ConversionWebhookURLPrefixes {
 		if u, err := url.Parse(prefix); err != nil || u.Scheme != "https" || u.Host == "" || !strings.HasSuffix(u.Path, "/") || u.RawQuery != "" || u.Fragment != "" {
@@ -403,6 +429,17 @@ func applyGeneratedDefaults(cp *cpoptions.Options, files pki.Files, url string) 
 	}
 }
 
+// kineSocket is where kine serves the SQL storage: in the data directory,
+// unless that path is too long for a unix socket.
+func kineSocket(dataDir string) string {
+	socket := filepath.Join(dataDir, "kine.sock")
+	if len(socket) < 100 {
+		return socket
+	}
+	sum := sha256.Sum256([]byte(dataDir))
+	return filepath.Join(os.TempDir(), fmt.Sprintf("milo-kine-%x.sock", sum[:8]))
+}
+
 func embeddedEtcdConfig(dir string, files pki.Files) (*embeddedetcd.Config, error) {
 	clientURL, peerURL, err := embeddedetcd.PickURLs()
 	if err != nil {
@@ -429,4 +466,21 @@ func disableWatchListReflectors() error {
 		return fmt.Errorf("disabling %s: %w", clientfeatures.WatchListClient, err)
 	}
 	return nil
+}
+
+// DataDirEtcd prepares the data directory dir as `milo start` does (its
+// PKI, its embedded etcd's configuration) for a command that works on its
+// storage with the server stopped, and returns the etcd to start and the
+// client certificate to reach it with.
+func DataDirEtcd(dir string) (*embeddedetcd.Config, pki.Files, error) {
+	abs, err := prepareDataDir(dir)
+	if err != nil {
+		return nil, pki.Files{}, err
+	}
+	files, err := pki.Ensure(filepath.Join(abs, "pki"), servingNames(net.ParseIP("127.0.0.1")))
+	if err != nil {
+		return nil, pki.Files{}, fmt.Errorf("preparing certificates in %s: %w", abs, err)
+	}
+	etcd, err := embeddedEtcdConfig(filepath.Join(abs, "etcd"), files)
+	return etcd, files, err
 }

@@ -40,7 +40,7 @@ var (
 // and runs the quota controller (its queues share the ledger with
 // admission, so it runs in the server process). It returns once the ledger
 // and the index hold what is stored.
-func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, ledger *quota.Ledger, index *suspension.Index) error {
+func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, ledger *quota.Ledger, usage *quota.StorageMeter, index *suspension.Index) error {
 	if ledger == nil || index == nil {
 		return errors.New("the server was built without a quota ledger or a suspension index")
 	}
@@ -114,7 +114,15 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 				count(n, 1, o.GetUID() != n.GetUID())
 			}
 		},
-		DeleteFunc: func(obj any) { count(obj, -1, false) },
+		DeleteFunc: func(obj any) {
+			count(obj, -1, false)
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				usage.ProjectGone(u.GetName(), tenancy.StorageIDOf(u))
+			}
+		},
 	})
 	if err != nil {
 		return err
@@ -127,6 +135,7 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 	if err != nil {
 		return err
 	}
+	ctl.Usage = usage
 	own := []cache.SharedIndexInformer{inf.Registrations, inf.Grants, inf.Claims, inf.ClaimPolicies, inf.GrantPolicies, inf.Suspensions}
 	for _, i := range own {
 		go i.RunWithContext(ctx)

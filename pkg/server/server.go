@@ -46,6 +46,7 @@ import (
 	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
+	"go.miloapis.com/milo/pkg/storage/sqlstorage"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 )
 
@@ -79,10 +80,11 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		return nil, err
 	}
 	crdCleanup, err := crdcleanup.New(apiExtensions.Informers.Apiextensions().V1().CustomResourceDefinitions(),
-		crdClient.ApiextensionsV1().CustomResourceDefinitions(), c.EtcdClient, c.Options.ControlPlane.Etcd.StorageConfig.Prefix)
+		crdClient.ApiextensionsV1().CustomResourceDefinitions(), c.Keys, c.Options.ControlPlane.Etcd.StorageConfig.Prefix)
 	if err != nil {
 		return nil, err
 	}
+	crdCleanup.Purged = c.Usage.Invalidate
 	if err := apiExtensions.GenericAPIServer.AddPostStartHook("milo-crd-project-instances", func(ctx genericapiserver.PostStartHookContext) error {
 		go crdCleanup.Run(ctx)
 		return nil
@@ -206,7 +208,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if !informersSynced.wait(ctx) {
 				return nil
 			}
-			if err := runQuota(ctx, loopback, tree, c.Options.Quota, c.Options.Suspensions); err != nil {
+			if err := runQuota(ctx, loopback, tree, c.Options.Quota, c.Usage, c.Options.Suspensions); err != nil {
 				return err
 			}
 			quotaLoaded.done()
@@ -226,14 +228,14 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if !informersSynced.wait(ctx) {
 				return nil
 			}
-			etcd, prefixes, storagePrefix := c.EtcdClient, c.Prefixes, c.Options.ControlPlane.Etcd.StorageConfig.Prefix
+			keys, prefixes, storagePrefix := c.Keys, c.Prefixes, c.Options.ControlPlane.Etcd.StorageConfig.Prefix
 			purger, err := hierarchycontrollers.NewPurger(loopback, tree.Factory(), func(ctx context.Context, projectID string) error {
 				// The instances of the project's own CRDs too, whose storage may not be built.
 				var own []string
 				if c.ProjectCRDs != nil {
 					own = c.ProjectCRDs.KeyPrefixes(projectID, storagePrefix)
 				}
-				_, err := tenantstorage.Purge(ctx, etcd, prefixes, projectID, own...)
+				_, err := tenantstorage.Purge(ctx, keys, prefixes, projectID, own...)
 				return err
 			})
 			if err != nil {
@@ -292,12 +294,24 @@ func NewServer(c CompletedConfig) (*Server, error) {
 	return &Server{Aggregator: aggregator, options: c.Options}, nil
 }
 
+// EtcdURLFile is the file in dataDir naming the client URL of the running
+// server's embedded etcd (its ports change at every start).
+func EtcdURLFile(dataDir string) string { return filepath.Join(dataDir, "etcd.url") }
+
 // Run starts the embedded etcd (unless an external one is configured), builds and
 // runs the API server until ctx is cancelled, then shuts both down in order.
 func Run(ctx context.Context, opts CompletedOptions, out io.Writer) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
+	if opts.SQL != nil {
+		sql, err := sqlstorage.Start(ctx, *opts.SQL)
+		if err != nil {
+			return err
+		}
+		// Closed after the API server stopped, so that in-flight writes finish.
+		defer sql.Close()
+	}
 	if opts.Etcd != nil {
 		etcd, err := embeddedetcd.Start(ctx, *opts.Etcd)
 		if err != nil {
@@ -305,6 +319,12 @@ func Run(ctx context.Context, opts CompletedOptions, out io.Writer) error {
 		}
 		// Closed after the API server stopped, so that in-flight writes finish.
 		defer etcd.Close()
+		// Where the running member is, for `milo backup save`.
+		urlFile := EtcdURLFile(opts.DataDir)
+		if err := os.WriteFile(urlFile, []byte(etcd.ClientURL()+"\n"), 0o600); err != nil {
+			return err
+		}
+		defer os.Remove(urlFile) //nolint:errcheck
 		go func() {
 			if err, ok := <-etcd.Err(); ok && err != nil {
 				cancel(fmt.Errorf("embedded etcd failed: %w", err))

@@ -30,6 +30,7 @@ type tenantRESTOptions struct {
 	// uncached storage reads and watches etcd directly, without a watch cache.
 	uncached bool
 	shown    tenantstorage.Shown
+	meter    tenantstorage.Meter
 }
 
 func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
@@ -40,7 +41,7 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 	if g.uncached || uncachedResources.Has(resource) {
 		opts.Decorator = generic.UndecoratedStorage
 	}
-	opts.Decorator = tenantstorage.Decorate(opts.Decorator, g.prefixes, g.maxList, g.shown)
+	opts.Decorator = tenantstorage.Decorate(opts.Decorator, tenantstorage.Options{Prefixes: g.prefixes, MaxListItems: g.maxList, Shown: g.shown, Meter: g.meter})
 	return opts, nil
 }
 
@@ -60,7 +61,7 @@ func makeStorageTenantKeyed(c *Config, prefixes *tenantstorage.Prefixes) {
 		if g == nil {
 			return nil
 		}
-		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems, uncached: uncached, shown: c.Catalog}
+		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems, uncached: uncached, shown: c.Catalog, meter: meterOf(c)}
 	}
 	c.ControlPlane.Generic.RESTOptionsGetter = wrap(c.ControlPlane.Generic.RESTOptionsGetter, false)
 	// CustomResourceDefinitions themselves have no watch cache: it would
@@ -71,6 +72,15 @@ func makeStorageTenantKeyed(c *Config, prefixes *tenantstorage.Prefixes) {
 	c.APIExtensions.GenericConfig.RESTOptionsGetter = wrap(c.APIExtensions.GenericConfig.RESTOptionsGetter, true)
 	c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter = wrap(c.APIExtensions.ExtraConfig.CRDRESTOptionsGetter, false)
 	c.Aggregator.GenericConfig.RESTOptionsGetter = wrap(c.Aggregator.GenericConfig.RESTOptionsGetter, false)
+}
+
+// meterOf is the server's storage meter, or no meter (not a nil pointer in
+// an interface) when the server has none.
+func meterOf(c *Config) tenantstorage.Meter {
+	if c.Usage == nil {
+		return nil
+	}
+	return c.Usage
 }
 
 // authorizeProjects puts Milo IAM first in every authorizer of the chain, makes

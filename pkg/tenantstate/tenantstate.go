@@ -110,6 +110,7 @@ func (r *Reader) Update(ctx context.Context, gr schema.GroupResource, namespace,
 	if !ok {
 		return nil, fmt.Errorf("the storage of %s cannot update", gr)
 	}
-	out, _, err := u.Update(own(ctx, namespace), name, rest.DefaultUpdatedObjectInfo(obj), nil, nil, false, &metav1.UpdateOptions{})
+	// The server's own write: charged to the project's stored bytes, never refused for them.
+	out, _, err := u.Update(tenantstorage.ServerWrite(own(ctx, namespace)), name, rest.DefaultUpdatedObjectInfo(obj), nil, nil, false, &metav1.UpdateOptions{})
 	return out, err
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -69,7 +70,19 @@ func runMain(m *testing.M) int {
 	}
 	defer sharedIssuer.server.Close()
 	sharedArgs = append([]string{"--token-auth-file", tokens, fmt.Sprintf("--max-project-list-items=%d", sharedMaxListItems), fmt.Sprintf("--project-list-concurrency=%d", sharedListConcurrency), fmt.Sprintf("--max-project-watches=%d", sharedMaxWatches), "--project-crds", "--project-crd-conversion-webhook-prefixes=" + sharedConversionPrefix}, sharedIssuer.flags()...)
-	shared, err = startMilo(dataDir, sharedArgs...)
+	storage, dropStorage, err := storageArgs()
+	if errors.Is(err, framework.ErrNoPostgres) && !framework.MustHavePostgres() {
+		fmt.Fprintf(os.Stderr, "!!! SKIPPING the e2e tests on PostgreSQL: %v\n", err)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer dropStorage()
+	// The storage is the shared server's alone: another server started with
+	// sharedArgs (the project CRDs' server) keeps its own.
+	shared, err = startMilo(dataDir, append(sharedArgs, storage...)...)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "starting the shared server: %v\n", err)
 		return 1

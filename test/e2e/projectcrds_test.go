@@ -24,6 +24,7 @@ import (
 
 	"go.miloapis.com/milo/pkg/projectcrds"
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/test/framework"
 )
 
 // sharedConversionPrefix is the one conversion webhook URL prefix the shared
@@ -213,6 +214,46 @@ spec:
 		t.Fatal(err)
 	}
 	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/"+platformKind.Name, "--timeout=60s")
+	// A project CRD the lifecycle controller names before its informer has
+	// seen the platform's group keeps its names (the group was not the
+	// platform's yet, as far as it knew): probe until one is refused, so
+	// the controller has seen it (on SQL storage, watches lag by up to a
+	// second: kine polls its table).
+	eventually(t, "the lifecycle controller sees the platform's group", func() error {
+		probe := projectCRD("probes", "Probe", apiextensionsv1.NamespaceScoped, "integer")
+		probe.Name, probe.Spec.Group = "probes."+platformKind.Spec.Group, platformKind.Spec.Group
+		if _, err := inA.Create(ctx, probe, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		var accepted apiextensionsv1.ConditionStatus
+		if err := framework.Eventually(30*time.Second, func() error {
+			got, err := inA.Get(ctx, probe.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if accepted = condition(got, apiextensionsv1.NamesAccepted).Status; accepted == "" {
+				return fmt.Errorf("no NamesAccepted yet")
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := inA.Delete(ctx, probe.Name, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+		if err := framework.Eventually(30*time.Second, func() error {
+			if _, err := inA.Get(ctx, probe.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("the probe is still there: %v", err)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+		if accepted != apiextensionsv1.ConditionFalse {
+			return fmt.Errorf("a probe in the platform's group had its names accepted")
+		}
+		return nil
+	})
 	shadow := projectCRD("platformkinds", "Shadow", apiextensionsv1.NamespaceScoped, "integer")
 	shadow.Name, shadow.Spec.Group = platformKind.Name, platformKind.Spec.Group
 	if _, err := inA.Create(ctx, shadow, metav1.CreateOptions{}); err != nil {

@@ -345,10 +345,15 @@ func TestTenantAwareNamespaceAdmission(t *testing.T) {
 		if err := ca.CoreV1().Namespaces().Delete(ctx, "ending", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		_, err := ca.CoreV1().ConfigMaps("ending").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "late"}}, metav1.CreateOptions{})
-		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "being terminated") {
-			t.Fatalf("create in A's terminating namespace: %v", err)
-		}
+		// Admission reads the namespace from the watch cache, which may lag the
+		// delete (as upstream's informer does; longer on SQL storage).
+		eventually(t, "a create in A's terminating namespace is refused", func() error {
+			_, err := ca.CoreV1().ConfigMaps("ending").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "late-"}}, metav1.CreateOptions{})
+			if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "being terminated") {
+				return fmt.Errorf("create: %v", err)
+			}
+			return nil
+		})
 		createConfigMap(t, cb, "ending", "fine", nil, nil)
 	})
 

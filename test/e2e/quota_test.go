@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -406,4 +407,228 @@ func TestProviderQuotas(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// storedObjects counts, through the project's API, every object the
+// project stores (Events aside): what its objects bucket must show.
+func storedObjects(t *testing.T, m *milo, project string) (int64, error) {
+	t.Helper()
+	lists, err := m.projectKube(t, project).Discovery().ServerPreferredResources()
+	if err != nil {
+		return 0, err
+	}
+	dyn := m.projectDynamic(t, project)
+	var n int64
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			return 0, err
+		}
+		for _, r := range l.APIResources {
+			if r.Name == "events" || strings.Contains(r.Name, "/") || !slices.Contains(r.Verbs, "list") {
+				continue
+			}
+			items, err := dyn.Resource(gv.WithResource(r.Name)).List(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				return 0, fmt.Errorf("listing %s: %w", r.Name, err)
+			}
+			n += int64(len(items.Items))
+		}
+	}
+	return n, nil
+}
+
+// bucketNumbers reads the allocated and limit of consumer's bucket of resourceType.
+func bucketNumbers(r dynamic.ResourceInterface, consumer, resourceType string) (allocated, limit int64, err error) {
+	list, err := r.List(context.Background(), metav1.ListOptions{FieldSelector: "spec.consumerRef.name=" + consumer})
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, b := range list.Items {
+		if rt, _, _ := unstructured.NestedString(b.Object, "spec", "resourceType"); rt == resourceType {
+			a, _, _ := unstructured.NestedInt64(b.Object, "status", "allocated")
+			l, _, _ := unstructured.NestedInt64(b.Object, "status", "limit")
+			return a, l, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("no %s bucket of %s", resourceType, consumer)
+}
+
+// objectsBucketMatches waits for project's objects bucket to show what it
+// stores, at limit, and returns that count.
+func objectsBucketMatches(t *testing.T, m *milo, buckets dynamic.ResourceInterface, project string, limit int64) int64 {
+	t.Helper()
+	var n int64
+	eventually(t, "the objects bucket of "+project+" counting what it stores", func() error {
+		stored, err := storedObjects(t, m, project)
+		if err != nil {
+			return err
+		}
+		allocated, l, err := bucketNumbers(buckets, project, "storage.miloapis.com/objects")
+		if err != nil || allocated != stored || l != limit {
+			return fmt.Errorf("bucket %d of %d, %d stored, %v", allocated, l, stored, err)
+		}
+		n = stored
+		return nil
+	})
+	return n
+}
+
+// TestStoredObjectsAndBytesPerProject: the built-in objects and bytes per
+// project quotas, granted by the platform and nothing else, count every
+// object a project stores — those stored before the grant too — refuse
+// what does not fit (50 writers for 10 free objects: exactly 10 stored),
+// free what is deleted, and limit no other project.
+func TestStoredObjectsAndBytesPerProject(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	n := projectSeq.Add(1)
+	org := fmt.Sprintf("stored-%d", n)
+	ns := tenancy.OrganizationNamespace(org)
+	m.createOrganizationAs(t, "alice-token", org)
+	admin := m.dynamic(t)
+	conditionIs(t, admin.Resource(registrationsGVR), "objects-per-project", "Active")
+	conditionIs(t, admin.Resource(registrationsGVR), "stored-bytes-per-project", "Active")
+	aliceOrg := m.dynamicAs(t, "alice-token", tenancy.OrganizationPath(org))
+	web, free := org+"-web", org+"-free"
+	for _, p := range []string{web, free} {
+		if _, err := aliceOrg.Resource(projectsGVR).Create(ctx, objectOf("Project", p, map[string]any{
+			"ownerRef": map[string]any{"kind": "Organization", "name": org}}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		m.waitProjectReady(t, p)
+		createNamespace(t, m.projectKube(t, p), "default")
+	}
+	aliceWeb := m.as(t, "alice-token", tenancy.ProjectPath(web)).CoreV1().ConfigMaps("default")
+	// The namespace's own objects, which the server adds, are there first.
+	eventually(t, "the default namespace's service account and CA", func() error {
+		if _, err := m.projectKube(t, web).CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		_, err := aliceWeb.Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		return err
+	})
+	for i := range 3 {
+		if _, err := aliceWeb.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("before-", i)}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	grants := admin.Resource(grantsGVR).Namespace(ns)
+	if _, err := grants.Create(ctx, quotaObject("ResourceGrant", ns, "web-objects", grantSpec("Project", web, "storage.miloapis.com/objects", 1000)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	aliceBuckets := aliceOrg.Resource(bucketsGVR).Namespace(ns)
+	stored := objectsBucketMatches(t, m, aliceBuckets, web, 1000)
+
+	// Ten objects free; fifty writers.
+	g, err := grants.Get(ctx, "web-objects", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limit := stored + 10
+	g.Object["spec"] = grantSpec("Project", web, "storage.miloapis.com/objects", limit)
+	if _, err := grants.Update(ctx, g, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bucketIs(t, aliceBuckets, web, "storage.miloapis.com/objects", limit, stored)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var created int
+	var other []error
+	for i := range 50 {
+		wg.Go(func() {
+			_, err := aliceWeb.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("racer-", i)}}, metav1.CreateOptions{})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				created++
+			case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(),
+				fmt.Sprintf(`quota exceeded for resource type "storage.miloapis.com/objects" of Project %s: limit %d object, %d in use, 1 requested`, web, limit, limit)):
+				other = append(other, err)
+			}
+		})
+	}
+	wg.Wait()
+	if created != 10 || len(other) > 0 {
+		t.Fatalf("50 parallel creates for 10 free objects: %d created, unexpected errors %v", created, other)
+	}
+	objectsBucketMatches(t, m, aliceBuckets, web, limit)
+	// Any kind counts, a namespace as much as a Secret; deleting frees.
+	if _, err := m.as(t, "alice-token", tenancy.ProjectPath(web)).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "more"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("a namespace past the limit: %v", err)
+	}
+	if err := aliceWeb.Delete(ctx, "racer-0", metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	if err := aliceWeb.Delete(ctx, "before-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.as(t, "alice-token", tenancy.ProjectPath(web)).CoreV1().Secrets("default").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "after-delete"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a create after a delete freed an object: %v", err)
+	}
+	// Another project, without a grant, is not limited by web's.
+	for i := range 15 {
+		createConfigMap(t, m.as(t, "alice-token", tenancy.ProjectPath(free)), "default", fmt.Sprint("cm-", i), nil, nil)
+	}
+
+	// Bytes: 100 KB beyond what web stores; a 60 KB ConfigMap fits, a
+	// second does not, nor does growing the first; shrinking it does.
+	if _, err := grants.Create(ctx, quotaObject("ResourceGrant", ns, "web-bytes", grantSpec("Project", web, "storage.miloapis.com/bytes", 1<<40)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var used int64
+	eventually(t, "the bytes bucket of "+web, func() error {
+		a, l, err := bucketNumbers(aliceBuckets, web, "storage.miloapis.com/bytes")
+		if err != nil || l != 1<<40 || a == 0 {
+			return fmt.Errorf("bucket %d of %d: %v", a, l, err)
+		}
+		used = a
+		return nil
+	})
+	g, err = grants.Get(ctx, "web-bytes", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Object["spec"] = grantSpec("Project", web, "storage.miloapis.com/bytes", used+100_000)
+	if _, err := grants.Update(ctx, g, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bucketIs(t, aliceBuckets, web, "storage.miloapis.com/bytes", used+100_000, used)
+	// Make room for two more objects, so only bytes can refuse.
+	for _, name := range []string{"before-1", "before-2"} {
+		if err := aliceWeb.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := func(name string, size int) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": strings.Repeat("x", size)}}
+	}
+	eventually(t, "a 60 KB ConfigMap stored", func() error {
+		_, err := aliceWeb.Create(ctx, big("large-1", 60_000), metav1.CreateOptions{})
+		return err
+	})
+	if _, err := aliceWeb.Create(ctx, big("large-2", 60_000), metav1.CreateOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `"storage.miloapis.com/bytes" of Project `+web) {
+		t.Fatalf("a second 60 KB ConfigMap: %v", err)
+	}
+	if _, err := aliceWeb.Update(ctx, big("large-1", 120_000), metav1.UpdateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("growing the ConfigMap past the limit: %v", err)
+	}
+	if _, err := aliceWeb.Update(ctx, big("large-1", 10_000), metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("shrinking the ConfigMap: %v", err)
+	}
+	if _, err := aliceWeb.Create(ctx, big("large-2", 60_000), metav1.CreateOptions{}); err != nil {
+		t.Fatalf("a 60 KB ConfigMap once the first shrank: %v", err)
+	}
+	// The project's owner cannot lift the limits: the grants are the
+	// platform's, and nothing in the project removes them.
+	if err := aliceOrg.Resource(grantsGVR).Namespace(ns).Delete(ctx, "web-bytes", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("the owner deletes the bytes grant: %v", err)
+	}
+	if err := m.as(t, "alice-token", tenancy.ProjectPath(web)).CoreV1().ResourceQuotas("default").DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := aliceWeb.Create(ctx, big("large-3", 60_000), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("a third 60 KB ConfigMap: %v", err)
+	}
 }

@@ -327,6 +327,24 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 		return m.dynamic(t).Resource(bucketsGVR).Namespace("organization-acme")
 	}
 	bucketIs(t, buckets(first), "acme", "resourcemanager.miloapis.com/projects", 6, 4)
+	// What restart-a stores is metered for its objects and bytes quotas,
+	// and read again from etcd after the restart.
+	for _, rt := range []string{"objects", "bytes"} {
+		if _, err := first.dynamic(t).Resource(grantsGVR).Namespace("organization-acme").Create(context.Background(), quotaObject("ResourceGrant", "organization-acme", "restart-a-"+rt,
+			grantSpec("Project", "restart-a", "storage.miloapis.com/"+rt, 1<<40)), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objectsBefore := objectsBucketMatches(t, first, buckets(first), "restart-a", 1<<40)
+	var bytesBefore int64
+	eventually(t, "restart-a's bytes bucket", func() error {
+		a, _, err := bucketNumbers(buckets(first), "restart-a", "storage.miloapis.com/bytes")
+		if err == nil && a == 0 {
+			err = fmt.Errorf("nothing counted")
+		}
+		bytesBefore = a
+		return err
+	})
 
 	leaseBefore, err := first.kube(t).CoordinationV1().Leases("milo-system").Get(context.Background(), "milo-controller-manager", metav1.GetOptions{})
 	if err != nil {
@@ -425,6 +443,18 @@ func TestRestartKeepsDataAndSIGTERMExitsZero(t *testing.T) {
 	// counted once: with restart-doomed gone, 3 of 6 are used, so 3 more
 	// projects fit and the fourth does not.
 	bucketIs(t, buckets(second), "acme", "resourcemanager.miloapis.com/projects", 6, 3)
+	// restart-a's objects and bytes are read again, not counted from zero
+	// nor twice: one more ConfigMap is one more object on top of them all.
+	createConfigMap(t, second.projectKube(t, "restart-a"), "keep", "after-restart", nil, nil)
+	if got := objectsBucketMatches(t, second, buckets(second), "restart-a", 1<<40); got != objectsBefore+1 {
+		t.Fatalf("restart-a stores %d objects after the restart and one create, %d before", got, objectsBefore)
+	}
+	eventually(t, "restart-a's bytes after the restart and a small ConfigMap", func() error {
+		if a, _, err := bucketNumbers(buckets(second), "restart-a", "storage.miloapis.com/bytes"); err != nil || a <= bytesBefore || a > bytesBefore+1000 {
+			return fmt.Errorf("%d bytes (before %d), %v", a, bytesBefore, err)
+		}
+		return nil
+	})
 	for i := range 4 {
 		err := second.tryCreateProject(t, fmt.Sprintf("restart-q%d", i))
 		if (i < 3) != (err == nil) || (err != nil && !apierrors.IsForbidden(errors.Unwrap(err))) {

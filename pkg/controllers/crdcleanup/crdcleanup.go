@@ -15,11 +15,9 @@ package crdcleanup
 import (
 	"context"
 	"fmt"
-	"path"
 	"slices"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apiextensionsinformers "k8s.io/apiextensions-apiserver/pkg/client/informers/externalversions/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -29,6 +27,9 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"go.miloapis.com/milo/pkg/storage/keyranges"
+	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 )
 
 // Finalizer keeps a CRD until every project's instances are gone.
@@ -38,16 +39,19 @@ const Finalizer = "tenancy.miloapis.com/project-instances"
 type Controller struct {
 	crds       apiextensionsinformers.CustomResourceDefinitionInformer
 	client     apiextensionsclient.CustomResourceDefinitionInterface
-	etcd       *clientv3.Client
+	keys       keyranges.Store
 	etcdPrefix string
 	queue      workqueue.TypedRateLimitingInterface[string]
+	// Purged, if set, is called after instances were deleted in etcd,
+	// behind the storage layer's back (its meters count them no more).
+	Purged func()
 }
 
 // New returns a controller over the shared CRD informer; etcdPrefix is the API
 // server's --etcd-prefix.
-func New(crds apiextensionsinformers.CustomResourceDefinitionInformer, client apiextensionsclient.CustomResourceDefinitionInterface, etcd *clientv3.Client, etcdPrefix string) (*Controller, error) {
+func New(crds apiextensionsinformers.CustomResourceDefinitionInformer, client apiextensionsclient.CustomResourceDefinitionInterface, keys keyranges.Store, etcdPrefix string) (*Controller, error) {
 	c := &Controller{
-		crds: crds, client: client, etcd: etcd, etcdPrefix: etcdPrefix,
+		crds: crds, client: client, keys: keys, etcdPrefix: etcdPrefix,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "crd_project_instances"}),
 	}
@@ -106,7 +110,12 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	case crd.DeletionTimestamp != nil && has:
 		// The apiserver's own cleanup of the platform's instances may still run; the
 		// range delete covers those too.
-		if _, err := Purge(ctx, c.etcd, c.etcdPrefix, crd.Spec.Group, crd.Spec.Names.Plural); err != nil {
+		_, err := Purge(ctx, c.keys, c.etcdPrefix, crd.Spec.Group, crd.Spec.Names.Plural)
+		// Told even of a purge that failed part way: some keys may be gone.
+		if c.Purged != nil {
+			c.Purged()
+		}
+		if err != nil {
 			return err
 		}
 		return c.setFinalizer(ctx, name, false)
@@ -137,16 +146,16 @@ func (c *Controller) setFinalizer(ctx context.Context, name string, present bool
 	})
 }
 
-// Purge deletes every tenant's instances of one custom resource, directly in etcd.
-func Purge(ctx context.Context, etcd *clientv3.Client, etcdPrefix, group, plural string) (int64, error) {
+// Purge deletes every tenant's instances of one custom resource, directly in storage.
+func Purge(ctx context.Context, keys keyranges.Store, etcdPrefix, group, plural string) (int64, error) {
 	if group == "" || plural == "" {
 		return 0, fmt.Errorf("purge: empty group or resource")
 	}
-	prefix := path.Join("/", etcdPrefix, group, plural) + "/"
-	resp, err := etcd.Delete(ctx, prefix, clientv3.WithPrefix())
+	prefix := tenantstorage.CustomResourcePrefix(etcdPrefix, group, plural) + "/"
+	deleted, err := keys.DeletePrefixes(ctx, prefix)
 	if err != nil {
-		return 0, fmt.Errorf("purging %s: %w", prefix, err)
+		return deleted, fmt.Errorf("purging %s: %w", prefix, err)
 	}
-	klog.FromContext(ctx).Info("Purged the instances of a deleted CRD in every project", "group", group, "resource", plural, "keys", resp.Deleted)
-	return resp.Deleted, nil
+	klog.FromContext(ctx).Info("Purged the instances of a deleted CRD in every project", "group", group, "resource", plural, "keys", deleted)
+	return deleted, nil
 }

@@ -74,6 +74,9 @@ type Controller struct {
 	mapper    *restmapper.DeferredDiscoveryRESTMapper
 	queue     workqueue.TypedRateLimitingInterface[string]
 	now       func() time.Time
+	// Usage, if set, reads what a project stores before its objects or
+	// bytes bucket is written (it is read lazily, at the first write).
+	Usage *quota.StorageMeter
 
 	seenMu sync.Mutex
 	seen   map[string]bool // claims whose object has been seen stored
@@ -264,6 +267,11 @@ func (c *Controller) sync(ctx context.Context, item string) (time.Duration, erro
 }
 
 func (c *Controller) syncBucket(ctx context.Context, k quota.BucketKey) error {
+	if quota.StorageMetered(k.ResourceType) && k.Consumer.Kind == quota.KindProject {
+		if err := c.Usage.Ensure(ctx, k.Consumer.Name); err != nil {
+			return err
+		}
+	}
 	s := c.ledger.Bucket(k)
 	org, err := quota.OrganizationOf(ctx, c.hierarchy, k.Consumer)
 	if err != nil {

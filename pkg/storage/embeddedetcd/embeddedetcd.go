@@ -34,6 +34,9 @@ type Config struct {
 	UnsafeNoFsync bool
 	// StartTimeout bounds how long Start waits for the member to serve; 0 means one minute.
 	StartTimeout time.Duration
+	// Name and InitialCluster ("name=peerURL,...") make the member one of a
+	// static cluster; empty: a single member named milo.
+	Name, InitialCluster string
 }
 
 // Server is a running embedded etcd member.
@@ -49,6 +52,9 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	clientURL, peerURL := c.ClientURL, c.PeerURL
 	cfg := embed.NewConfig()
 	cfg.Name = "milo"
+	if c.Name != "" {
+		cfg.Name = c.Name
+	}
 	cfg.Dir = c.Dir
 	cfg.ListenClientUrls = []url.URL{clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{clientURL}
@@ -57,6 +63,11 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	// Ports change from one start to the next; the single member has no peers to tell.
 	cfg.StrictReconfigCheck = false
+	if c.InitialCluster != "" {
+		cfg.InitialCluster = c.InitialCluster
+		cfg.InitialClusterToken = "milo-etcd"
+		cfg.StrictReconfigCheck = true
+	}
 	tls := transport.TLSInfo{CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.CAFile, ClientCertAuth: true}
 	cfg.ClientTLSInfo = tls
 	cfg.PeerTLSInfo = tls

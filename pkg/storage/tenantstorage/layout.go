@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"path"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/klog/v2"
 
+	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -35,26 +35,26 @@ const projectsKeyPrefix = "resourcemanager.miloapis.com/projects/" + tenancy.Pla
 // It is idempotent and safe to interrupt: the marker is written last, and
 // projects already marked are left alone. Several servers may run it at once;
 // each write is conditional on the revision it read.
-func UpgradeLayout(ctx context.Context, client *clientv3.Client, storagePrefix string) error {
+func UpgradeLayout(ctx context.Context, keys keyranges.Store, storagePrefix string) error {
 	marker := path.Join("/", storagePrefix, layoutKey)
-	resp, err := client.Get(ctx, marker)
+	kv, found, err := keys.Get(ctx, marker)
 	if err != nil {
 		return fmt.Errorf("reading the storage layout version: %w", err)
 	}
-	if len(resp.Kvs) > 0 {
-		if v := string(resp.Kvs[0].Value); v != LayoutVersion {
+	if found {
+		if v := string(kv.Value); v != LayoutVersion {
 			return fmt.Errorf("storage layout version %q is not %q: this data directory was written by another Milo version", v, LayoutVersion)
 		}
 		return nil
 	}
 	prefix := path.Join("/", storagePrefix, projectsKeyPrefix) + "/"
-	projects, err := client.Get(ctx, prefix, clientv3.WithPrefix())
+	projects, err := keys.List(ctx, prefix)
 	if err != nil {
 		return fmt.Errorf("listing projects to upgrade the storage layout: %w", err)
 	}
 	marked := 0
-	for _, kv := range projects.Kvs {
-		wrote, err := keepNameAsID(ctx, client, string(kv.Key), kv.Value, kv.ModRevision)
+	for _, kv := range projects {
+		wrote, err := keepNameAsID(ctx, keys, kv.Key, kv.Value, kv.Revision)
 		if err != nil {
 			return err
 		}
@@ -62,7 +62,7 @@ func UpgradeLayout(ctx context.Context, client *clientv3.Client, storagePrefix s
 			marked++
 		}
 	}
-	if _, err := client.Put(ctx, marker, LayoutVersion); err != nil {
+	if err := keys.Put(ctx, marker, []byte(LayoutVersion)); err != nil {
 		return fmt.Errorf("recording the storage layout version: %w", err)
 	}
 	klog.FromContext(ctx).Info("Storage layout upgraded", "version", LayoutVersion, "projectsKeepingTheirNameAsID", marked)
@@ -71,7 +71,7 @@ func UpgradeLayout(ctx context.Context, client *clientv3.Client, storagePrefix s
 
 // keepNameAsID records on one stored Project that its storage id is its name.
 // Projects are custom resources, stored as JSON.
-func keepNameAsID(ctx context.Context, client *clientv3.Client, key string, value []byte, revision int64) (bool, error) {
+func keepNameAsID(ctx context.Context, keys keyranges.Store, key string, value []byte, revision int64) (bool, error) {
 	for {
 		var obj map[string]any
 		dec := json.NewDecoder(bytes.NewReader(value))
@@ -97,21 +97,17 @@ func keepNameAsID(ctx context.Context, client *clientv3.Client, key string, valu
 		if err != nil {
 			return false, err
 		}
-		txn, err := client.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(key), "=", revision)).
-			Then(clientv3.OpPut(key, string(updated))).
-			Else(clientv3.OpGet(key)).Commit()
+		written, now, found, err := keys.CompareAndPut(ctx, key, updated, revision)
 		if err != nil {
 			return false, fmt.Errorf("upgrading the storage layout of project %s: %w", name, err)
 		}
-		if txn.Succeeded {
+		if written {
 			return true, nil
 		}
 		// Changed since it was read: read it again, unless it is gone.
-		kvs := txn.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 {
+		if !found {
 			return false, nil
 		}
-		value, revision = kvs[0].Value, kvs[0].ModRevision
+		value, revision = now.Value, now.Revision
 	}
 }

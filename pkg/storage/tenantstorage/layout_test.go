@@ -24,7 +24,7 @@ func TestUpgradeLayoutKeepsOldProjectsWhereTheyAre(t *testing.T) {
 	if _, err := etcdClient.Put(ctx, key("api"), `{"apiVersion":"resourcemanager.miloapis.com/v1alpha1","kind":"Project","metadata":{"name":"api","uid":"2222"}}`); err != nil {
 		t.Fatal(err)
 	}
-	if err := UpgradeLayout(ctx, etcdClient, prefix); err != nil {
+	if err := UpgradeLayout(ctx, keyRanges, prefix); err != nil {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"web", "api"} {
@@ -42,7 +42,7 @@ func TestUpgradeLayoutKeepsOldProjectsWhereTheyAre(t *testing.T) {
 	if _, err := etcdClient.Put(ctx, key("fresh"), `{"apiVersion":"resourcemanager.miloapis.com/v1alpha1","kind":"Project","metadata":{"name":"fresh","uid":"3333"}}`); err != nil {
 		t.Fatal(err)
 	}
-	if err := UpgradeLayout(ctx, etcdClient, prefix); err != nil {
+	if err := UpgradeLayout(ctx, keyRanges, prefix); err != nil {
 		t.Fatal(err)
 	}
 	if id := tenancy.StorageIDOf(read(t, key("fresh"))); id != tenancy.ProjectID("3333") {
@@ -51,7 +51,7 @@ func TestUpgradeLayoutKeepsOldProjectsWhereTheyAre(t *testing.T) {
 	if _, err := etcdClient.Put(ctx, prefix+"/"+layoutKey, "99"); err != nil {
 		t.Fatal(err)
 	}
-	if err := UpgradeLayout(ctx, etcdClient, prefix); err == nil {
+	if err := UpgradeLayout(ctx, keyRanges, prefix); err == nil {
 		t.Fatal("an unknown layout version was accepted")
 	}
 }

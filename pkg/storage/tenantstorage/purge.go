@@ -9,10 +9,10 @@ import (
 	"strings"
 	"sync"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 
+	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -40,6 +40,13 @@ func (p *Prefixes) add(storagePrefix, resourcePrefix string, resource schema.Gro
 	}
 }
 
+// CustomResourcePrefix is the key prefix of a custom resource's objects (of
+// every tenant) under the server's storage prefix: the apiextensions server
+// stores them under their group and plural.
+func CustomResourcePrefix(storagePrefix, group, plural string) string {
+	return path.Join("/", storagePrefix, group, plural)
+}
+
 // NamespaceKeyPrefix returns the etcd key prefix holding one namespace's objects
 // of a resource in the project with storage id projectID, or false when the
 // server stores no such resource.
@@ -55,31 +62,31 @@ func (p *Prefixes) NamespaceKeyPrefix(resource schema.GroupResource, projectID, 
 
 // CountInNamespace counts, directly in etcd and without reading values, the
 // objects of one resource in one namespace of the project with storage id projectID.
-func CountInNamespace(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, resource schema.GroupResource, projectID, namespace string) (int64, error) {
+func CountInNamespace(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, resource schema.GroupResource, projectID, namespace string) (int64, error) {
 	prefix, ok := prefixes.NamespaceKeyPrefix(resource, projectID, namespace)
 	if !ok {
 		return 0, fmt.Errorf("no storage for %s", resource)
 	}
-	resp, err := client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	n, err := keys.Count(ctx, prefix)
 	if err != nil {
 		return 0, fmt.Errorf("counting %s in %s/%s: %w", resource, projectID, namespace, err)
 	}
-	return resp.Count, nil
+	return n, nil
 }
 
 // ExistsInNamespace reports, directly in etcd and without reading the value,
 // whether one object of a resource is stored in a namespace of the project
 // with storage id projectID.
-func ExistsInNamespace(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, resource schema.GroupResource, projectID, namespace, name string) (bool, error) {
+func ExistsInNamespace(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, resource schema.GroupResource, projectID, namespace, name string) (bool, error) {
 	prefix, ok := prefixes.NamespaceKeyPrefix(resource, projectID, namespace)
 	if !ok {
 		return false, fmt.Errorf("no storage for %s", resource)
 	}
-	resp, err := client.Get(ctx, prefix+name, clientv3.WithCountOnly())
+	found, err := keys.Exists(ctx, prefix+name)
 	if err != nil {
 		return false, fmt.Errorf("looking up %s %s/%s: %w", resource, namespace, name, err)
 	}
-	return resp.Count > 0, nil
+	return found, nil
 }
 
 // List returns the recorded prefixes, sorted.
@@ -94,67 +101,78 @@ func (p *Prefixes) List() []string {
 	return out
 }
 
-// TenantKeyPrefixes returns, for every recorded resource, the etcd key prefix that
-// holds exactly the objects of the project with storage id projectID. Each ends
-// in "/", so no project's prefix is a prefix of another's.
-func (p *Prefixes) TenantKeyPrefixes(projectID string) []string {
-	resources := p.List()
-	out := make([]string, 0, len(resources))
-	for _, r := range resources {
-		out = append(out, r+"/"+projectID+"/")
+// StoredUsage counts, directly in storage, the objects of the project with
+// storage id projectID across every metered resource (Events aside) and,
+// when withBytes, the bytes of their values (which costs reading them, a
+// page at a time). more are further resource key prefixes, as for Purge.
+func StoredUsage(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, projectID string, withBytes bool, more ...string) (objects, bytes int64, err error) {
+	if !tenancy.ValidProjectID(projectID) {
+		return 0, 0, fmt.Errorf("usage: %q is not a project storage id", projectID)
+	}
+	all := prefixes.projectRanges(projectID, prefixes.unmeteredPrefixes(), more)
+	if withBytes {
+		return keys.Measure(ctx, all...)
+	}
+	objects, err = keys.Count(ctx, all...)
+	return objects, 0, err
+}
+
+// projectRanges returns the key ranges that hold exactly the objects of the
+// project with storage id projectID: one per recorded resource prefix and
+// per further prefix in more (resources the server may not have built a
+// storage for), but those in skip. Each ends in "/", so no project's range
+// is a prefix of another's.
+func (p *Prefixes) projectRanges(projectID string, skip map[string]bool, more []string) []string {
+	var out []string
+	for _, r := range append(p.List(), more...) {
+		if rng := r + "/" + projectID + "/"; !skip[r] && !slices.Contains(out, rng) {
+			out = append(out, rng)
+		}
+	}
+	return out
+}
+
+// unmeteredPrefixes returns the key prefixes of the resources not metered.
+func (p *Prefixes) unmeteredPrefixes() map[string]bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]bool{}
+	for r, full := range p.byResource {
+		if unmetered[r] {
+			out[full] = true
+		}
 	}
 	return out
 }
 
 // Purge deletes every key of the project with storage id projectID across all
-// resources, directly in etcd: the watch caches see the deletions through
-// their etcd watches, like any other delete. A later project of the same name
+// resources, directly in storage: the watch caches see the deletions through
+// their watches, like any other delete. A later project of the same name
 // has another storage id, so it never meets these keys even where a purge did
 // not run; purging is what returns their space.
 //
 // Purge is idempotent and safe to re-run after a crash: a second run finds
 // nothing left. more are further resource key prefixes (as List returns them)
 // the server may not have built a storage for since it started — a project's
-// own CRDs'. The range deletes of all resources go in as few etcd
-// transactions as the server's limit on operations per transaction allows
-// (one for a server with the default limit and fewer than txnOps resources), so
-// a purge costs one consensus round and one disk sync rather than one per
-// resource. It reports how many keys it deleted. It refuses ids that are not
-// project storage ids, so it can never touch the platform's keys.
-func Purge(ctx context.Context, client *clientv3.Client, prefixes *Prefixes, projectID string, more ...string) (int64, error) {
+// own CRDs'. On etcd the range deletes go in as few transactions as its limit
+// on operations per transaction allows (one for fewer than 100 resources), so
+// a purge costs one consensus round and one disk sync; on kine, one key at a
+// time (keyranges). It reports how many keys it deleted. It refuses ids that
+// are not project storage ids, so it can never touch the platform's keys.
+func Purge(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, projectID string, more ...string) (int64, error) {
 	if !tenancy.ValidProjectID(projectID) {
 		return 0, fmt.Errorf("purge: %q is not a project storage id", projectID)
 	}
-	all := prefixes.TenantKeyPrefixes(projectID)
-	for _, r := range more {
-		if p := r + "/" + projectID + "/"; !slices.Contains(all, p) {
-			all = append(all, p)
-		}
-	}
+	all := prefixes.projectRanges(projectID, nil, more)
 	for _, prefix := range all {
 		if !strings.HasSuffix(prefix, "/"+projectID+"/") {
 			return 0, fmt.Errorf("purge: refusing unexpected prefix %q", prefix)
 		}
 	}
-	var deleted int64
-	for batch := range slices.Chunk(all, txnOps) {
-		ops := make([]clientv3.Op, 0, len(batch))
-		for _, prefix := range batch {
-			ops = append(ops, clientv3.OpDelete(prefix, clientv3.WithPrefix()))
-		}
-		resp, err := client.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			return deleted, fmt.Errorf("purging project %s: %w", projectID, err)
-		}
-		for _, r := range resp.Responses {
-			if d := r.GetResponseDeleteRange(); d != nil {
-				deleted += d.Deleted
-			}
-		}
+	deleted, err := keys.DeletePrefixes(ctx, all...)
+	if err != nil {
+		return deleted, fmt.Errorf("purging project %s: %w", projectID, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Purged project keys", "projectID", projectID, "keys", deleted)
 	return deleted, nil
 }
-
-// txnOps stays below etcd's default --max-txn-ops (128).
-const txnOps = 100

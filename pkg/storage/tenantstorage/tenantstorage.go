@@ -44,12 +44,21 @@ import (
 // validates field selectors before they reach storage.
 const TenantField = "milo.tenant"
 
+// Options are what the tenant-keyed storage of every resource shares.
+type Options struct {
+	// Prefixes records every resource prefix decorated, for Purge.
+	Prefixes *Prefixes
+	// MaxListItems bounds what a tenant's LIST returns (see boundedList; 0: no bound).
+	MaxListItems int64
+	// Shown, if not nil, narrows what the all-projects view shows to anyone
+	// but the server's superusers.
+	Shown Shown
+	// Meter, if not nil, is told of every write of a project's objects.
+	Meter Meter
+}
+
 // Decorate returns a storage decorator that makes inner's storage tenant-keyed.
-// Every resource prefix it decorates is recorded in prefixes, for Purge. A
-// tenant's LIST returns at most maxListItems items (see boundedList; 0: no bound).
-// shown, if not nil, narrows what the all-projects view shows to anyone but
-// the server's superusers.
-func Decorate(inner generic.StorageDecorator, prefixes *Prefixes, maxListItems int64, shown Shown) generic.StorageDecorator {
+func Decorate(inner generic.StorageDecorator, o Options) generic.StorageDecorator {
 	return func(
 		config *storagebackend.ConfigForResource,
 		resourcePrefix string,
@@ -60,10 +69,14 @@ func Decorate(inner generic.StorageDecorator, prefixes *Prefixes, maxListItems i
 		_ storage.IndexerFuncs,
 		indexers *cache.Indexers,
 	) (storage.Interface, factory.DestroyFunc, error) {
-		if prefixes != nil {
-			prefixes.add(config.Config.Prefix, resourcePrefix, config.GroupResource)
+		if o.Prefixes != nil {
+			o.Prefixes.add(config.Config.Prefix, resourcePrefix, config.GroupResource)
 		}
-		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: maxListItems, shown: shown, newList: newListFunc}
+		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: o.MaxListItems, shown: o.Shown, newList: newListFunc,
+			codec: config.Config.Codec}
+		if !unmetered[config.GroupResource] {
+			s.meter = o.Meter
+		}
 		tenantKeyFunc := func(obj runtime.Object) (string, error) {
 			key, err := keyFunc(obj)
 			if err != nil {
@@ -91,6 +104,10 @@ type store struct {
 	resource     schema.GroupResource
 	maxListItems int64
 	shown        Shown
+	// meter is told of every write of a project's objects (nil for a
+	// resource not metered); codec encodes them as storage does, to measure them.
+	meter Meter
+	codec runtime.Codec
 	// keyFunc is an object's key, with its tenant segment; newList makes an
 	// empty list of the resource.
 	keyFunc func(runtime.Object) (string, error)
@@ -201,6 +218,13 @@ func (s *store) Create(ctx context.Context, key string, obj, out runtime.Object,
 	if err := stamp(ctx, obj); err != nil {
 		return err
 	}
+	w, err := s.begin(ctx, false)
+	if err != nil {
+		return err
+	}
+	if w != nil {
+		return s.meteredCreate(ctx, w, k, obj, out, ttl)
+	}
 	return s.Interface.Create(ctx, k, obj, out, ttl)
 }
 
@@ -210,7 +234,27 @@ func (s *store) Delete(ctx context.Context, key string, out runtime.Object, prec
 	if err != nil {
 		return err
 	}
-	return s.Interface.Delete(ctx, k, out, preconditions, validateDeletion, cachedExistingObject, opts)
+	// A delete only frees: it never waits for the project's usage to be
+	// read, so a project can always be cleaned up.
+	w, err := s.begin(ctx, true)
+	if err != nil {
+		return err
+	}
+	if w == nil {
+		return s.Interface.Delete(ctx, k, out, preconditions, validateDeletion, cachedExistingObject, opts)
+	}
+	stored := false
+	defer func() { w.End(stored) }()
+	if err := s.Interface.Delete(ctx, k, out, preconditions, validateDeletion, cachedExistingObject, opts); err != nil {
+		return err
+	}
+	var size int64
+	if w.Sizes() {
+		size = s.storedSize(out)
+	}
+	_ = w.Charge(-1, -size, false) // a release is never refused
+	stored = true
+	return nil
 }
 
 func (s *store) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
@@ -256,12 +300,52 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 	if err != nil {
 		return err
 	}
+	// Each attempt is metered from its update on, and a retried attempt
+	// first gives back what the last one took and lets go of the project:
+	// the admission an attempt runs (which may itself write in the
+	// project) never runs while the write holds it.
+	var w MeteredWrite
+	end := func(stored bool) {
+		if w != nil {
+			w.End(stored)
+			w = nil
+		}
+	}
+	defer end(false)
 	stamped := func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		end(false)
 		out, ttl, err := tryUpdate(input, res)
 		if err != nil {
 			return out, ttl, err
 		}
-		return out, ttl, stamp(ctx, out)
+		if err := stamp(ctx, out); err != nil {
+			return out, ttl, err
+		}
+		if w, err = s.begin(ctx, false); err != nil {
+			return nil, nil, err
+		}
+		if w != nil {
+			// No revision: the update creates the object (an apply or a PUT that may create).
+			var objects, bytes int64
+			var old runtime.Object
+			if res.ResourceVersion == 0 {
+				objects = 1
+			} else {
+				old = input
+			}
+			if w.Sizes() {
+				bytes = s.storedSize(out)
+				if old != nil {
+					bytes -= s.storedSize(old)
+				}
+			}
+			if err := w.Charge(objects, bytes, refusable(ctx, old, out)); err != nil {
+				return nil, nil, s.refused(key, err)
+			}
+		}
+		return out, ttl, nil
 	}
-	return s.Interface.GuaranteedUpdate(ctx, k, destination, ignoreNotFound, preconditions, stamped, cachedExistingObject)
+	err = s.Interface.GuaranteedUpdate(ctx, k, destination, ignoreNotFound, preconditions, stamped, cachedExistingObject)
+	end(err == nil)
+	return err
 }

@@ -25,6 +25,7 @@ import (
 
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
+	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -32,6 +33,7 @@ import (
 var (
 	etcdConfig storagebackend.Config
 	etcdClient *clientv3.Client
+	keyRanges  keyranges.Store
 )
 
 func TestMain(m *testing.M) {
@@ -84,6 +86,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer etcdClient.Close()
+	keyRanges = keyranges.Etcd(etcdClient)
 	return m.Run()
 }
 
@@ -96,11 +99,16 @@ func newConfigMapStorage(t testing.TB, resource string) (storage.Interface, *Pre
 // newShownStorage is newConfigMapStorage whose all-projects view shows what
 // shown allows.
 func newShownStorage(t testing.TB, resource string, shown Shown) (storage.Interface, *Prefixes) {
+	return newStorage(t, resource, Options{Shown: shown})
+}
+
+// newStorage is newConfigMapStorage with options o (its Prefixes made here).
+func newStorage(t testing.TB, resource string, o Options) (storage.Interface, *Prefixes) {
 	t.Helper()
-	prefixes := NewPrefixes()
+	o.Prefixes = NewPrefixes()
 	prefix := "/" + resource
 	cfg := &storagebackend.ConfigForResource{Config: etcdConfig, GroupResource: corev1.Resource(resource)}
-	s, destroy, err := Decorate(registry.StorageWithCacher(), prefixes, 0, shown)(cfg, prefix,
+	s, destroy, err := Decorate(registry.StorageWithCacher(), o)(cfg, prefix,
 		func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(prefix+"/", obj) },
 		func() runtime.Object { return &corev1.ConfigMap{} },
 		func() runtime.Object { return &corev1.ConfigMapList{} },
@@ -115,7 +123,7 @@ func newShownStorage(t testing.TB, resource string, shown Shown) (storage.Interf
 	if err != nil {
 		t.Fatalf("watch cache for %s not ready: %v", resource, s.ReadinessCheck())
 	}
-	return s, prefixes
+	return s, o.Prefixes
 }
 
 // idOf is the storage id the tests give a project: one made from a UID.
@@ -192,7 +200,7 @@ func TestPurgeRemovesEveryKeyOfTheProjectOnly(t *testing.T) {
 	}
 	create(t, s, context.Background(), "/purgeme", "doomed", "platform-object", "platform")
 
-	deleted, err := Purge(context.Background(), etcdClient, prefixes, idOf("doomed"))
+	deleted, err := Purge(context.Background(), keyRanges, prefixes, idOf("doomed"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,12 +228,12 @@ func TestPurgeRemovesEveryKeyOfTheProjectOnly(t *testing.T) {
 		t.Fatalf("the re-created project holds %v", items)
 	}
 
-	again, err := Purge(context.Background(), etcdClient, prefixes, idOf("doomed"))
+	again, err := Purge(context.Background(), keyRanges, prefixes, idOf("doomed"))
 	if err != nil || again != 1 {
 		t.Fatalf("second purge: %d %v, want the one new key", again, err)
 	}
 	for _, bad := range []string{"_platform", tenancy.UnresolvedSegment, "", "p.", "p.a/b", "../x"} {
-		if _, err := Purge(context.Background(), etcdClient, prefixes, bad); err == nil {
+		if _, err := Purge(context.Background(), keyRanges, prefixes, bad); err == nil {
 			t.Fatalf("purge accepted %q", bad)
 		}
 	}
@@ -351,7 +359,7 @@ func TestPurgeTakesFurtherPrefixes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	deleted, err := Purge(ctx, etcdClient, NewPrefixes(), id, "/registry/crd.example.net/things")
+	deleted, err := Purge(ctx, keyRanges, NewPrefixes(), id, "/registry/crd.example.net/things")
 	if err != nil || deleted != 2 {
 		t.Fatalf("purge: %d keys, %v; want the project's 2", deleted, err)
 	}

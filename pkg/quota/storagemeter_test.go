@@ -1,0 +1,246 @@
+package quota
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// storedUsage is what the tests' storage holds of each project, by storage id.
+type storedUsage struct {
+	mu    sync.Mutex
+	of    map[string]Usage
+	loads atomic.Int32
+}
+
+func (s *storedUsage) load(_ context.Context, id string, bytes bool) (Usage, error) {
+	s.loads.Add(1)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.of[id]
+	if !bytes {
+		u.Bytes = 0
+	}
+	return u, nil
+}
+
+func meteredLedger(t *testing.T, stored map[string]Usage, grants map[string][]int64) (*StorageMeter, *Ledger, *storedUsage) {
+	t.Helper()
+	l := NewLedger()
+	regs, _ := BuiltIns()
+	for i := range regs {
+		l.SetRegistration(&regs[i])
+	}
+	if grants != nil {
+		l.SetGrant(grantOf("organization-acme", "g", web, grants))
+	}
+	s := &storedUsage{of: stored}
+	ids := map[string]string{"web": tenancy.ProjectID("web-1")}
+	return NewStorageMeter(l, s.load, func(name string) string { return ids[name] }), l, s
+}
+
+var webTenant = tenancy.Tenant{Kind: tenancy.Project, Name: "web", ID: tenancy.ProjectID("web-1")}
+
+func write(t *testing.T, m *StorageMeter, tenant tenancy.Tenant, objects, bytes int64, stored bool) error {
+	t.Helper()
+	w, err := m.Begin(context.Background(), tenant, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w == nil {
+		return errors.New("not metered")
+	}
+	err = w.Charge(objects, bytes, true)
+	w.End(stored && err == nil)
+	return err
+}
+
+func TestStorageMeterChargesOnlyGrantedProjects(t *testing.T) {
+	m, l, s := meteredLedger(t, map[string]Usage{webTenant.ID: {Objects: 3, Bytes: 300}}, nil)
+	if w, err := m.Begin(context.Background(), webTenant, false); w != nil || err != nil {
+		t.Fatalf("a project without a grant is metered: %v, %v", w, err)
+	}
+	if s.loads.Load() != 0 {
+		t.Fatal("a project without a grant was read")
+	}
+	l.SetGrant(grantOf("organization-acme", "g", web, map[string][]int64{ObjectsPerProject: {5}}))
+	// The stored 3 objects are read once, at the first write; bytes are not.
+	for range 2 {
+		if err := write(t, m, webTenant, 1, 0, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var exceeded *Exceeded
+	if err := write(t, m, webTenant, 1, 0, true); !errors.As(err, &exceeded) || exceeded.Limit != 5 || exceeded.Used != 5 {
+		t.Fatalf("sixth object: %v", err)
+	}
+	if n := s.loads.Load(); n != 1 {
+		t.Fatalf("read %d times, want once", n)
+	}
+	if b := l.Bucket(BucketKey{web, ObjectsPerProject}); b.Allocated != 5 || b.Available != 0 || !b.Exists {
+		t.Fatalf("objects bucket %+v", b)
+	}
+	if b := l.Bucket(BucketKey{web, BytesPerProject}); b.Exists || b.Allocated != 0 {
+		t.Fatalf("bytes are counted without a grant for them: %+v", b)
+	}
+	// A failed write gives back what it took; a delete frees.
+	if err := write(t, m, webTenant, -1, 0, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := write(t, m, webTenant, -1, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if b := l.Bucket(BucketKey{web, ObjectsPerProject}); b.Allocated != 4 {
+		t.Fatalf("after a failed and a stored delete: %+v", b)
+	}
+	// The grant gone, the project is metered no more and its counts go.
+	l.DeleteGrant("organization-acme", "g")
+	if w, _ := m.Begin(context.Background(), webTenant, false); w != nil {
+		t.Fatal("metered without a grant")
+	}
+	if n := l.metered[ObjectsPerProject][web]; n != 0 {
+		t.Fatalf("a project metered no more keeps its count %d", n)
+	}
+}
+
+// Fifty writers, ten objects free: exactly ten are stored, whatever the
+// interleaving, and the project is read from storage once.
+func TestStorageMeterLastUnitsGoToExactlyTheLimit(t *testing.T) {
+	m, l, s := meteredLedger(t, map[string]Usage{webTenant.ID: {Objects: 90}}, map[string][]int64{ObjectsPerProject: {100}})
+	var wg sync.WaitGroup
+	var won atomic.Int32
+	for range 50 {
+		wg.Go(func() {
+			w, err := m.Begin(context.Background(), webTenant, false)
+			if err != nil || w == nil {
+				t.Error(w, err)
+				return
+			}
+			if w.Charge(1, 0, true) == nil {
+				won.Add(1)
+			}
+			w.End(true)
+		})
+	}
+	wg.Wait()
+	if won.Load() != 10 || s.loads.Load() != 1 {
+		t.Fatalf("%d writes won, %d reads", won.Load(), s.loads.Load())
+	}
+	if b := l.Bucket(BucketKey{web, ObjectsPerProject}); b.Allocated != 100 {
+		t.Fatalf("bucket %+v", b)
+	}
+}
+
+func TestStorageMeterBytes(t *testing.T) {
+	m, l, _ := meteredLedger(t, map[string]Usage{webTenant.ID: {Objects: 2, Bytes: 400}}, map[string][]int64{BytesPerProject: {1000}})
+	w, err := m.Begin(context.Background(), webTenant, false)
+	if err != nil || w == nil || !w.Sizes() {
+		t.Fatalf("bytes granted, sizes not wanted: %v %v", w, err)
+	}
+	// A retried update charges its last attempt: 500, then 700 (refused: 400+700 > 1000), then 550.
+	if err := w.Charge(0, 500, true); err != nil {
+		t.Fatal(err)
+	}
+	var exceeded *Exceeded
+	if err := w.Charge(0, 700, true); !errors.As(err, &exceeded) || exceeded.Used != 900 || exceeded.Amount != 200 || exceeded.Unit != "byte" {
+		t.Fatalf("growing past the limit: %v", err)
+	}
+	if err := w.Charge(0, 550, true); err != nil {
+		t.Fatal(err)
+	}
+	w.End(true)
+	b := l.Bucket(BucketKey{web, BytesPerProject})
+	if b.Allocated != 950 || b.Available != 50 || b.ClaimCount != 2 {
+		t.Fatalf("bytes bucket %+v (claims: the objects)", b)
+	}
+	// The server's writes are charged past the limit, not refused.
+	w, _ = m.Begin(context.Background(), webTenant, false)
+	if err := w.Charge(1, 200, false); err != nil {
+		t.Fatal(err)
+	}
+	w.End(true)
+	if b := l.Bucket(BucketKey{web, BytesPerProject}); b.Allocated != 1150 || b.Available != 0 {
+		t.Fatalf("after an unrefusable write: %+v", b)
+	}
+}
+
+// A recycled name is another project: nothing the old one stored counts,
+// and a project read again after an invalidation counts what storage holds.
+func TestStorageMeterRecycledNameAndInvalidation(t *testing.T) {
+	reborn := tenancy.Tenant{Kind: tenancy.Project, Name: "web", ID: tenancy.ProjectID("web-2")}
+	m, l, s := meteredLedger(t, map[string]Usage{webTenant.ID: {Objects: 7}, reborn.ID: {}}, map[string][]int64{ObjectsPerProject: {10}})
+	if err := write(t, m, webTenant, 1, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if b := l.Bucket(BucketKey{web, ObjectsPerProject}); b.Allocated != 8 {
+		t.Fatalf("bucket %+v", b)
+	}
+	if err := write(t, m, reborn, 1, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	if b := l.Bucket(BucketKey{web, ObjectsPerProject}); b.Allocated != 1 || s.loads.Load() != 2 {
+		t.Fatalf("the recycled name's bucket %+v after %d reads", b, s.loads.Load())
+	}
+	m.ProjectGone("web", webTenant.ID) // the old project's late delete event: not the new one's
+	if b := l.Bucket(BucketKey{web, ObjectsPerProject}); b.Allocated != 1 {
+		t.Fatalf("the old project's deletion reset the new one: %+v", b)
+	}
+	s.mu.Lock()
+	s.of[reborn.ID] = Usage{Objects: 4}
+	s.mu.Unlock()
+	m.Invalidate()
+	m.idOf = func(string) string { return reborn.ID }
+	if err := m.Ensure(context.Background(), "web"); err != nil {
+		t.Fatal(err)
+	}
+	if b := l.Bucket(BucketKey{web, ObjectsPerProject}); b.Allocated != 4 || s.loads.Load() != 3 {
+		t.Fatalf("after invalidation: %+v, %d reads", b, s.loads.Load())
+	}
+	m.ProjectGone("web", reborn.ID)
+	if b := l.Bucket(BucketKey{web, ObjectsPerProject}); b.Allocated != 0 {
+		t.Fatalf("a deleted project keeps its count: %+v", b)
+	}
+}
+
+// A delete never waits for the project's usage to be read (it charges
+// nothing then: the read, later, finds the object gone); and a bytes count
+// not kept while bytes were not metered is read again when they are.
+func TestStorageMeterReleasesAndStaleBytes(t *testing.T) {
+	m, l, s := meteredLedger(t, map[string]Usage{webTenant.ID: {Objects: 5, Bytes: 500}}, map[string][]int64{ObjectsPerProject: {10}, BytesPerProject: {1000}})
+	w, err := m.Begin(context.Background(), webTenant, true)
+	if err != nil || w == nil || w.Sizes() {
+		t.Fatalf("a release on an unread project: %v %v", w, err)
+	}
+	if err := w.Charge(-1, -100, false); err != nil {
+		t.Fatal(err)
+	}
+	w.End(true)
+	if s.loads.Load() != 0 {
+		t.Fatal("a release read the project's usage")
+	}
+	if err := write(t, m, webTenant, 1, 100, true); err != nil {
+		t.Fatal(err)
+	}
+	if b := l.Bucket(BucketKey{web, BytesPerProject}); b.Allocated != 600 || s.loads.Load() != 1 {
+		t.Fatalf("after the first write: %+v, %d reads", b, s.loads.Load())
+	}
+	// Bytes no longer granted: writes charge none; granted again, read again.
+	l.SetGrant(grantOf("organization-acme", "g", web, map[string][]int64{ObjectsPerProject: {10}}))
+	if err := write(t, m, webTenant, 1, 300, true); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.of[webTenant.ID] = Usage{Objects: 7, Bytes: 900}
+	s.mu.Unlock()
+	l.SetGrant(grantOf("organization-acme", "g", web, map[string][]int64{ObjectsPerProject: {10}, BytesPerProject: {1000}}))
+	if err := write(t, m, webTenant, 0, 200, true); !errors.As(err, new(*Exceeded)) {
+		t.Fatalf("200 bytes more on 900 read again, limit 1000: %v", err)
+	}
+	if s.loads.Load() != 2 {
+		t.Fatalf("%d reads, want the bytes read again", s.loads.Load())
+	}
+}

@@ -1,0 +1,186 @@
+package keyranges_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"go.miloapis.com/milo/pkg/storage/keyranges"
+	"go.miloapis.com/milo/pkg/storage/sqlstorage"
+	"go.miloapis.com/milo/test/framework"
+)
+
+// backend is one real storage speaking the etcd API.
+type backend struct {
+	name   string
+	client *clientv3.Client
+	stores map[string]keyranges.Store
+}
+
+// backends starts every storage Milo runs on: an embedded etcd (with both
+// stores: kine's works on etcd too), and kine on SQLite and on the
+// machine's PostgreSQL (in a database of this run's own, dropped after).
+func backends(t *testing.T) []backend {
+	t.Helper()
+	dir := t.TempDir()
+	var out []backend
+
+	etcd, err := framework.StartEtcd(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Close)
+	ec := etcd.Client
+	out = append(out, backend{"etcd", ec, map[string]keyranges.Store{"etcd": keyranges.Etcd(ec), "kine": keyranges.Kine(ec)}})
+
+	kine := func(name, endpoint string) {
+		s, err := sqlstorage.Start(context.Background(), sqlstorage.Config{Endpoint: endpoint, Socket: filepath.Join(dir, name+".sock")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Close)
+		c := client(t, clientv3.Config{Endpoints: []string{s.URL()}})
+		out = append(out, backend{name, c, map[string]keyranges.Store{"kine": keyranges.Kine(c)}})
+	}
+	kine("sqlite", "sqlite://"+filepath.Join(dir, "state.db"))
+	if db := postgresDatabase(t); db != "" {
+		kine("postgres", db)
+	}
+	return out
+}
+
+func client(t *testing.T, cfg clientv3.Config) *clientv3.Client {
+	t.Helper()
+	cfg.DialTimeout = 10 * time.Second
+	c, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// postgresDatabase names a database of this test run's own on the
+// machine's PostgreSQL server (kine creates it), dropped when the test
+// ends; "" when no server answers, which fails the test under CI.
+func postgresDatabase(t *testing.T) string {
+	t.Helper()
+	pg, err := framework.NewPostgres("milo_keyranges")
+	if errors.Is(err, framework.ErrNoPostgres) && !framework.MustHavePostgres() {
+		t.Logf("!!! SKIPPING the PostgreSQL backend: %v", err)
+		return ""
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Drop)
+	return pg.URL
+}
+
+// TestKeyRanges runs every store on every backend: counting, measuring,
+// listing, compare-and-put, and deleting ranges — more keys than a page,
+// beside a range sharing a prefix, twice, and by two purgers at once.
+func TestKeyRanges(t *testing.T) {
+	ctx := context.Background()
+	for _, b := range backends(t) {
+		for name, s := range b.stores {
+			t.Run(b.name+"/"+name, func(t *testing.T) {
+				root := "/" + b.name + "-" + name + "/"
+				put := func(key string, size int) {
+					t.Helper()
+					if err := s.Put(ctx, root+key, []byte(strings.Repeat("v", size))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				const many = 1100 // more than two pages
+				for i := range many {
+					put(fmt.Sprintf("a/%05d", i), 10)
+				}
+				put("ab/x", 7) // "a/" is not a prefix of it
+				put("b/1", 100)
+				put("b/2", 200)
+
+				if n, err := s.Count(ctx, root+"a/"); err != nil || n != many {
+					t.Fatalf("count a/: %d %v", n, err)
+				}
+				if n, err := s.Count(ctx, root+"a/", root+"b/", root+"none/"); err != nil || n != many+2 {
+					t.Fatalf("count a/, b/, none/: %d %v", n, err)
+				}
+				if k, bytes, err := s.Measure(ctx, root+"b/", root+"ab/"); err != nil || k != 3 || bytes != 307 {
+					t.Fatalf("measure b/, ab/: %d keys, %d bytes, %v", k, bytes, err)
+				}
+				if ok, err := s.Exists(ctx, root+"b/1"); err != nil || !ok {
+					t.Fatalf("b/1 exists: %v %v", ok, err)
+				}
+				if ok, err := s.Exists(ctx, root+"b/3"); err != nil || ok {
+					t.Fatalf("b/3 exists: %v %v", ok, err)
+				}
+				list, err := s.List(ctx, root+"a/")
+				if err != nil || len(list) != many || list[0].Key != root+"a/00000" || list[many-1].Key != root+"a/01099" {
+					t.Fatalf("list a/: %d %v", len(list), err)
+				}
+
+				if created, err := s.Create(ctx, root+"c/1", []byte("first")); err != nil || !created {
+					t.Fatalf("creating c/1: %v %v", created, err)
+				}
+				if created, err := s.Create(ctx, root+"c/1", []byte("second")); err != nil || created {
+					t.Fatalf("creating c/1 again: %v %v", created, err)
+				}
+				if kv, _, _ := s.Get(ctx, root+"c/1"); string(kv.Value) != "first" {
+					t.Fatalf("c/1 is %q after a second create", kv.Value)
+				}
+				kv, found, err := s.Get(ctx, root+"b/1")
+				if err != nil || !found {
+					t.Fatal(found, err)
+				}
+				put("b/1", 1) // kv is stale now
+				written, now, found, err := s.CompareAndPut(ctx, root+"b/1", []byte("stale"), kv.Revision)
+				if err != nil || written || !found || string(now.Value) != "v" {
+					t.Fatalf("compare-and-put at a stale revision: %v %q %v %v", written, now.Value, found, err)
+				}
+				if written, _, _, err := s.CompareAndPut(ctx, root+"b/1", []byte("fresh"), now.Revision); err != nil || !written {
+					t.Fatalf("compare-and-put at the current revision: %v %v", written, err)
+				}
+				if kv, _, _ := s.Get(ctx, root+"b/1"); string(kv.Value) != "fresh" {
+					t.Fatalf("b/1 is %q", kv.Value)
+				}
+
+				// Two purgers at once (two replicas): every key goes, each counted once.
+				var wg sync.WaitGroup
+				var mu sync.Mutex
+				var total int64
+				for range 2 {
+					wg.Go(func() {
+						n, err := s.DeletePrefixes(ctx, root+"a/", root+"b/")
+						if err != nil {
+							t.Error(err)
+						}
+						mu.Lock()
+						total += n
+						mu.Unlock()
+					})
+				}
+				wg.Wait()
+				if total != many+2 {
+					t.Fatalf("two purges deleted %d keys in all, want %d", total, many+2)
+				}
+				if n, err := s.Count(ctx, root+"a/", root+"b/"); err != nil || n != 0 {
+					t.Fatalf("after the purge: %d %v", n, err)
+				}
+				if n, err := s.DeletePrefixes(ctx, root+"a/"); err != nil || n != 0 {
+					t.Fatalf("a second purge: %d %v", n, err)
+				}
+				if ok, err := s.Exists(ctx, root+"ab/x"); err != nil || !ok {
+					t.Fatalf("a range beside the purged one lost its key: %v %v", ok, err)
+				}
+			})
+		}
+	}
+}

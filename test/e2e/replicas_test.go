@@ -1,0 +1,330 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	"go.miloapis.com/milo/pkg/pki"
+	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
+	"go.miloapis.com/milo/test/framework"
+)
+
+// etcdMember is one `milo etcd` process of a test's cluster.
+type etcdMember struct {
+	args []string
+	cmd  *exec.Cmd
+	logs *framework.SyncBuffer
+	done chan struct{}
+}
+
+// start runs the member and waits until it serves.
+func (e *etcdMember) start(t *testing.T) {
+	t.Helper()
+	e.cmd = exec.Command(miloBin, e.args...)
+	e.logs = &framework.SyncBuffer{}
+	e.cmd.Stderr = e.logs
+	stdout, err := e.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	e.done = make(chan struct{})
+	serving := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "is serving") {
+				close(serving)
+			}
+		}
+	}()
+	go func() {
+		_ = e.cmd.Wait()
+		close(e.done)
+	}()
+	t.Cleanup(e.kill)
+	select {
+	case <-serving:
+	case <-e.done:
+		t.Fatalf("etcd member exited: %s", e.logs.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatalf("etcd member not serving within 2 minutes: %s", e.logs.String())
+	}
+}
+
+// kill stops the member at once, as a crash would.
+func (e *etcdMember) kill() {
+	select {
+	case <-e.done:
+	default:
+		_ = e.cmd.Process.Kill()
+		<-e.done
+	}
+}
+
+// etcdCluster starts three `milo etcd` members on loopback with mutual TLS
+// from files, and returns them and the flags a `milo start` needs to use them.
+func etcdCluster(t *testing.T, dir string, files pki.Files) ([]*etcdMember, []string) {
+	t.Helper()
+	var clients, peers []string
+	for range 3 {
+		c, p, err := embeddedetcd.PickURLs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients, peers = append(clients, c.String()), append(peers, p.String())
+	}
+	var initial []string
+	for i := range 3 {
+		initial = append(initial, fmt.Sprintf("m%d=%s", i, peers[i]))
+	}
+	members := make([]*etcdMember, 3)
+	var wg sync.WaitGroup
+	for i := range 3 {
+		members[i] = &etcdMember{args: []string{"etcd", "--name", fmt.Sprintf("m%d", i), "--data-dir", filepath.Join(dir, fmt.Sprintf("etcd-%d", i)),
+			"--listen-client-url", clients[i], "--listen-peer-url", peers[i], "--initial-cluster", strings.Join(initial, ","),
+			"--cert-file", files.EtcdServer.CertFile, "--key-file", files.EtcdServer.KeyFile, "--trusted-ca-file", files.CA.CertFile}}
+	}
+	// A member of a new cluster serves once a quorum has started.
+	for _, m := range members {
+		wg.Go(func() { m.start(t) })
+	}
+	wg.Wait()
+	return members, []string{"--etcd-servers", strings.Join(clients, ","), "--etcd-cafile", files.CA.CertFile,
+		"--etcd-certfile", files.EtcdClient.CertFile, "--etcd-keyfile", files.EtcdClient.KeyFile}
+}
+
+// copyDir copies the files of one directory (a replica's PKI) into another.
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	if err := os.MkdirAll(to, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		data, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// retriable reports whether a client retries err: a 5xx, a timeout, a
+// dropped connection — what a storage member's loss may cause.
+func retriable(err error) bool {
+	var netErr net.Error
+	return apierrors.IsInternalError(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) || apierrors.IsServiceUnavailable(err) ||
+		apierrors.IsTooManyRequests(err) || errors.As(err, &netErr) || strings.Contains(err.Error(), "connection") || strings.Contains(err.Error(), "EOF")
+}
+
+// TestReplicasOnAnEtcdCluster runs two `milo start` replicas sharing one
+// set of PKI on a three-member etcd cluster: what one writes the other
+// reads and watches at the same resourceVersions; a member killed under a
+// steady load costs nothing but retried requests, loses nothing, and the
+// watchers resume; the replica leading the controllers killed in the middle
+// of a project deletion, the other finishes it.
+func TestReplicasOnAnEtcdCluster(t *testing.T) {
+	dir := t.TempDir()
+	files, err := pki.Ensure(filepath.Join(dir, "etcd-pki"), pki.ServingNames{IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	members, etcdArgs := etcdCluster(t, dir, files)
+	d1, d2 := filepath.Join(dir, "replica-1"), filepath.Join(dir, "replica-2")
+	r1, err := startMilo(d1, etcdArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1.stopOnCleanup(t)
+	// One PKI for both: the same CA, serving names and service account key.
+	copyDir(t, filepath.Join(d1, "pki"), filepath.Join(d2, "pki"))
+	r2, err := startMilo(d2, etcdArgs...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2.stopOnCleanup(t)
+	ctx := context.Background()
+
+	// Written on one replica, read and watched on the other.
+	if err := r1.ensureOrganization("acme"); err != nil {
+		t.Fatal(err)
+	}
+	r1.createProject(t, "rep-a")
+	r2.waitProjectReady(t, "rep-a")
+	createNamespace(t, r1.projectKube(t, "rep-a"), "keep")
+	made := createConfigMap(t, r1.projectKube(t, "rep-a"), "keep", "x", map[string]string{"v": "1"}, nil)
+	var read *corev1.ConfigMap
+	eventually(t, "replica 2 reads what replica 1 wrote", func() error {
+		read, err = r2.projectKube(t, "rep-a").CoreV1().ConfigMaps("keep").Get(ctx, "x", metav1.GetOptions{})
+		return err
+	})
+	if read.ResourceVersion != made.ResourceVersion || read.Data["v"] != "1" {
+		t.Fatalf("replica 2 reads %s %v, replica 1 wrote %s", read.ResourceVersion, read.Data, made.ResourceVersion)
+	}
+	// A watch on replica 2 that resumes across what follows, from that version.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cms2 := r2.projectKube(t, "rep-a").CoreV1().ConfigMaps("keep")
+	w, err := watchtools.NewRetryWatcherWithContext(wctx, made.ResourceVersion, &cache.ListWatch{WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		o.AllowWatchBookmarks = true
+		return cms2.Watch(ctx, o)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	seen := map[string]string{}
+	var seenMu sync.Mutex
+	go func() {
+		for ev := range w.ResultChan() {
+			if cm, ok := ev.Object.(*corev1.ConfigMap); ok && (ev.Type == watch.Added || ev.Type == watch.Modified) {
+				seenMu.Lock()
+				seen[cm.Name] = cm.ResourceVersion
+				seenMu.Unlock()
+			}
+		}
+	}()
+	made.Data["v"] = "2"
+	updated, err := r1.projectKube(t, "rep-a").CoreV1().ConfigMaps("keep").Update(ctx, made, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "replica 2's watch sees replica 1's update", func() error {
+		seenMu.Lock()
+		defer seenMu.Unlock()
+		if seen["x"] != updated.ResourceVersion {
+			return fmt.Errorf("seen %q, want %q", seen["x"], updated.ResourceVersion)
+		}
+		return nil
+	})
+
+	// A member killed under a steady load from one bounded client: only
+	// retried requests, nothing lost, the watch goes on; then it comes back.
+	const writes = 60
+	cms1 := r1.projectKube(t, "rep-a").CoreV1().ConfigMaps("keep")
+	retried := 0
+	for i := range writes {
+		if i == writes/3 {
+			members[0].kill()
+		}
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("load-%02d", i)}}
+		for attempt := 0; ; attempt++ {
+			_, err := cms1.Create(ctx, cm, metav1.CreateOptions{})
+			if err == nil || (attempt > 0 && apierrors.IsAlreadyExists(err)) {
+				break
+			}
+			if !retriable(err) || attempt == 20 {
+				t.Fatalf("write %d with a member down: %v", i, err)
+			}
+			retried++
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	t.Logf("%d writes with one of three members killed after %d: %d retried", writes, writes/3, retried)
+	members[0].start(t)
+	eventually(t, "every write read on replica 2 and seen by its watch", func() error {
+		list, err := cms2.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		n := 0
+		for _, cm := range list.Items {
+			if strings.HasPrefix(cm.Name, "load-") {
+				n++
+			}
+		}
+		seenMu.Lock()
+		watched := 0
+		for name := range seen {
+			if strings.HasPrefix(name, "load-") {
+				watched++
+			}
+		}
+		seenMu.Unlock()
+		if n != writes || watched != writes {
+			return fmt.Errorf("%d listed, %d watched, of %d", n, watched, writes)
+		}
+		return nil
+	})
+
+	// The replica leading the controllers dies while a project deletion
+	// waits on a finalizer; the other takes the lease and finishes it.
+	r1.createProject(t, "rep-doomed")
+	r1.waitProjectReady(t, "rep-doomed")
+	createNamespace(t, r1.projectKube(t, "rep-doomed"), "keep")
+	if _, err := r1.projectKube(t, "rep-doomed").CoreV1().ConfigMaps("keep").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{"example.com/hold"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r1.dynamic(t).Resource(projectsGVR).Delete(ctx, "rep-doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := r1.kube(t).CoordinationV1().Leases("milo-system").Get(ctx, "milo-controller-manager", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	identity := func(d string) string {
+		id, err := os.ReadFile(filepath.Join(d, "controller-identity"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(id))
+	}
+	var leader, other *milo
+	switch holder := ptrString(lease.Spec.HolderIdentity); holder {
+	case identity(d1):
+		leader, other = r1, r2
+	case identity(d2):
+		leader, other = r2, r1
+	default:
+		t.Fatalf("the controllers' lease is held by %q, neither replica", holder)
+	}
+	_ = leader.Cmd.Process.Kill()
+	<-leader.Exited
+	held, err := other.projectKube(t, "rep-doomed").CoreV1().ConfigMaps("keep").Get(ctx, "held", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held.Finalizers = nil
+	if _, err := other.projectKube(t, "rep-doomed").CoreV1().ConfigMaps("keep").Update(ctx, held, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventuallyWithin(t, 3*time.Minute, "the surviving replica finishes the deletion", func() error {
+		if _, err := other.dynamic(t).Resource(projectsGVR).Get(ctx, "rep-doomed", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("project rep-doomed: %v", err)
+		}
+		return nil
+	})
+}
+
+func ptrString(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
