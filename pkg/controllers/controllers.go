@@ -23,11 +23,11 @@ func Registry() manager.Registry {
 		// Organizations, Folders and Projects: bootstrap, Ready, cascade
 		// deletion; Roles, memberships and the platform's role aggregation.
 		"hierarchy": func(s manager.Shared) (manager.Runner, error) {
-			return hierarchy.New(s.Config, s.Hierarchy, s.Workers)
+			return hierarchy.New(s.Config, s.Hierarchy, s.Workers, s.Events)
 		},
 		// Deleted namespaces are emptied and removed, in every project.
 		namespace.Name: func(s manager.Shared) (manager.Runner, error) {
-			c := namespace.New(s.Clients)
+			c := namespace.New(s.Clients, s.Events)
 			return manager.RunFunc(func(ctx context.Context) { c.Run(ctx, s.Workers) }), nil
 		},
 		// Projects' aggregated ClusterRoles get the rules they select.

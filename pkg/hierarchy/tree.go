@@ -46,6 +46,11 @@ func (t *Tree) Init(loopback *rest.Config) error {
 	t.folders = t.factory.ForResource(folders).Informer()
 	t.projects = t.factory.ForResource(projects).Informer()
 	t.memberships = t.factory.ForResource(Memberships).Informer()
+	for kind, inf := range map[string]cache.SharedIndexInformer{"Organization": t.orgs, "Folder": t.folders, "Project": t.projects} {
+		if err := countPhases(kind, inf); err != nil {
+			return err
+		}
+	}
 	return AddIndexes(t.folders, t.projects)
 }
 
@@ -178,6 +183,22 @@ func (t *Tree) CachedProjectID(name string) string {
 		return ""
 	}
 	return tenancy.StorageIDOf(u)
+}
+
+// CachedOrganizationOf returns the organization of the named project if it is
+// cached, "" otherwise; it never reads storage.
+func (t *Tree) CachedOrganizationOf(project string) string {
+	if !t.initialized() {
+		return ""
+	}
+	obj, ok, _ := t.projects.GetStore().GetByKey(project)
+	if !ok {
+		return ""
+	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return u.GetLabels()[tenancy.OrganizationLabel]
+	}
+	return ""
 }
 
 // EndRequestsOfDeleted ends, through lifetimes, the requests in flight of every

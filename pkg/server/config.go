@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"go.opentelemetry.io/otel"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
 	apimachineryversion "k8s.io/apimachinery/pkg/version"
@@ -26,6 +27,7 @@ import (
 	"go.miloapis.com/milo/pkg/quota"
 	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
+	"go.miloapis.com/milo/pkg/telemetry"
 	"go.miloapis.com/milo/pkg/tenantadmission"
 	"go.miloapis.com/milo/pkg/tenantstate"
 	"go.miloapis.com/milo/pkg/version"
@@ -95,6 +97,16 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	generic.EffectiveVersion = serverVersion{generic.EffectiveVersion}
 	generic.OpenAPIConfig.Info.Title = "Milo"
 	generic.OpenAPIV3Config.Info.Title = "Milo"
+	tree := opts.Hierarchy
+	if tree == nil {
+		tree = &hierarchy.Tree{}
+	}
+	if opts.ControlPlane.Traces != nil && opts.ControlPlane.Traces.ConfigFile != "" {
+		// Request spans carry their tenant; Milo's controllers trace their
+		// work with the same exporter.
+		otel.SetTracerProvider(generic.TracerProvider)
+		generic.TracerProvider = telemetry.TenantTracing(generic.TracerProvider, tree.CachedOrganizationOf)
+	}
 
 	// Admission plugins answer for the request's tenant; they read a project's
 	// namespaces through the namespace storage, captured when it is built.
@@ -171,10 +183,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 			return nil, err
 		}
 	}
-	c.Hierarchy = opts.Hierarchy
-	if c.Hierarchy == nil {
-		c.Hierarchy = &hierarchy.Tree{}
-	}
+	c.Hierarchy = tree
 	if err := c.Hierarchy.Init(cp.Generic.LoopbackClientConfig); err != nil {
 		return nil, err
 	}

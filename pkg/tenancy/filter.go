@@ -82,134 +82,145 @@ type Router struct {
 func (r *Router) Wrap(handler http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		p := parsePath(req.URL.Path)
-		if !p.matched {
-			handler.ServeHTTP(w, req)
-			return
+		view := Platform.View()
+		if p.matched {
+			view = p.tenant.Kind.View()
 		}
-		if err := checkImpersonation(req.Header, p.tenant); err != nil {
-			responsewriters.ErrorNegotiated(apierrors.NewForbidden(schema.GroupResource{}, "", err), r.Serializer, schema.GroupVersion{}, w, req)
-			return
-		}
-		tenant := p.tenant
-		if tenant.IsProject() {
-			if !ValidProjectName(tenant.Name) {
-				responsewriters.ErrorNegotiated(apierrors.NewNotFound(projectsResource, tenant.Name), r.Serializer, schema.GroupVersion{}, w, req)
-				return
-			}
-			// Authorization reads the project's own RBAC, so the project's
-			// storage is resolved now, from the cache only: resolving a missing
-			// name must cost an unauthenticated client nothing. CheckExistence
-			// resolves what the cache did not know yet, and refuses a request
-			// whose project was replaced in between.
-			tenant.ID = r.Projects.CachedProjectID(tenant.Name)
-		}
-		ctx := WithTenant(req.Context(), tenant)
+		routed.WithLabelValues(view, r.route(handler, w, req, p)).Inc()
+	})
+}
 
-		inner := req.Clone(ctx)
-		inner.URL.Path = p.rest
-		inner.URL.RawPath = ""
-		inner.RequestURI = inner.URL.RequestURI()
+// route answers a request the router refuses, or hands it to handler, and
+// says which it did.
+func (r *Router) route(handler http.Handler, w http.ResponseWriter, req *http.Request, p parsed) string {
+	if !p.matched {
+		handler.ServeHTTP(w, req)
+		return outcomeServed
+	}
+	if err := checkImpersonation(req.Header, p.tenant); err != nil {
+		responsewriters.ErrorNegotiated(apierrors.NewForbidden(schema.GroupResource{}, "", err), r.Serializer, schema.GroupVersion{}, w, req)
+		return outcomeForbidden
+	}
+	tenant := p.tenant
+	if tenant.IsProject() {
+		if !ValidProjectName(tenant.Name) {
+			responsewriters.ErrorNegotiated(apierrors.NewNotFound(projectsResource, tenant.Name), r.Serializer, schema.GroupVersion{}, w, req)
+			return outcomeNotFound
+		}
+		// Authorization reads the project's own RBAC, so the project's
+		// storage is resolved now, from the cache only: resolving a missing
+		// name must cost an unauthenticated client nothing. CheckExistence
+		// resolves what the cache did not know yet, and refuses a request
+		// whose project was replaced in between.
+		tenant.ID = r.Projects.CachedProjectID(tenant.Name)
+	}
+	ctx := WithTenant(req.Context(), tenant)
 
-		info, err := r.RequestInfo.NewRequestInfo(inner)
-		if err != nil {
-			responsewriters.ErrorNegotiated(apierrors.NewBadRequest(err.Error()), r.Serializer, schema.GroupVersion{}, w, req)
-			return
-		}
-		if p.tenant.Kind == Organization {
-			if inner = r.routeOrganization(w, inner, info, p.org); inner == nil {
-				return
-			}
-			if !info.IsResourceRequest && isDiscoveryPath(inner.URL.Path) {
-				// What the organization's context serves, once the chain
-				// has confirmed it: its own and namespaced resources, what
-				// its Services serve there.
-				v := visibility{org: true}
-				if v.hiddenDiscoveryPath(inner.URL.Path) {
-					notServed(w, req)
-					return
-				}
-				confirmed := &confirmedTenant{}
-				inner = inner.WithContext(context.WithValue(inner.Context(), confirmedTenantKey{}, confirmed))
-				serveFilteredDiscovery(handler, w, inner, v, func() (visibility, ownGroups) {
-					v := v
-					if confirmed.ok && r.Services != nil && !confirmed.superuser {
-						v.gates, v.tenant = r.Services, confirmed.tenant
-					}
-					return v, ownGroups{}
-				})
-				return
-			}
-			handler.ServeHTTP(w, inner)
-			return
-		}
+	inner := req.Clone(ctx)
+	inner.URL.Path = p.rest
+	inner.URL.RawPath = ""
+	inner.RequestURI = inner.URL.RequestURI()
 
-		if !info.IsResourceRequest && !servedInTenants(inner.URL.Path) {
-			notServed(w, req)
-			return
-		}
-		if tenant.IsProject() && (info.IsResourceRequest || !ProcessWide(inner.URL.Path)) {
-			inner = inner.WithContext(withExistenceCheck(inner.Context(), existenceCheck{project: tenant.Name}))
-		}
-		// A project's context serves what the project may define for
-		// itself; the all-projects view always lists projects' CRDs (none
-		// when projects define none), so that the controllers need not know
-		// the server's flags.
-		v := visibility{projectCRDs: r.ProjectCRDs || p.tenant.Kind == AllProjects}
-		if info.IsResourceRequest && v.platformOnly(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}) {
-			// The same answer as for a resource the server does not know at all.
-			notServed(w, req)
-			return
-		}
-		if info.IsResourceRequest && info.APIGroup == Catalog.Group && info.Resource == Catalog.Resource {
-			// Services are the platform's: a project reads them as the catalog.
-			if p.tenant.Kind == AllProjects {
-				notServed(w, req)
-				return
-			}
-			if !catalogRead(info) {
-				responsewriters.ErrorNegotiated(apierrors.NewMethodNotSupported(Catalog, info.Verb), r.Serializer, schema.GroupVersion{}, w, req)
-				return
-			}
-		}
-		if p.tenant.Kind == AllProjects && !readOnlyAcrossProjects(info) {
-			responsewriters.ErrorNegotiated(apierrors.NewMethodNotSupported(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, info.Verb),
-				r.Serializer, schema.GroupVersion{}, w, req)
-			return
-		}
-		if p.tenant.Kind == AllProjects && info.IsResourceRequest && info.Namespace != "" {
-			responsewriters.ErrorNegotiated(apierrors.NewBadRequest("the all-projects view lists and watches across all namespaces only; select a namespace with a field selector on metadata.namespace"),
-				r.Serializer, schema.GroupVersion{}, w, req)
-			return
+	info, err := r.RequestInfo.NewRequestInfo(inner)
+	if err != nil {
+		responsewriters.ErrorNegotiated(apierrors.NewBadRequest(err.Error()), r.Serializer, schema.GroupVersion{}, w, req)
+		return outcomeBadRequest
+	}
+	if p.tenant.Kind == Organization {
+		if inner = r.routeOrganization(w, inner, info, p.org); inner == nil {
+			return outcomeNotFound
 		}
 		if !info.IsResourceRequest && isDiscoveryPath(inner.URL.Path) {
+			// What the organization's context serves, once the chain
+			// has confirmed it: its own and namespaced resources, what
+			// its Services serve there.
+			v := visibility{org: true}
 			if v.hiddenDiscoveryPath(inner.URL.Path) {
 				notServed(w, req)
-				return
+				return outcomeNotFound
 			}
-			// The project's own groups are added, and what its Services
-			// hide from it removed, once the chain has authenticated and
-			// authorized the request and confirmed the project:
-			// CheckExistence records the tenant it confirmed.
 			confirmed := &confirmedTenant{}
 			inner = inner.WithContext(context.WithValue(inner.Context(), confirmedTenantKey{}, confirmed))
-			view := func() (visibility, ownGroups) {
-				if !confirmed.ok {
-					return v, ownGroups{}
-				}
+			serveFilteredDiscovery(handler, w, inner, v, func() (visibility, ownGroups) {
 				v := v
-				if r.Services != nil && !confirmed.superuser {
+				if confirmed.ok && r.Services != nil && !confirmed.superuser {
 					v.gates, v.tenant = r.Services, confirmed.tenant
 				}
-				if !confirmed.tenant.IsProject() || confirmed.tenant.ID == "" || r.ProjectAPIs == nil {
-					return v, ownGroups{}
-				}
-				return v, ownGroups{groups: r.ProjectAPIs.Groups(confirmed.tenant.ID), apis: r.ProjectAPIs, projectID: confirmed.tenant.ID}
-			}
-			serveFilteredDiscovery(handler, w, inner, v, view)
-			return
+				return v, ownGroups{}
+			})
+			return outcomeServed
 		}
 		handler.ServeHTTP(w, inner)
-	})
+		return outcomeServed
+	}
+
+	if !info.IsResourceRequest && !servedInTenants(inner.URL.Path) {
+		notServed(w, req)
+		return outcomeNotFound
+	}
+	if tenant.IsProject() && (info.IsResourceRequest || !ProcessWide(inner.URL.Path)) {
+		inner = inner.WithContext(withExistenceCheck(inner.Context(), existenceCheck{project: tenant.Name}))
+	}
+	// A project's context serves what the project may define for
+	// itself; the all-projects view always lists projects' CRDs (none
+	// when projects define none), so that the controllers need not know
+	// the server's flags.
+	v := visibility{projectCRDs: r.ProjectCRDs || p.tenant.Kind == AllProjects}
+	if info.IsResourceRequest && v.platformOnly(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}) {
+		// The same answer as for a resource the server does not know at all.
+		notServed(w, req)
+		return outcomeNotFound
+	}
+	if info.IsResourceRequest && info.APIGroup == Catalog.Group && info.Resource == Catalog.Resource {
+		// Services are the platform's: a project reads them as the catalog.
+		if p.tenant.Kind == AllProjects {
+			notServed(w, req)
+			return outcomeNotFound
+		}
+		if !catalogRead(info) {
+			responsewriters.ErrorNegotiated(apierrors.NewMethodNotSupported(Catalog, info.Verb), r.Serializer, schema.GroupVersion{}, w, req)
+			return outcomeMethodNotAllowed
+		}
+	}
+	if p.tenant.Kind == AllProjects && !readOnlyAcrossProjects(info) {
+		responsewriters.ErrorNegotiated(apierrors.NewMethodNotSupported(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, info.Verb),
+			r.Serializer, schema.GroupVersion{}, w, req)
+		return outcomeMethodNotAllowed
+	}
+	if p.tenant.Kind == AllProjects && info.IsResourceRequest && info.Namespace != "" {
+		responsewriters.ErrorNegotiated(apierrors.NewBadRequest("the all-projects view lists and watches across all namespaces only; select a namespace with a field selector on metadata.namespace"),
+			r.Serializer, schema.GroupVersion{}, w, req)
+		return outcomeBadRequest
+	}
+	if !info.IsResourceRequest && isDiscoveryPath(inner.URL.Path) {
+		if v.hiddenDiscoveryPath(inner.URL.Path) {
+			notServed(w, req)
+			return outcomeNotFound
+		}
+		// The project's own groups are added, and what its Services
+		// hide from it removed, once the chain has authenticated and
+		// authorized the request and confirmed the project:
+		// CheckExistence records the tenant it confirmed.
+		confirmed := &confirmedTenant{}
+		inner = inner.WithContext(context.WithValue(inner.Context(), confirmedTenantKey{}, confirmed))
+		view := func() (visibility, ownGroups) {
+			if !confirmed.ok {
+				return v, ownGroups{}
+			}
+			v := v
+			if r.Services != nil && !confirmed.superuser {
+				v.gates, v.tenant = r.Services, confirmed.tenant
+			}
+			if !confirmed.tenant.IsProject() || confirmed.tenant.ID == "" || r.ProjectAPIs == nil {
+				return v, ownGroups{}
+			}
+			return v, ownGroups{groups: r.ProjectAPIs.Groups(confirmed.tenant.ID), apis: r.ProjectAPIs, projectID: confirmed.tenant.ID}
+		}
+		serveFilteredDiscovery(handler, w, inner, v, view)
+		return outcomeServed
+	}
+	handler.ServeHTTP(w, inner)
+	return outcomeServed
 }
 
 // existenceCheck is what the router leaves for CheckExistence to verify once the

@@ -72,6 +72,21 @@ func (t Tenant) String() string {
 	}
 }
 
+// View names the kind of context for telemetry: platform, project,
+// organization or all-projects. It is one of four values, never a tenant's name.
+func (k Kind) View() string {
+	switch k {
+	case Project:
+		return "project"
+	case AllProjects:
+		return "all-projects"
+	case Organization:
+		return "organization"
+	default:
+		return "platform"
+	}
+}
+
 // IsProject reports whether t is a single project.
 func (t Tenant) IsProject() bool { return t.Kind == Project }
 

@@ -98,6 +98,9 @@ type Key struct {
 	Namespace, Name string
 }
 
+// TenantKeys returns the key's project, for traces and logs.
+func (k Key) TenantKeys() (project, organization string) { return k.Project, "" }
+
 // String renders the key for logs.
 func (k Key) String() string {
 	p := k.Project

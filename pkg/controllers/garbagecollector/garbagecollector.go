@@ -81,6 +81,12 @@ type item struct {
 	key      allprojects.Key
 }
 
+// TenantKeys returns the project of the item's object, for traces and logs.
+func (i item) TenantKeys() (project, organization string) { return i.key.TenantKeys() }
+
+// String renders the item for traces and logs.
+func (i item) String() string { return i.resource.Resource + " " + i.key.String() }
+
 // kinds maps the kinds a view serves to their resources.
 type kinds map[schema.GroupKind]resourceInfo
 

@@ -7,6 +7,7 @@ import (
 	"sort"
 	"strings"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -46,9 +47,10 @@ func (c *Controllers) deleteOrganization(ctx context.Context, org *unstructured.
 		if err := c.setCondition(ctx, organizations, org, cleanupCondition("DeletingContents", waiting)); err != nil {
 			return err
 		}
+		c.event(org, corev1.EventTypeNormal, "DeletingContents", "%s", waiting)
 		return errWaiting{waiting}
 	}
-	return removeFinalizer(ctx, c.dynamic, organizations, org, hierarchy.OrganizationFinalizer)
+	return c.released(ctx, organizations, org, hierarchy.OrganizationFinalizer)
 }
 
 // deleteFolder deletes the folder's child folders and projects, then releases it.
@@ -64,9 +66,10 @@ func (c *Controllers) deleteFolder(ctx context.Context, f *unstructured.Unstruct
 		if err := c.setCondition(ctx, folders, f, cleanupCondition("DeletingContents", waiting)); err != nil {
 			return err
 		}
+		c.event(f, corev1.EventTypeNormal, "DeletingContents", "%s", waiting)
 		return errWaiting{waiting}
 	}
-	return removeFinalizer(ctx, c.dynamic, folders, f, hierarchy.FolderFinalizer)
+	return c.released(ctx, folders, f, hierarchy.FolderFinalizer)
 }
 
 // deleteChildren deletes the Folders and Projects found under key in the given
@@ -154,11 +157,23 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 		if err := c.setCondition(ctx, projects, p, cleanupCondition("WaitingForFinalizers", msg)); err != nil {
 			return err
 		}
+		c.event(p, corev1.EventTypeWarning, "WaitingForFinalizers", "%s", msg)
 		return errWaiting{msg}
 	}
 	// No "purging" condition is written: it would cost every deletion a write
 	// for a state that lasts a moment.
-	return removeFinalizer(ctx, c.dynamic, projects, p, hierarchy.ProjectFinalizer)
+	return c.released(ctx, projects, p, hierarchy.ProjectFinalizer)
+}
+
+// released removes the cleanup finalizer of an object whose contents are
+// deleted, records how long that took and says so in an Event.
+func (c *Controllers) released(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, finalizer string) error {
+	if err := removeFinalizer(ctx, c.dynamic, gvr, obj, finalizer); err != nil {
+		return err
+	}
+	observeDeletion(obj, stageEmptied)
+	c.event(obj, corev1.EventTypeNormal, "ContentsDeleted", "everything in %s %s is deleted", obj.GetKind(), obj.GetName())
+	return nil
 }
 
 func cleanupCondition(reason, message string) metav1.Condition {

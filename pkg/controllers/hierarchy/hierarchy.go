@@ -41,6 +41,7 @@ import (
 	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 	"go.miloapis.com/milo/pkg/client"
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/controllers/events"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -61,13 +62,14 @@ type Controllers struct {
 	dynamic  dynamic.Interface
 	platform kubernetes.Interface
 	workers  int
+	events   *events.Recorder
 
 	orgs, folders, projects, roles, memberships, bindings, protected cache.SharedIndexInformer
 }
 
 // New prepares the controllers over a client configuration of the platform and
 // shared informers of the hierarchy (factory). The caller starts factory after New.
-func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFactory, workers int) (*Controllers, error) {
+func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFactory, workers int, recorder *events.Recorder) (*Controllers, error) {
 	config = rest.CopyConfig(config)
 	// The workers bound how much the controllers ask of the server at once; a
 	// client-side rate limit (the loopback default is 50/s) would instead bound
@@ -89,7 +91,7 @@ func New(config *rest.Config, factory dynamicinformer.DynamicSharedInformerFacto
 	if workers < 1 {
 		workers = 1
 	}
-	c := &Controllers{config: config, http: httpClient, dynamic: dyn, platform: platform, workers: workers,
+	c := &Controllers{config: config, http: httpClient, dynamic: dyn, platform: platform, workers: workers, events: recorder,
 		orgs:        factory.ForResource(organizations).Informer(),
 		folders:     factory.ForResource(folders).Informer(),
 		projects:    factory.ForResource(projects).Informer(),
@@ -190,6 +192,7 @@ func (c *Controllers) Run(ctx context.Context) {
 
 	var wg sync.WaitGroup
 	for _, l := range []*loop{orgLoop, folderLoop, projectLoop, roleLoop, membershipLoop} {
+		l.events = c.events
 		wg.Go(func() { l.run(ctx, c.workers) })
 	}
 	wg.Go(func() { aggregation.Run(ctx, 1) })
@@ -255,7 +258,19 @@ func (c *Controllers) syncProject(ctx context.Context, p *unstructured.Unstructu
 			return fmt.Errorf("bootstrapping project %s: %w", p.GetName(), err)
 		}
 	}
-	return c.setCondition(ctx, projects, p, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "ControlPlaneReady", Message: bootstrappedMessage})
+	if err := c.setCondition(ctx, projects, p, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "ControlPlaneReady", Message: bootstrappedMessage}); err != nil {
+		return err
+	}
+	c.event(p, corev1.EventTypeNormal, "ControlPlaneReady", "Project %s is ready: %s", p.GetName(), bootstrappedMessage)
+	return nil
+}
+
+// event records an Event about a hierarchy object where its organization's
+// owners read (see package events); nothing without a recorder.
+func (c *Controllers) event(obj *unstructured.Unstructured, eventtype, reason, format string, args ...any) {
+	if c.events != nil {
+		c.events.HierarchyEventf(keyOf(obj, "").organization, obj, eventtype, reason, format, args...)
+	}
 }
 
 // bootstrappedMessage is the Ready message of a bootstrapped project. It names
@@ -287,7 +302,11 @@ func (c *Controllers) setReady(ctx context.Context, gvr schema.GroupVersionResou
 	if hierarchy.IsReady(obj) {
 		return nil
 	}
-	return c.setCondition(ctx, gvr, obj, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: reason, Message: message})
+	if err := c.setCondition(ctx, gvr, obj, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: reason, Message: message}); err != nil {
+		return err
+	}
+	c.event(obj, corev1.EventTypeNormal, reason, "%s %s is ready: %s", obj.GetKind(), obj.GetName(), message)
+	return nil
 }
 
 var policyBindings = iamv1alpha1.SchemeGroupVersion.WithResource("policybindings")

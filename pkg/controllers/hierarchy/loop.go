@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -16,6 +17,10 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+
+	"go.miloapis.com/milo/pkg/controllers/events"
+	"go.miloapis.com/milo/pkg/controllers/manager"
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 // loop is one work queue over one shared informer. Its event handler is
@@ -26,6 +31,8 @@ type loop struct {
 	informer cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
 	sync     func(ctx context.Context, obj *unstructured.Unstructured) error
+	// events, if set, hears of sync failures: its owners see them as Events.
+	events *events.Recorder
 }
 
 func newLoop(name string, informer cache.SharedIndexInformer, sync func(context.Context, *unstructured.Unstructured) error) *loop {
@@ -76,7 +83,16 @@ func (l *loop) next(ctx context.Context) bool {
 	defer l.queue.Done(key)
 	obj, exists, err := l.informer.GetStore().GetByKey(key)
 	if err == nil && exists {
-		err = l.sync(ctx, obj.(*unstructured.Unstructured))
+		u := obj.(*unstructured.Unstructured)
+		var end func(error)
+		k := keyOf(u, key)
+		ctx, end = manager.Begin(ctx, l.name, k)
+		err = l.sync(ctx, u)
+		end(err)
+		var waiting errWaiting
+		if err != nil && !errors.As(err, &waiting) && ctx.Err() == nil && l.events != nil {
+			l.events.HierarchyEventf(k.organization, u, corev1.EventTypeWarning, "SyncFailed", "%v", err)
+		}
 	}
 	var waiting errWaiting
 	if errors.As(err, &waiting) {
@@ -84,12 +100,34 @@ func (l *loop) next(ctx context.Context) bool {
 		return true
 	}
 	if err != nil && ctx.Err() == nil {
-		klog.FromContext(ctx).Error(err, "Syncing", "controller", l.name, "name", key)
+		klog.FromContext(ctx).Error(err, "Syncing")
 		l.queue.AddRateLimited(key)
 		return true
 	}
 	l.queue.Forget(key)
 	return true
+}
+
+// objectKey is the key of a hierarchy object, with the tenant it belongs to.
+type objectKey struct{ key, project, organization string }
+
+func (k objectKey) String() string                             { return k.key }
+func (k objectKey) TenantKeys() (project, organization string) { return k.project, k.organization }
+
+// keyOf tells which project and organization obj is about.
+func keyOf(obj *unstructured.Unstructured, key string) objectKey {
+	k := objectKey{key: key, organization: obj.GetLabels()[tenancy.OrganizationLabel]}
+	switch obj.GetKind() {
+	case "Project":
+		k.project = obj.GetName()
+	case "Organization":
+		k.organization = obj.GetName()
+	default:
+		if org, ok := tenancy.OrganizationOfNamespace(obj.GetNamespace()); ok {
+			k.organization = org
+		}
+	}
+	return k
 }
 
 // errWaiting asks for the object to be synced again a little later.

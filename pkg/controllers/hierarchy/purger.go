@@ -3,12 +3,16 @@ package hierarchy
 import (
 	"context"
 	"slices"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/controllers/events"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -25,6 +29,7 @@ type Purger struct {
 	purge   PurgeFunc
 	dynamic dynamic.Interface
 	loop    *loop
+	events  *events.Recorder
 }
 
 // NewPurger prepares a Purger over the server's loopback configuration (whose
@@ -36,13 +41,21 @@ func NewPurger(loopback *rest.Config, factory dynamicinformer.DynamicSharedInfor
 	if err != nil {
 		return nil, err
 	}
-	p := &Purger{purge: purge, dynamic: dyn}
+	clients, err := allprojects.NewClients(loopback)
+	if err != nil {
+		return nil, err
+	}
+	p := &Purger{purge: purge, dynamic: dyn, events: events.New(clients)}
 	p.loop = newLoop("project-purge", factory.ForResource(projects).Informer(), p.sync)
+	p.loop.events = p.events
 	return p, nil
 }
 
 // Run purges with the given number of workers until ctx ends.
-func (p *Purger) Run(ctx context.Context, workers int) { p.loop.run(ctx, workers) }
+func (p *Purger) Run(ctx context.Context, workers int) {
+	go p.events.Run(ctx)
+	p.loop.run(ctx, workers)
+}
 
 func (p *Purger) sync(ctx context.Context, project *unstructured.Unstructured) error {
 	finalizers := project.GetFinalizers()
@@ -50,8 +63,16 @@ func (p *Purger) sync(ctx context.Context, project *unstructured.Unstructured) e
 		slices.Contains(finalizers, hierarchy.ProjectFinalizer) {
 		return nil
 	}
+	start := time.Now()
 	if err := p.purge(ctx, tenancy.StorageIDOf(project)); err != nil {
 		return err
 	}
-	return removeFinalizer(ctx, p.dynamic, projects, project, hierarchy.PurgeFinalizer)
+	purgeDuration.Observe(time.Since(start).Seconds())
+	if err := removeFinalizer(ctx, p.dynamic, projects, project, hierarchy.PurgeFinalizer); err != nil {
+		return err
+	}
+	observeDeletion(project, stagePurged)
+	p.events.HierarchyEventf(keyOf(project, "").organization, project, corev1.EventTypeNormal, "Purged",
+		"Project %s is deleted: its storage is purged and its name is free", project.GetName())
+	return nil
 }

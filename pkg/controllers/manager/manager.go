@@ -23,6 +23,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/controllers/events"
 )
 
 // Shared is what every controller is built from.
@@ -35,6 +36,8 @@ type Shared struct {
 	Clients *allprojects.Clients
 	// Workers is how many objects each controller works on at once.
 	Workers int
+	// Events records the controllers' Events while they run.
+	Events *events.Recorder
 	// RootCA is the PEM bundle of the CA clients verify the server with,
 	// published in every namespace as kube-root-ca.crt.
 	RootCA []byte
@@ -110,6 +113,7 @@ func sortedCopy(s []string) []string {
 type Manager struct {
 	names   []string
 	runners []Runner
+	events  *events.Recorder
 }
 
 // New builds the selected controllers of registry.
@@ -126,7 +130,10 @@ func New(registry Registry, selection []string, shared Shared) (*Manager, error)
 	if shared.Workers < 1 {
 		shared.Workers = 1
 	}
-	m := &Manager{names: names}
+	if shared.Events == nil {
+		shared.Events = events.New(shared.Clients)
+	}
+	m := &Manager{names: names, events: shared.Events}
 	for _, n := range names {
 		r, err := registry[n](shared)
 		if err != nil {
@@ -146,7 +153,10 @@ func (m *Manager) Run(ctx context.Context) {
 	for _, r := range m.runners {
 		wg.Go(func() { r.Run(ctx) })
 	}
+	events, stop := context.WithCancel(context.WithoutCancel(ctx))
+	go m.events.Run(events)
 	wg.Wait()
+	stop() // after the controllers, so that their last Events are recorded
 }
 
 // Selection is the value of a --controllers flag: controller names separated
@@ -199,7 +209,9 @@ func Work[K comparable](ctx context.Context, name string, queue workqueue.TypedR
 			return false
 		}
 		defer queue.Done(key)
+		ctx, end := Begin(ctx, name, key)
 		err := handle(ctx, key)
+		end(err)
 		var retry RetryAfter
 		var waiting Waiting
 		switch {
@@ -208,7 +220,7 @@ func Work[K comparable](ctx context.Context, name string, queue workqueue.TypedR
 		case errors.As(err, &waiting):
 			queue.AddRateLimited(key)
 		case err != nil && ctx.Err() == nil:
-			klog.FromContext(ctx).Error(err, "Syncing", "controller", name, "key", key)
+			klog.FromContext(ctx).Error(err, "Syncing")
 			queue.AddRateLimited(key)
 		default:
 			queue.Forget(key)

@@ -30,6 +30,7 @@ import (
 	"k8s.io/kubernetes/pkg/controller/namespace/deletion"
 
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/controllers/events"
 	"go.miloapis.com/milo/pkg/controllers/manager"
 )
 
@@ -39,13 +40,14 @@ const Name = "namespace"
 // Controller deletes the contents of deleted namespaces.
 type Controller struct {
 	clients  *allprojects.Clients
+	events   *events.Recorder
 	platform allprojects.ResourceLists
 	projects allprojects.ResourceLists
 }
 
-// New prepares the controller.
-func New(clients *allprojects.Clients) *Controller {
-	return &Controller{clients: clients,
+// New prepares the controller; recorder records why a deletion waits.
+func New(clients *allprojects.Clients, recorder *events.Recorder) *Controller {
+	return &Controller{clients: clients, events: recorder,
 		platform: allprojects.ResourceLists{Namespaced: true}, projects: allprojects.ResourceLists{Namespaced: true}}
 }
 
@@ -126,8 +128,30 @@ func (c *Controller) sync(ctx context.Context, key allprojects.Key, crds cache.S
 	err = deletion.NewNamespacedResourcesDeleter(ctx, core.Namespaces(), meta, core, discover, corev1.FinalizerKubernetes).Delete(ctx, key.Name)
 	var remaining *deletion.ResourcesRemainingError
 	if errors.As(err, &remaining) {
+		// The namespace's conditions say what remains (upstream's); the Event
+		// tells whoever runs kubectl events that the deletion waits.
+		c.event(ctx, core, key, corev1.EventTypeWarning, "SomeResourcesRemain", "deleting namespace %s waits: %v", key.Name, err)
 		// Upstream's pace: look again when half the estimated time has passed.
 		return manager.RetryAfter{After: time.Duration(remaining.Estimate/2+1) * time.Second, Reason: err.Error()}
 	}
+	if err != nil && ctx.Err() == nil {
+		c.event(ctx, core, key, corev1.EventTypeWarning, "ContentDeletionFailed", "deleting namespace %s: %v", key.Name, err)
+	}
 	return err
+}
+
+// event records an Event about the namespace of key, in its project's (or the
+// platform's) default namespace: the namespace itself takes no new objects.
+func (c *Controller) event(ctx context.Context, core corev1client.CoreV1Interface, key allprojects.Key, eventtype, reason, format string, args ...any) {
+	if c.events == nil {
+		return
+	}
+	// The UID keeps Events about namespaces of one name in several projects
+	// apart in the recorder's cache.
+	ns, err := core.Namespaces().Get(ctx, key.Name, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: "v1", Kind: "Namespace", Name: key.Name, UID: ns.UID}
+	c.events.ProjectEventf(key.Project, key.ID, ref, eventtype, reason, format, args...)
 }

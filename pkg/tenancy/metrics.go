@@ -1,0 +1,28 @@
+package tenancy
+
+import (
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+// What the router did with a request: handed it to the handler chain, or
+// answered it itself.
+const (
+	outcomeServed           = "served"
+	outcomeNotFound         = "not_found"
+	outcomeMethodNotAllowed = "method_not_allowed"
+	outcomeBadRequest       = "bad_request"
+	outcomeForbidden        = "forbidden"
+)
+
+// routed counts requests by view and router outcome. Its labels take a
+// handful of values each; no tenant is ever a label.
+var routed = metrics.NewCounterVec(&metrics.CounterOpts{
+	Namespace:      "milo",
+	Subsystem:      "tenant_router",
+	Name:           "requests_total",
+	Help:           "Requests by the kind of context they address (platform, project, organization, all-projects) and what the tenant router did with them (served: handed to the handler chain; not_found, method_not_allowed, bad_request, forbidden: answered by the router).",
+	StabilityLevel: metrics.ALPHA,
+}, []string{"view", "outcome"})
+
+func init() { legacyregistry.MustRegister(routed) }
