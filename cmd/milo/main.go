@@ -39,7 +39,7 @@ func run(args []string) int {
 			rest.SetDefaultWarningHandler(rest.NoWarnings{})
 		},
 	}
-	root.AddCommand(newStartCommand(), newControllerManagerCommand(), newKubeconfigCommand(), newVersionCommand(), newEtcdCommand(), newMigrateCommand(), newBackupCommand())
+	root.AddCommand(newStartCommand(), newControllerManagerCommand(), newKubeconfigCommand(), newVersionCommand(), newEtcdCommand(), newMigrateCommand(), newBackupCommand(), newTopCommand())
 	root.SetArgs(args)
 	err := root.Execute()
 	logs.FlushLogs()

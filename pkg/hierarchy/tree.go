@@ -201,6 +201,23 @@ func (t *Tree) CachedOrganizationOf(project string) string {
 	return ""
 }
 
+// ProjectNames returns the names of the cached projects whose storage ids are
+// keys of ids: one pass over the cache, nothing kept.
+func (t *Tree) ProjectNames(ids map[string]int64) map[string]string {
+	out := make(map[string]string, len(ids))
+	if !t.initialized() || len(ids) == 0 {
+		return out
+	}
+	for _, obj := range t.projects.GetStore().List() {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			if id := tenancy.StorageIDOf(u); ids[id] != 0 {
+				out[id] = u.GetName()
+			}
+		}
+	}
+	return out
+}
+
 // EndRequestsOfDeleted ends, through lifetimes, the requests in flight of every
 // Project and Organization that is deleted, or replaced by another of the same
 // name, from now on. One event handler per informer, nothing per tenant.

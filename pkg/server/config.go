@@ -10,6 +10,7 @@ import (
 	apimachineryversion "k8s.io/apimachinery/pkg/version"
 	"k8s.io/apiserver/pkg/util/webhook"
 	basecompatibility "k8s.io/component-base/compatibility"
+	"k8s.io/component-base/metrics/legacyregistry"
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
@@ -75,6 +76,8 @@ type Tenancy struct {
 	// Usage meters what projects store, for the built-in objects and bytes
 	// per project quotas; the storage of every resource tells it of writes.
 	Usage *quota.StorageMeter
+	// Top names the heaviest projects (nil with --top-projects=0).
+	Top *telemetry.TopProjects
 }
 
 // CompletedConfig is a Config whose parts have been completed.
@@ -157,6 +160,12 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	}
 	if c.IAM == nil {
 		c.IAM = evaluator.New()
+	}
+	// One server per process; a second (tests) keeps the first's collectors.
+	_ = legacyregistry.CustomRegister(evaluator.NewIndexCollector(c.IAM))
+	if top := opts.TopProjects; top.N > 0 {
+		c.Top = telemetry.NewTopProjects(top.N, top.Window)
+		_ = legacyregistry.CustomRegister(c.Top.Collector())
 	}
 	if opts.Quota != nil {
 		storagePrefix := opts.ControlPlane.Etcd.StorageConfig.Prefix

@@ -36,6 +36,7 @@ import (
 	"go.miloapis.com/milo/pkg/storage/sqlstorage"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/suspension"
+	"go.miloapis.com/milo/pkg/telemetry"
 	"go.miloapis.com/milo/pkg/tenancy"
 	"go.miloapis.com/milo/pkg/tenantadmission"
 )
@@ -62,6 +63,8 @@ type Options struct {
 	MaxWatches int
 	// ProjectCRDs are the rules for CRDs defined in projects (package projectcrds).
 	ProjectCRDs projectcrds.Rules
+	// TopProjects sizes the heaviest-tenants report (package telemetry).
+	TopProjects telemetry.TopOptions
 	// StorageBackend, when set, is a SQL database served through kine in
 	// place of the embedded etcd: postgres://... or sqlite://PATH.
 	StorageBackend string
@@ -98,7 +101,7 @@ func NewOptions() *Options {
 	hierarchy.Register(cp.Admission.GenericAdmission.Plugins, tree)
 	iam := evaluator.New()
 	iamadmission.Register(cp.Admission.GenericAdmission.Plugins, iam, tree)
-	o := &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches,
+	o := &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches, TopProjects: telemetry.DefaultTopOptions,
 		ProjectCRDs: projectcrds.Rules{MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}, catalog: &catalog.Catalog{},
 		quota: quota.NewLedger(), suspensions: suspension.NewIndex()}
 	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs, o.projectCRDs)
@@ -146,6 +149,14 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"The most watches one project (or one organization context) holds open at once, all its users together; "+
 		"more are refused with 429 and Retry-After until one closes. The server's superusers are not counted. "+
 		"0 leaves watches unbounded (see docs/fairness.md).")
+	fs.IntVar(&o.TopProjects.N, "top-projects", o.TopProjects.N, ""+
+		"How many of the heaviest projects, by request rate and by stored objects, /milo/top-projects and the "+
+		"milo_top_project_* metrics name (no other series names a project). 0 turns the report off.")
+	fs.DurationVar(&o.TopProjects.Window, "top-projects-window", o.TopProjects.Window, ""+
+		"The window request rates of --top-projects are counted over.")
+	fs.DurationVar(&o.TopProjects.StoredInterval, "top-projects-count-interval", o.TopProjects.StoredInterval, ""+
+		"How often the objects every project stores are counted for --top-projects: one keys-only pass over storage. "+
+		"0 never counts them.")
 	fs.BoolVar(&o.ProjectCRDs.Enabled, "project-crds", o.ProjectCRDs.Enabled, ""+
 		"Let projects define their own CustomResourceDefinitions, each seen and served only in its project "+
 		"(alpha; see docs/project-crds.md).")
@@ -194,6 +205,8 @@ type CompletedOptions struct {
 	MaxListItems int64
 	// MaxWatches bounds a tenant's open watches.
 	MaxWatches int
+	// TopProjects sizes the heaviest-tenants report.
+	TopProjects telemetry.TopOptions
 	// ProjectCRDs: projects define their own CRDs.
 	ProjectCRDs bool
 	// ProjectCRDIndex holds projects' CRDs once the server fills it.
@@ -279,7 +292,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, TopProjects: o.TopProjects, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {
@@ -312,6 +325,7 @@ func (o *Options) validateMiloFlags() []error {
 	if o.MaxWatches < 0 {
 		errs = append(errs, errors.New("--max-project-watches must not be negative"))
 	}
+	errs = append(errs, o.TopProjects.Validate()...)
 	if o.ProjectListConcurrency < 0 {
 		errs = append(errs, errors.New("--project-list-concurrency must not be negative"))
 	}

@@ -48,6 +48,7 @@ import (
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/sqlstorage"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
+	"go.miloapis.com/milo/pkg/telemetry"
 )
 
 // Server is Milo's assembled API server, not yet running.
@@ -255,6 +256,28 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			go c.Users.Run(ctx, client)
 			return nil
 		}},
+		{"milo-top-projects", func(ctx genericapiserver.PostStartHookContext) error {
+			if c.Top == nil || !informersSynced.wait(ctx) {
+				return nil
+			}
+			n := c.Options.TopProjects.N
+			go c.Top.CountStoredEvery(ctx, c.Options.TopProjects.StoredInterval, func(ctx context.Context) (map[string]int64, error) {
+				byID, err := tenantstorage.StoredObjectsByProject(ctx, c.Keys, c.Prefixes)
+				if err != nil {
+					return nil, err
+				}
+				top := telemetry.Largest(byID, n)
+				names := tree.ProjectNames(top)
+				out := make(map[string]int64, len(top))
+				for id, count := range top {
+					if name, ok := names[id]; ok {
+						out[name] = count
+					}
+				}
+				return out, nil
+			})
+			return nil
+		}},
 		{"milo-controllers", func(ctx genericapiserver.PostStartHookContext) error {
 			if len(c.Options.Controllers) == 0 {
 				return nil
@@ -291,8 +314,16 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			return nil, err
 		}
 	}
+	if c.Top != nil {
+		// A non-resource path of the platform: authorized like /metrics.
+		aggregator.GenericAPIServer.Handler.NonGoRestfulMux.Handle(TopProjectsPath, c.Top)
+	}
 	return &Server{Aggregator: aggregator, options: c.Options}, nil
 }
+
+// TopProjectsPath serves the heaviest projects (telemetry.Report; a table
+// with ?format=table).
+const TopProjectsPath = "/milo/top-projects"
 
 // EtcdURLFile is the file in dataDir naming the client URL of the running
 // server's embedded etcd (its ports change at every start).

@@ -19,6 +19,7 @@ import (
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/iam/satokens"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
+	"go.miloapis.com/milo/pkg/telemetry"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -134,7 +135,7 @@ func authenticateTenants(c *Config) error {
 	verifier := satokens.Verifier{Issuers: authn.ServiceAccountIssuers, Keys: authn.ServiceAccountPublicKeysGetter, Audiences: authn.APIAudiences}
 	for _, info := range []*genericapiserver.AuthenticationInfo{&c.ControlPlane.Generic.Authentication, &c.Aggregator.GenericConfig.Authentication, &c.APIExtensions.GenericConfig.Authentication} {
 		if info.Authenticator != nil {
-			info.Authenticator = c.Users.Authenticator(satokens.Authenticator(info.Authenticator, c.Tenant, verifier))
+			info.Authenticator = telemetry.TenantAccessLog(c.Users.Authenticator(satokens.Authenticator(info.Authenticator, c.Tenant, verifier)))
 		}
 	}
 	return nil
@@ -150,9 +151,12 @@ func routeTenants(c *Config, tree *hierarchy.Tree) error {
 	}
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
 		router := &tenancy.Router{Projects: tree, Hierarchy: tree, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer, Lifetimes: lifetimes, Watches: watches, ProjectCRDs: c.Options.ProjectCRDs,
-			Services: c.Catalog}
+			Services: c.Catalog, Contextualize: telemetry.WithTenantLogger}
 		if c.ProjectCRDs != nil {
 			router.ProjectAPIs = c.ProjectCRDs
+		}
+		if c.Top != nil {
+			router.Requests = c.Top
 		}
 		sa := c.ControlPlane.Extra
 		issuers := satokens.NewDiscovery(sa.ServiceAccountIssuerURL, sa.ServiceAccountJWKSURI, sa.ServiceAccountPublicKeysGetter, gc.Serializer)

@@ -76,6 +76,12 @@ type Router struct {
 	// Services hides the resources Services list from the tenants they are
 	// not served to (CheckServices, discovery); nil hides none.
 	Services ServiceGates
+	// Contextualize, if set, adds to a routed request's context (which holds
+	// its tenant) what telemetry wants there: a logger naming the tenant.
+	Contextualize func(context.Context) context.Context
+	// Requests, if set, counts each request CheckExistence confirms for an
+	// existing project (telemetry's heaviest tenants).
+	Requests interface{ Count(project string) }
 }
 
 // Wrap returns handler behind the router.
@@ -115,6 +121,9 @@ func (r *Router) route(handler http.Handler, w http.ResponseWriter, req *http.Re
 		tenant.ID = r.Projects.CachedProjectID(tenant.Name)
 	}
 	ctx := WithTenant(req.Context(), tenant)
+	if r.Contextualize != nil {
+		ctx = r.Contextualize(ctx)
+	}
 
 	inner := req.Clone(ctx)
 	inner.URL.Path = p.rest
@@ -314,6 +323,9 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 				return
 			}
 			ctx = WithTenant(ctx, Tenant{Kind: Project, Name: c.project, ID: project.ID})
+			if r.Requests != nil {
+				r.Requests.Count(c.project)
+			}
 			if state == ProjectDeleting {
 				ctx = context.WithValue(ctx, deletingKey{}, true)
 			}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apiserver/pkg/authentication/serviceaccount"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -103,6 +104,7 @@ func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (au
 	if !ok {
 		return authorizer.DecisionNoOpinion, "", nil
 	}
+	start := time.Now()
 	resource := a.GetResource()
 	if sub := a.GetSubresource(); sub != "" {
 		resource += "/" + sub
@@ -119,8 +121,10 @@ func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (au
 	}
 	allowed, binding := z.iam.Allowed(req)
 	if !allowed {
+		decisionDuration.WithLabelValues("no_opinion").Observe(time.Since(start).Seconds())
 		return authorizer.DecisionNoOpinion, "", nil
 	}
+	decisionDuration.WithLabelValues("allowed").Observe(time.Since(start).Seconds())
 	return authorizer.DecisionAllow, fmt.Sprintf("Milo IAM: PolicyBinding %s", binding), nil
 }
 

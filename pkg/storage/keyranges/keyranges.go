@@ -31,6 +31,8 @@ type Store interface {
 	DeletePrefixes(ctx context.Context, prefixes ...string) (int64, error)
 	// List returns every key and value under prefix.
 	List(ctx context.Context, prefix string) ([]KV, error)
+	// Keys calls f with every key under prefix, in pages, values unread.
+	Keys(ctx context.Context, prefix string, f func(key string) error) error
 	// Get returns key's value, if it is stored.
 	Get(ctx context.Context, key string) (KV, bool, error)
 	// Put writes key unconditionally.
@@ -164,6 +166,10 @@ func (c common) List(ctx context.Context, prefix string) ([]KV, error) {
 		return nil
 	})
 	return out, err
+}
+
+func (c common) Keys(ctx context.Context, prefix string, f func(string) error) error {
+	return c.each(ctx, prefix, true, func(kv KV) error { return f(kv.Key) })
 }
 
 func (c common) Measure(ctx context.Context, prefixes ...string) (keys, bytes int64, err error) {

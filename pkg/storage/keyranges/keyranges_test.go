@@ -127,6 +127,12 @@ func TestKeyRanges(t *testing.T) {
 					t.Fatalf("list a/: %d %v", len(list), err)
 				}
 
+				var keys []string
+				if err := s.Keys(ctx, root+"a/", func(k string) error { keys = append(keys, k); return nil }); err != nil ||
+					len(keys) != many || keys[0] != root+"a/00000" || keys[many-1] != root+"a/01099" {
+					t.Fatalf("keys of a/: %d %v", len(keys), err)
+				}
+
 				if created, err := s.Create(ctx, root+"c/1", []byte("first")); err != nil || !created {
 					t.Fatalf("creating c/1: %v %v", created, err)
 				}

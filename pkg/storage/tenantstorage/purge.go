@@ -176,3 +176,29 @@ func Purge(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, projec
 	klog.FromContext(ctx).V(2).Info("Purged project keys", "projectID", projectID, "keys", deleted)
 	return deleted, nil
 }
+
+// StoredObjectsByProject counts, directly in storage, the objects every
+// project stores across the metered resources (Events aside), by storage id:
+// one keys-only pass over each resource, a page at a time. The map it returns
+// holds one entry per project that stores anything; callers keep what they need.
+func StoredObjectsByProject(ctx context.Context, keys keyranges.Store, prefixes *Prefixes) (map[string]int64, error) {
+	skip := prefixes.unmeteredPrefixes()
+	counts := map[string]int64{}
+	for _, r := range prefixes.List() {
+		if skip[r] {
+			continue
+		}
+		base := r + "/"
+		err := keys.Keys(ctx, base, func(key string) error {
+			id, _, found := strings.Cut(strings.TrimPrefix(key, base), "/")
+			if found && tenancy.ValidProjectID(id) {
+				counts[id]++
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return counts, nil
+}
