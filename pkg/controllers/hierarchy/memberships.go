@@ -106,7 +106,12 @@ func (c *Controllers) ensureMembershipBinding(ctx context.Context, u *unstructur
 		}}
 		binding.SetOwnerReferences([]metav1.OwnerReference{membershipOwner(u)})
 		_, err = client.Create(ctx, binding, metav1.CreateOptions{FieldManager: fieldManager})
-		return err
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		// Made a moment ago (the organization's set-up applies its owner's
+		// membership at once): look at what is there.
+		existing, err = client.Get(ctx, name, metav1.GetOptions{})
 	}
 	if err != nil {
 		return err
