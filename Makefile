@@ -3,7 +3,7 @@ CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
 # -count=1: the e2e tests build and run the milo binary, which the test cache cannot see.
 GO_TEST_FLAGS ?= -count=1
 
-.PHONY: all build run test test-postgres generate verify-generated vet fmt-check fuzz bench-dispatch bench-provider bench-iam bench-scale bench-scale-smoke clean
+.PHONY: all build run test test-postgres generate verify-generated vet fmt-check fuzz bench-dispatch bench-provider bench-iam bench-top bench-scale bench-scale-smoke clean
 
 all: build
 
@@ -66,6 +66,10 @@ bench-dispatch:
 ## bench-provider: what one watch event costs the multicluster-runtime provider with 10 vs 100,000 engaged projects, and a provider with one handler per project.
 bench-provider:
 	go test ./pkg/mcprovider -run '^$$' -bench Dispatch -benchmem
+
+## bench-top: what the heaviest-projects tracker costs a request, over 100,000 projects, and its fixed heap.
+bench-top:
+	go test ./pkg/telemetry -run '^$$' -bench TopProjects -benchmem -benchtime 1000000x
 
 ## bench-iam: Milo IAM decisions with 1,000 vs 100,000 projects (1,000,000 bindings), and during another organization's role churn.
 bench-iam:

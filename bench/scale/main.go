@@ -76,6 +76,7 @@ type options struct {
 	Quota quotaOptions
 	// Noisy runs the noisy-neighbour measurement after the last step (Milo only).
 	Noisy        bool
+	Tracing      bool
 	NoisyOptions noisyOptions
 	// Service runs the sample service (bench/service) with this provider
 	// ("shared" or "naive") from the first step on and measures it at each
@@ -105,6 +106,7 @@ func main() {
 	flag.IntVar(&o.DeletionSamples, "deletion-samples", 50, "namespace deletions and owner deletions timed per step")
 	flag.DurationVar(&o.DeletionTimeout, "deletion-timeout", 2*time.Minute, "longest wait for one deleted namespace or dependent to go (counted as this long, and reported)")
 	flag.DurationVar(&o.DrainTimeout, "drain-timeout", 15*time.Minute, "longest wait for the controllers' work queues to drain before measuring")
+	flag.BoolVar(&o.Tracing, "tracing", false, "after the last step, time requests with tracing off, at sampling 0 and at 1% exported to a loopback OTLP receiver (Milo only)")
 	flag.BoolVar(&o.Noisy, "noisy", true, "after the last step, measure a quiet project's GETs while another project floods the server, with and without per-project flows (Milo only)")
 	flag.StringVar(&miloArgs, "milo-args", "", "flags added to every `milo start`, separated by spaces (e.g. --project-list-concurrency=4)")
 	probeRate := flag.Int("noisy-probe-rate", -1, "the quiet project's GETs per second in the noisy-neighbour measurement (-1: the default, 100; 0: back to back)")
@@ -401,6 +403,14 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		}
 		if out.Quota, err = measureQuota(ctx, s, o.Quota, o.Settle, dir); err != nil {
 			return fmt.Errorf("quotas: %w", err)
+		}
+		if err := save(); err != nil {
+			return err
+		}
+	}
+	if s.isMilo() && o.Tracing {
+		if out.Tracing, err = measureTracing(ctx, s, have, o.LatencySamples, dir); err != nil {
+			return fmt.Errorf("tracing: %w", err)
 		}
 		if err := save(); err != nil {
 			return err

@@ -52,6 +52,8 @@ type systemResult struct {
 	Noisy []noisyResult `json:",omitempty"`
 	// Service is the sample service's measurement at each step (--service).
 	Service []serviceStep `json:",omitempty"`
+	// Tracing is the cost of tracing at the last step (Milo only, --tracing).
+	Tracing *tracingResult `json:",omitempty"`
 	// NoisyOptions sized its floods.
 	NoisyOptions *noisyOptions `json:",omitempty"`
 }
@@ -310,6 +312,12 @@ func (r *results) markdown() string {
 	b.WriteString("\n")
 	if milo != nil {
 		b.WriteString(milo.noisySection(r.Steps[len(r.Steps)-1]))
+	}
+	if milo != nil && len(milo.Steps) > 0 {
+		b.WriteString(milo.seriesSection())
+	}
+	if milo != nil && milo.Tracing != nil {
+		b.WriteString(milo.Tracing.section())
 	}
 	if milo != nil && milo.Quota != nil {
 		b.WriteString(milo.Quota.section())

@@ -21,7 +21,7 @@ func TestSmoke(t *testing.T) {
 	res, err := run(context.Background(), options{Max: 1000, Steps: []int{100, 1000, 10000}, Out: out, Systems: []string{"milo", "baseline"},
 		Workers: 32, LatencySamples: 50, WatchSamples: 20, Delete: 300, Repo: filepath.Join("..", ".."),
 		BaselineControllers: true, MiloControllers: "separate", DeletionSamples: 8,
-		Noisy: true, NoisyOptions: defaultNoisyOptions(true), Quota: quotaOptions{Projects: 200, Created: 200, Samples: 50}})
+		Noisy: true, NoisyOptions: defaultNoisyOptions(true), Tracing: true, Quota: quotaOptions{Projects: 200, Created: 200, Samples: 50}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,6 +31,16 @@ func TestSmoke(t *testing.T) {
 	for _, s := range res.Systems {
 		if q := s.Quota; s.Name == "milo" && (q == nil || q.CreateOff.P50 <= 0 || q.CreateCharged.P50 <= 0 || q.Granted.HeapBytes <= 0 || q.ProjectsPerSecondOn <= 0) {
 			t.Errorf("milo: quotas not measured: %+v", q)
+		}
+		if tr := s.Tracing; s.Name == "milo" && (tr == nil || len(tr.Latency) != 3 || tr.Latency["sampling 1%"]["get"].P50 <= 0 || tr.Latency["off"]["create"].P50 <= 0) {
+			t.Errorf("milo: tracing cost not measured: %+v", tr)
+		}
+		if s.Name == "milo" {
+			for _, st := range s.Steps {
+				if st.Resources.Series <= 0 || st.Resources.MiloSeries <= 0 || st.Resources.EtcdLeases <= 0 {
+					t.Errorf("milo at %d: series %.0f, milo series %.0f, etcd leases %.0f", st.Projects, st.Resources.Series, st.Resources.MiloSeries, st.Resources.EtcdLeases)
+				}
+			}
 		}
 		if len(s.Steps) != 2 || s.Steps[0].Projects != 100 || s.Steps[1].Projects != 1000 {
 			t.Fatalf("%s: steps %+v, want 100 and 1,000 (10,000 is above --max)", s.Name, s.Steps)

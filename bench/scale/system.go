@@ -427,7 +427,11 @@ func (s *system) writerClient(project string) (kubernetes.Interface, error) {
 // controller process's when there is one (Controllers; its etcd fields are 0).
 type resources struct {
 	RSSBytes, HeapBytes, Goroutines, EtcdWatches, EtcdDBBytes float64
-	Controllers                                               *resources `json:",omitempty"`
+	// Series are the sample lines of /metrics; MiloSeries those of milo_*.
+	Series, MiloSeries float64
+	// EtcdLeases are the leases in Milo's embedded etcd (Events' TTLs).
+	EtcdLeases  float64
+	Controllers *resources `json:",omitempty"`
 }
 
 // measure forces a garbage collection (the profiling endpoint's gc=1, whose
@@ -455,6 +459,17 @@ func (s *system) measure(ctx context.Context, profile string) (resources, error)
 	r.Goroutines = m.sum("go_goroutines")
 	r.EtcdWatches = m.sum("grpc_client_started_total", `grpc_method="Watch"`) - m.sum("grpc_client_handled_total", `grpc_method="Watch"`)
 	r.EtcdDBBytes = m.max("apiserver_storage_size_bytes")
+	r.Series = float64(len(m))
+	for _, line := range m {
+		if strings.HasPrefix(line, "milo_") {
+			r.MiloSeries++
+		}
+	}
+	if s.isMilo() {
+		if r.EtcdLeases, err = s.etcdLeases(ctx); err != nil {
+			return r, fmt.Errorf("counting etcd leases: %w", err)
+		}
+	}
 	rss, err := rssOf(s.cmd.Process.Pid)
 	if err != nil {
 		return r, err
