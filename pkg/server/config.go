@@ -30,6 +30,7 @@ import (
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/telemetry"
 	"go.miloapis.com/milo/pkg/tenantadmission"
+	"go.miloapis.com/milo/pkg/tenancy"
 	"go.miloapis.com/milo/pkg/tenantstate"
 	"go.miloapis.com/milo/pkg/version"
 )
@@ -147,6 +148,8 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building aggregator config: %w", err)
 	}
+	// The aggregator's handler chain is the one requests pass.
+	aggregator.GenericConfig.AuditBackend = tenancy.AuditOnlyProjects(aggregator.GenericConfig.AuditBackend, opts.AuditProjects)
 	// Remote APIServices are reached through Services, which Milo does not serve;
 	// their availability is not checked by probing endpoints.
 	aggregator.ExtraConfig.DisableRemoteAvailableConditionController = true

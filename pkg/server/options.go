@@ -65,6 +65,8 @@ type Options struct {
 	ProjectCRDs projectcrds.Rules
 	// TopProjects sizes the heaviest-tenants report (package telemetry).
 	TopProjects telemetry.TopOptions
+	// AuditProjects, if set, limits the audit log to these projects' requests.
+	AuditProjects []string
 	// StorageBackend, when set, is a SQL database served through kine in
 	// place of the embedded etcd: postgres://... or sqlite://PATH.
 	StorageBackend string
@@ -149,6 +151,9 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"The most watches one project (or one organization context) holds open at once, all its users together; "+
 		"more are refused with 429 and Retry-After until one closes. The server's superusers are not counted. "+
 		"0 leaves watches unbounded (see docs/fairness.md).")
+	fs.StringSliceVar(&o.AuditProjects, "audit-projects", o.AuditProjects, ""+
+		"Record audit events only of requests made in these projects (names, comma-separated); the audit policy "+
+		"still decides their level. Events of the RequestReceived stage are not recorded: omit it in the policy.")
 	fs.IntVar(&o.TopProjects.N, "top-projects", o.TopProjects.N, ""+
 		"How many of the heaviest projects, by request rate and by stored objects, /milo/top-projects and the "+
 		"milo_top_project_* metrics name (no other series names a project). 0 turns the report off.")
@@ -207,6 +212,8 @@ type CompletedOptions struct {
 	MaxWatches int
 	// TopProjects sizes the heaviest-tenants report.
 	TopProjects telemetry.TopOptions
+	// AuditProjects limits the audit log to these projects.
+	AuditProjects []string
 	// ProjectCRDs: projects define their own CRDs.
 	ProjectCRDs bool
 	// ProjectCRDIndex holds projects' CRDs once the server fills it.
@@ -292,7 +299,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, TopProjects: o.TopProjects, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, TopProjects: o.TopProjects, AuditProjects: o.AuditProjects, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {

@@ -100,7 +100,12 @@ func TestTelemetryNamesTenantsWithoutLabellingThem(t *testing.T) {
 	if err := os.WriteFile(tokens, []byte(tokenFile), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	m, err := startMilo(filepath.Join(dir, "data"), "--token-auth-file", tokens, "--tracing-config-file", tracing, "--logging-format=json", "-v=3",
+	policy, auditLog := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
+	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m, err := startMilo(filepath.Join(dir, "data"), "--token-auth-file", tokens, "--tracing-config-file", tracing,
+		"--audit-policy-file", policy, "--audit-log-path", auditLog, "--audit-projects=tel-p2", "--logging-format=json", "-v=3",
 		"--top-projects=3", "--top-projects-window=2s", "--top-projects-count-interval=1s")
 	if err != nil {
 		t.Fatal(err)
@@ -355,6 +360,32 @@ func TestTelemetryNamesTenantsWithoutLabellingThem(t *testing.T) {
 			}
 		}
 		checkObservabilityFiles(t, metrics)
+	})
+
+	t.Run("the audit log records only the projects --audit-projects names", func(t *testing.T) {
+		var lines []string
+		eventually(t, "audit events of tel-p2", func() error {
+			body, err := os.ReadFile(auditLog)
+			if err != nil {
+				return err
+			}
+			lines = strings.Split(strings.TrimSpace(string(body)), "\n")
+			for _, l := range lines {
+				if strings.Contains(l, `"tenancy.miloapis.com/project":"tel-p2"`) {
+					return nil
+				}
+			}
+			return fmt.Errorf("%d lines, none of tel-p2", len(lines))
+		})
+		for _, l := range lines {
+			var e struct{ Annotations map[string]string }
+			if err := json.Unmarshal([]byte(l), &e); err != nil {
+				t.Fatalf("audit line %q: %v", l, err)
+			}
+			if p := e.Annotations[tenancy.AuditProject]; p != "tel-p2" {
+				t.Errorf("an audit event of %q was recorded: %.300s", p, l)
+			}
+		}
 	})
 
 	t.Run("JSON log lines of a project's requests name the project", func(t *testing.T) {
