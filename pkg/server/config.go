@@ -29,8 +29,8 @@ import (
 	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/telemetry"
-	"go.miloapis.com/milo/pkg/tenantadmission"
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/pkg/tenantadmission"
 	"go.miloapis.com/milo/pkg/tenantstate"
 	"go.miloapis.com/milo/pkg/version"
 )
