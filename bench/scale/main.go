@@ -370,6 +370,17 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		}
 		step.RestartSeconds = restart.Seconds()
 		progress("[%s] %d projects: restart to ready in %.1f s", name, n, step.RestartSeconds)
+		if s.isMilo() {
+			// Series of a server that has only started and caught up: the
+			// same history at every step, so what grows is what projects add.
+			if _, _, err := drain(); err != nil {
+				return err
+			}
+			if step.SeriesAfterRestart, err = s.series(ctx, filepath.Join(dir, fmt.Sprintf("metrics-%d.txt", n))); err != nil {
+				return err
+			}
+			progress("[%s] %d projects: %.0f series after the restart", name, n, step.SeriesAfterRestart)
+		}
 		out.Steps = append(out.Steps, step)
 		if err := save(); err != nil {
 			return err
@@ -409,7 +420,7 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		}
 	}
 	if s.isMilo() && o.Tracing {
-		if out.Tracing, err = measureTracing(ctx, s, have, o.LatencySamples, dir); err != nil {
+		if out.Tracing, err = measureTracing(ctx, s, have, o.LatencySamples, dir, o.DrainTimeout); err != nil {
 			return fmt.Errorf("tracing: %w", err)
 		}
 		if err := save(); err != nil {

@@ -75,6 +75,9 @@ type stepResult struct {
 	Deletion         map[string]quantiles `json:",omitempty"`
 	DeletionSamples  int                  `json:",omitempty"`
 	DeletionTimeouts int                  `json:",omitempty"`
+	// SeriesAfterRestart are /metrics' sample lines once the server restarted
+	// at the end of the step has caught up (Milo).
+	SeriesAfterRestart float64 `json:",omitempty"`
 }
 
 type quantiles struct{ P50, P99 float64 }

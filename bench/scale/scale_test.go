@@ -37,7 +37,7 @@ func TestSmoke(t *testing.T) {
 		}
 		if s.Name == "milo" {
 			for _, st := range s.Steps {
-				if st.Resources.Series <= 0 || st.Resources.MiloSeries <= 0 || st.Resources.EtcdLeases <= 0 {
+				if st.Resources.Series <= 0 || st.Resources.MiloSeries <= 0 || st.Resources.EtcdLeases <= 0 || st.SeriesAfterRestart <= 0 {
 					t.Errorf("milo at %d: series %.0f, milo series %.0f, etcd leases %.0f", st.Projects, st.Resources.Series, st.Resources.MiloSeries, st.Resources.EtcdLeases)
 				}
 			}

@@ -46,11 +46,13 @@ func (t *Tree) Init(loopback *rest.Config) error {
 	t.folders = t.factory.ForResource(folders).Informer()
 	t.projects = t.factory.ForResource(projects).Informer()
 	t.memberships = t.factory.ForResource(Memberships).Informer()
+	phases := newPhases()
 	for kind, inf := range map[string]cache.SharedIndexInformer{"Organization": t.orgs, "Folder": t.folders, "Project": t.projects} {
-		if err := countPhases(kind, inf); err != nil {
+		if err := phases.watch(kind, inf); err != nil {
 			return err
 		}
 	}
+	phases.register()
 	return AddIndexes(t.folders, t.projects)
 }
 

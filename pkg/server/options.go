@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -14,10 +15,12 @@ import (
 	"strings"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientfeatures "k8s.io/client-go/features"
 	cliflag "k8s.io/component-base/cli/flag"
 	cpoptions "k8s.io/kubernetes/pkg/controlplane/apiserver/options"
+	"k8s.io/kubernetes/pkg/kubeapiserver"
 	authzmodes "k8s.io/kubernetes/pkg/kubeapiserver/authorizer/modes"
 	netutils "k8s.io/utils/net"
 
@@ -153,7 +156,7 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"0 leaves watches unbounded (see docs/fairness.md).")
 	fs.StringSliceVar(&o.AuditProjects, "audit-projects", o.AuditProjects, ""+
 		"Record audit events only of requests made in these projects (names, comma-separated); the audit policy "+
-		"still decides their level. Events of the RequestReceived stage are not recorded: omit it in the policy.")
+		"still decides their level.")
 	fs.IntVar(&o.TopProjects.N, "top-projects", o.TopProjects.N, ""+
 		"How many of the heaviest projects, by request rate and by stored objects, /milo/top-projects and the "+
 		"milo_top_project_* metrics name (no other series names a project). 0 turns the report off.")
@@ -285,6 +288,9 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		t.CertFile, t.KeyFile, t.TrustedCAFile = files.EtcdClient.CertFile, files.EtcdClient.KeyFile, files.CA.CertFile
 	}
 
+	if err := withoutEventsWatchCache(cp); err != nil {
+		return CompletedOptions{}, err
+	}
 	completed, err := cp.Complete(ctx, nil, nil)
 	if err != nil {
 		return CompletedOptions{}, err
@@ -504,4 +510,23 @@ func DataDirEtcd(dir string) (*embeddedetcd.Config, pki.Files, error) {
 	}
 	etcd, err := embeddedEtcdConfig(filepath.Join(abs, "etcd"), files)
 	return etcd, files, err
+}
+
+// withoutEventsWatchCache gives Events no watch cache unless the user sized
+// one (--watch-cache-sizes), as kube-apiserver does: a cache would hold every
+// Event for its TTL, and the controllers record one as each project becomes
+// Ready. Reads of Events go to storage, which keeps a project's Events under
+// one key range.
+func withoutEventsWatchCache(cp *cpoptions.Options) error {
+	if !cp.Etcd.EnableWatchCache {
+		return nil
+	}
+	sizes := kubeapiserver.DefaultWatchCacheSizes()
+	user, err := genericoptions.ParseWatchCacheSizes(cp.Etcd.WatchCacheSizes)
+	if err != nil {
+		return err
+	}
+	maps.Copy(sizes, user)
+	cp.Etcd.WatchCacheSizes, err = genericoptions.WriteWatchCacheSizes(sizes)
+	return err
 }

@@ -266,15 +266,14 @@ func NewServer(c CompletedConfig) (*Server, error) {
 				if err != nil {
 					return nil, err
 				}
-				top := telemetry.Largest(byID, n)
-				names := tree.ProjectNames(top)
-				out := make(map[string]int64, len(top))
-				for id, count := range top {
-					if name, ok := names[id]; ok {
-						out[name] = count
-					}
+				// Keys of a project the cache does not know (being
+				// purged) do not take a place in the list.
+				names := tree.ProjectNames(byID)
+				byName := make(map[string]int64, len(names))
+				for id, name := range names {
+					byName[name] = byID[id]
 				}
-				return out, nil
+				return telemetry.Largest(byName, n), nil
 			})
 			return nil
 		}},

@@ -135,7 +135,7 @@ func authenticateTenants(c *Config) error {
 	verifier := satokens.Verifier{Issuers: authn.ServiceAccountIssuers, Keys: authn.ServiceAccountPublicKeysGetter, Audiences: authn.APIAudiences}
 	for _, info := range []*genericapiserver.AuthenticationInfo{&c.ControlPlane.Generic.Authentication, &c.Aggregator.GenericConfig.Authentication, &c.APIExtensions.GenericConfig.Authentication} {
 		if info.Authenticator != nil {
-			info.Authenticator = telemetry.TenantAccessLog(c.Users.Authenticator(satokens.Authenticator(info.Authenticator, c.Tenant, verifier)))
+			info.Authenticator = telemetry.RecordTenant(c.Users.Authenticator(satokens.Authenticator(info.Authenticator, c.Tenant, verifier)))
 		}
 	}
 	return nil

@@ -11,8 +11,8 @@ import (
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
-// LogKeys returns the log keys of ctx's tenant: project or organization; none
-// at the platform or in the all-projects view (whose view is in the URI).
+// LogKeys returns the log keys of ctx's tenant: project, organization, or the
+// all-projects view; none at the platform.
 func LogKeys(ctx context.Context) []any {
 	switch t := tenancy.From(ctx); t.Kind {
 	case tenancy.Project:
@@ -36,15 +36,17 @@ func WithTenantLogger(ctx context.Context) context.Context {
 	return klog.NewContext(ctx, klog.FromContext(ctx).WithValues(keys...))
 }
 
-// TenantAccessLog wraps the server's authenticator so that the request's
-// access log line (the apiserver's "HTTP" line, at -v=3) names its tenant.
-// Authentication is the first step of the handler chain inside the access
-// log and sees every request, the refused ones too.
-func TenantAccessLog(inner authenticator.Request) authenticator.Request {
+// RecordTenant wraps the server's authenticator so that the request's access
+// log line (the apiserver's "HTTP" line, at -v=3) and its audit event name its
+// tenant. Authentication is the first step of the handler chain inside the
+// access log and the audit context, and sees every request the router passes
+// on — those refused at authentication, authorization or by flow control too.
+func RecordTenant(inner authenticator.Request) authenticator.Request {
 	return authenticator.RequestFunc(func(req *http.Request) (*authenticator.Response, bool, error) {
 		if keys := LogKeys(req.Context()); len(keys) == 2 {
 			httplog.AddKeyValue(req.Context(), keys[0].(string), keys[1])
 		}
+		tenancy.AnnotateAudit(req.Context())
 		return inner.AuthenticateRequest(req)
 	})
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -19,10 +18,11 @@ import (
 // TopProjects names the heaviest projects for noisy-neighbour diagnosis: the
 // N projects with the most requests over a window, and the N storing the most
 // objects at the last count. Its memory is fixed by N, never by the number of
-// projects: requests are counted with the space-saving algorithm over
-// 10·N counters (a project outside them may be over-counted by at most the
-// smallest count, which the report shows as its error), and the stored-object
-// count keeps only its top N. As metrics, it is at most 2·N series.
+// projects: requests are counted with the space-saving algorithm over 10·N
+// counters, and the stored-object count keeps only its top N. Projects are
+// ranked by the requests they certainly made (a counter's count less the
+// count it inherited), so a project that took over a counter a moment ago is
+// not reported as heavy. As metrics, it is at most 2·N series at a time.
 type TopProjects struct {
 	n      int
 	window time.Duration
@@ -42,10 +42,11 @@ type TopProjects struct {
 // Heavy is one project in a top-N list.
 type Heavy struct {
 	Project string `json:"project"`
-	// Value is requests per second over the window, or objects stored.
+	// Value is the requests per second the project certainly made over the
+	// window, or the objects it stores.
 	Value float64 `json:"value"`
-	// Error bounds how much Value may overstate the project's requests per
-	// second (space-saving's guarantee); 0 for stored objects.
+	// Error is how many more requests per second it may have made
+	// (space-saving's bound); 0 for stored objects.
 	Error float64 `json:"error,omitempty"`
 }
 
@@ -134,7 +135,9 @@ func (t *TopProjects) CountStoredEvery(ctx context.Context, interval time.Durati
 	if interval <= 0 || t.n <= 0 {
 		return
 	}
-	timer := time.NewTimer(0)
+	// The first count waits a minute: a server restarting under load has
+	// better things to do.
+	timer := time.NewTimer(min(interval, time.Minute))
 	defer timer.Stop()
 	for {
 		select {
@@ -203,7 +206,7 @@ func WriteTable(w interface{ Write([]byte) (int, error) }, r Report) {
 	if !r.RequestsUntil.IsZero() {
 		until = "until " + r.RequestsUntil.UTC().Format(time.RFC3339)
 	}
-	fmt.Fprintf(tw, "BY REQUEST RATE (window %s, %s)\nRANK\tPROJECT\tREQUESTS/S\tOVERSTATED BY AT MOST\n", r.Window, until)
+	fmt.Fprintf(tw, "BY REQUEST RATE (window %s, %s)\nRANK\tPROJECT\tREQUESTS/S (AT LEAST)\tAT MOST THIS MANY MORE\n", r.Window, until)
 	for i, h := range r.ByRequestRate {
 		fmt.Fprintf(tw, "%d\t%s\t%.2f\t%.2f\n", i+1, h.Project, h.Value, h.Error)
 	}
@@ -220,11 +223,11 @@ func WriteTable(w interface{ Write([]byte) (int, error) }, r Report) {
 
 var (
 	topRequestsDesc = metrics.NewDesc("milo_top_project_requests_per_second",
-		"The heaviest projects by requests per second over the last complete window: at most --top-projects series, labelled by rank and project.",
-		[]string{"rank", "project"}, nil, metrics.ALPHA, "")
+		"The heaviest projects by the requests per second they certainly made over the last complete window: at most --top-projects series, labelled by project.",
+		[]string{"project"}, nil, metrics.ALPHA, "")
 	topStoredDesc = metrics.NewDesc("milo_top_project_stored_objects",
-		"The projects storing the most objects at the last count: at most --top-projects series, labelled by rank and project.",
-		[]string{"rank", "project"}, nil, metrics.ALPHA, "")
+		"The projects storing the most objects at the last count: at most --top-projects series, labelled by project.",
+		[]string{"project"}, nil, metrics.ALPHA, "")
 )
 
 // Collector returns the top N lists as metrics.
@@ -242,12 +245,12 @@ func (c *topCollector) DescribeWithStability(ch chan<- *metrics.Desc) {
 
 func (c *topCollector) CollectWithStability(ch chan<- metrics.Metric) {
 	requests, _ := c.t.Requests()
-	for i, h := range requests {
-		ch <- metrics.NewLazyConstMetric(topRequestsDesc, metrics.GaugeValue, h.Value, strconv.Itoa(i+1), h.Project)
+	for _, h := range requests {
+		ch <- metrics.NewLazyConstMetric(topRequestsDesc, metrics.GaugeValue, h.Value, h.Project)
 	}
 	stored, _ := c.t.Stored()
-	for i, h := range stored {
-		ch <- metrics.NewLazyConstMetric(topStoredDesc, metrics.GaugeValue, h.Value, strconv.Itoa(i+1), h.Project)
+	for _, h := range stored {
+		ch <- metrics.NewLazyConstMetric(topStoredDesc, metrics.GaugeValue, h.Value, h.Project)
 	}
 }
 
@@ -295,12 +298,13 @@ func (s *spaceSaving) reset() {
 	s.heap = s.heap[:0]
 }
 
-// top returns the n largest counts as rates over seconds.
+// top returns the n keys with the largest certain counts (count less
+// error), as rates over seconds.
 func (s *spaceSaving) top(n int, seconds float64) []Heavy {
 	all := slices.Clone(s.heap)
 	slices.SortFunc(all, func(a, b *counter) int {
-		if a.count != b.count {
-			if a.count > b.count {
+		if ca, cb := a.count-a.error, b.count-b.error; ca != cb {
+			if ca > cb {
 				return -1
 			}
 			return 1
@@ -312,7 +316,7 @@ func (s *spaceSaving) top(n int, seconds float64) []Heavy {
 	}
 	out := make([]Heavy, 0, len(all))
 	for _, c := range all {
-		out = append(out, Heavy{Project: c.key, Value: float64(c.count) / seconds, Error: float64(c.error) / seconds})
+		out = append(out, Heavy{Project: c.key, Value: float64(c.count-c.error) / seconds, Error: float64(c.error) / seconds})
 	}
 	return out
 }

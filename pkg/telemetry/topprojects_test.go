@@ -31,9 +31,9 @@ func TestSpaceSavingFindsTheHeavyHittersInFixedMemory(t *testing.T) {
 		if h.Project != want[i] {
 			t.Fatalf("top 3: %+v, want %v", top, want)
 		}
-		// The guarantee: the true count is within [value-error, value].
+		// The guarantee: the true count is within [value, value+error].
 		truth := map[string]float64{"heavy-a": 3000, "heavy-b": 2000, "heavy-c": 1000}[h.Project]
-		if h.Value < truth || h.Value-h.Error > truth {
+		if h.Value > truth || h.Value+h.Error < truth {
 			t.Fatalf("%s: counted %.0f±%.0f, true %.0f", h.Project, h.Value, h.Error, truth)
 		}
 	}

@@ -63,12 +63,13 @@ type tenantTracer struct {
 }
 
 func (t *tenantTracer) Start(ctx context.Context, name string, opts ...trace.SpanStartOption) (context.Context, trace.Span) {
-	if parent := trace.SpanContextFromContext(ctx); !parent.IsValid() || parent.IsRemote() {
-		if attrs := RequestAttributes(ctx, t.orgOf); len(attrs) > 0 {
-			opts = append(opts, trace.WithAttributes(attrs...))
-		}
+	parent := trace.SpanContextFromContext(ctx)
+	ctx, span := t.inner.Start(ctx, name, opts...)
+	// Only a sampled span pays for its attributes.
+	if (!parent.IsValid() || parent.IsRemote()) && span.IsRecording() {
+		span.SetAttributes(RequestAttributes(ctx, t.orgOf)...)
 	}
-	return t.inner.Start(ctx, name, opts...)
+	return ctx, span
 }
 
 // RequestAttributes are the span attributes of the tenant and user of the

@@ -8,11 +8,12 @@ import (
 
 // AuditOnlyProjects returns an audit backend that passes to backend only the
 // events of requests made in the named projects (by the AuditProject
-// annotation). An audit policy cannot select by project — its rules see the
-// path inside the control plane, not the project — so this is where one
-// project's requests are singled out. Events of the RequestReceived stage,
-// written before the request is authorized, carry no annotation yet and are
-// never passed: use a policy that omits that stage.
+// annotation, which the server adds as it authenticates a request, so every
+// stage's event carries it). An audit policy cannot select by project — its
+// rules see the path inside the control plane, not the project — so this is
+// where one project's requests are singled out. Requests the tenant router
+// refuses before the handler chain (a malformed project name, a forbidden
+// impersonation) are not audited at all.
 func AuditOnlyProjects(backend audit.Backend, projects []string) audit.Backend {
 	if backend == nil || len(projects) == 0 {
 		return backend

@@ -21,7 +21,7 @@ func WithParentExtras(inner authorizer.Authorizer) authorizer.Authorizer {
 	return authorizer.AuthorizerFunc(func(ctx context.Context, a authorizer.Attributes) (authorizer.Decision, string, error) {
 		// Authorization runs after the audit event is begun and before a denial, so
 		// denied requests carry their tenant too.
-		annotateAudit(ctx)
+		AnnotateAudit(ctx)
 		t := From(ctx)
 		if (t.Kind != Project && t.Kind != Organization) || a.GetUser() == nil {
 			return inner.Authorize(ctx, a)

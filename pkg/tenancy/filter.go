@@ -92,7 +92,9 @@ func (r *Router) Wrap(handler http.Handler) http.Handler {
 		if p.matched {
 			view = p.tenant.Kind.View()
 		}
-		routed.WithLabelValues(view, r.route(handler, w, req, p)).Inc()
+		outcome := outcomeServed // unless route says otherwise: a handler's panic unwinds through here
+		defer func() { routed.WithLabelValues(view, outcome).Inc() }()
+		outcome = r.route(handler, w, req, p)
 	})
 }
 
@@ -136,8 +138,9 @@ func (r *Router) route(handler http.Handler, w http.ResponseWriter, req *http.Re
 		return outcomeBadRequest
 	}
 	if p.tenant.Kind == Organization {
-		if inner = r.routeOrganization(w, inner, info, p.org); inner == nil {
-			return outcomeNotFound
+		answered := &statusOf{ResponseWriter: w}
+		if inner = r.routeOrganization(answered, inner, info, p.org); inner == nil {
+			return outcomeOf(answered.status)
 		}
 		if !info.IsResourceRequest && isDiscoveryPath(inner.URL.Path) {
 			// What the organization's context serves, once the chain
@@ -271,8 +274,8 @@ const (
 	AuditOrganization = "tenancy.miloapis.com/organization"
 )
 
-// annotateAudit records the request's project or organization in its audit event.
-func annotateAudit(ctx context.Context) {
+// AnnotateAudit records the request's project or organization in its audit event.
+func AnnotateAudit(ctx context.Context) {
 	switch t := From(ctx); t.Kind {
 	case Project:
 		audit.AddAuditAnnotation(ctx, AuditProject, t.Name)
@@ -290,7 +293,7 @@ func annotateAudit(ctx context.Context) {
 // request's audit event.
 func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		annotateAudit(req.Context())
+		AnnotateAudit(req.Context())
 		c, ok := req.Context().Value(existenceCheckKey{}).(existenceCheck)
 		if !ok {
 			handler.ServeHTTP(w, req)

@@ -1,6 +1,8 @@
 package tenancy
 
 import (
+	"net/http"
+
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 )
@@ -21,8 +23,33 @@ var routed = metrics.NewCounterVec(&metrics.CounterOpts{
 	Namespace:      "milo",
 	Subsystem:      "tenant_router",
 	Name:           "requests_total",
-	Help:           "Requests by the kind of context they address (platform, project, organization, all-projects) and what the tenant router did with them (served: handed to the handler chain; not_found, method_not_allowed, bad_request, forbidden: answered by the router).",
+	Help:           "Requests by the kind of context they address (platform, project, organization, all-projects) and what the tenant router did with them (served: handed to the handler chain; not_found, method_not_allowed, bad_request, forbidden: answered by the router), counted when they end.",
 	StabilityLevel: metrics.ALPHA,
 }, []string{"view", "outcome"})
 
 func init() { legacyregistry.MustRegister(routed) }
+
+// statusOf records the status of an answer the router writes itself.
+type statusOf struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusOf) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
+}
+
+// outcomeOf names the outcome of an answer of the router's.
+func outcomeOf(status int) string {
+	switch status {
+	case http.StatusNotFound:
+		return outcomeNotFound
+	case http.StatusMethodNotAllowed:
+		return outcomeMethodNotAllowed
+	case http.StatusForbidden:
+		return outcomeForbidden
+	default:
+		return outcomeBadRequest
+	}
+}

@@ -101,7 +101,7 @@ func TestTelemetryNamesTenantsWithoutLabellingThem(t *testing.T) {
 		t.Fatal(err)
 	}
 	policy, auditLog := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
-	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n"), 0o600); err != nil {
+	if err := os.WriteFile(policy, []byte("apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	m, err := startMilo(filepath.Join(dir, "data"), "--token-auth-file", tokens, "--tracing-config-file", tracing,

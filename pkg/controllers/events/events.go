@@ -13,8 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
@@ -35,14 +35,16 @@ type Recorder struct {
 // New returns a Recorder writing through clients.
 func New(clients *allprojects.Clients) *Recorder { return &Recorder{clients: clients} }
 
-// Run records Events until ctx ends.
+// Run records Events until ctx ends. Events recorded before then are still
+// written (Shutdown delivers what is queued; the writes do not end with ctx).
+// Runs may follow one another (leadership regained); each stops only its own.
 func (r *Recorder) Run(ctx context.Context) {
-	b := record.NewBroadcaster(record.WithContext(ctx))
-	b.StartRecordingToSink(sink{ctx: ctx, clients: r.clients})
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(sink{ctx: context.WithoutCancel(ctx), clients: r.clients})
 	rec := b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: Component})
 	r.recorder.Store(&rec)
 	<-ctx.Done()
-	r.recorder.Store(nil)
+	r.recorder.CompareAndSwap(&rec, nil)
 	b.Shutdown()
 }
 
@@ -97,10 +99,10 @@ type sink struct {
 	clients *allprojects.Clients
 }
 
-func (s sink) target(e *corev1.Event) (context.Context, *kubernetes.Clientset, error) {
+func (s sink) target(e *corev1.Event) (context.Context, corev1client.CoreV1Interface, error) {
 	project := e.Annotations[tenancy.AnnotationKey]
 	ctx := allprojects.Within(s.ctx, allprojects.Key{Project: project, ID: e.Annotations[tenancy.IDAnnotationKey]})
-	c, err := kubernetes.NewForConfigAndClient(s.clients.Config(project), s.clients.HTTPClient())
+	c, err := corev1client.NewForConfigAndClient(s.clients.Config(project), s.clients.HTTPClient())
 	return ctx, c, err
 }
 
@@ -109,7 +111,7 @@ func (s sink) Create(e *corev1.Event) (*corev1.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := c.CoreV1().Events(e.Namespace).CreateWithEventNamespaceWithContext(ctx, e)
+	out, err := c.Events(e.Namespace).CreateWithEventNamespaceWithContext(ctx, e)
 	logFailure(ctx, err, e)
 	return out, err
 }
@@ -119,7 +121,7 @@ func (s sink) Update(e *corev1.Event) (*corev1.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.CoreV1().Events(e.Namespace).UpdateWithEventNamespaceWithContext(ctx, e)
+	return c.Events(e.Namespace).UpdateWithEventNamespaceWithContext(ctx, e)
 }
 
 func (s sink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
@@ -127,7 +129,7 @@ func (s sink) Patch(e *corev1.Event, data []byte) (*corev1.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return c.CoreV1().Events(e.Namespace).PatchWithEventNamespaceWithContext(ctx, e, data)
+	return c.Events(e.Namespace).PatchWithEventNamespaceWithContext(ctx, e, data)
 }
 
 func logFailure(ctx context.Context, err error, e *corev1.Event) {

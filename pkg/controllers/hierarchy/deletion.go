@@ -168,11 +168,15 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 // released removes the cleanup finalizer of an object whose contents are
 // deleted, records how long that took and says so in an Event.
 func (c *Controllers) released(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, finalizer string) error {
-	if err := removeFinalizer(ctx, c.dynamic, gvr, obj, finalizer); err != nil {
+	removed, err := removedFinalizer(ctx, c.dynamic, gvr, obj, finalizer)
+	if !removed {
 		return err
 	}
 	observeDeletion(obj, stageEmptied)
-	c.event(obj, corev1.EventTypeNormal, "ContentsDeleted", "everything in %s %s is deleted", obj.GetKind(), obj.GetName())
+	// An Organization's namespace, where its Events go, is gone by now.
+	if obj.GetKind() != "Organization" {
+		c.event(obj, corev1.EventTypeNormal, "ContentsDeleted", "everything in %s %s is deleted", obj.GetKind(), obj.GetName())
+	}
 	return nil
 }
 
@@ -268,12 +272,19 @@ func objectName(o metav1.Object) string {
 
 // setCondition sets one condition, writing only when it changes.
 func (c *Controllers) setCondition(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, cond metav1.Condition) error {
+	_, err := c.setConditionWrote(ctx, gvr, obj, cond)
+	return err
+}
+
+// setConditionWrote is setCondition, reporting whether this call wrote the
+// condition (a conflicting write leaves it to the next sync).
+func (c *Controllers) setConditionWrote(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, cond metav1.Condition) (bool, error) {
 	conditions := conditionsOf(obj)
 	cond.ObservedGeneration = obj.GetGeneration()
 	if !meta.SetStatusCondition(&conditions, cond) {
-		return nil
+		return false, nil
 	}
-	return c.writeConditions(ctx, gvr, obj, conditions)
+	return c.writeConditionsWrote(ctx, gvr, obj, conditions)
 }
 
 func conditionsOf(obj *unstructured.Unstructured) []metav1.Condition {
@@ -293,22 +304,27 @@ func conditionsOf(obj *unstructured.Unstructured) []metav1.Condition {
 }
 
 func (c *Controllers) writeConditions(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, conditions []metav1.Condition) error {
+	_, err := c.writeConditionsWrote(ctx, gvr, obj, conditions)
+	return err
+}
+
+func (c *Controllers) writeConditionsWrote(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, conditions []metav1.Condition) (bool, error) {
 	raw := make([]any, 0, len(conditions))
 	for i := range conditions {
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&conditions[i])
 		if err != nil {
-			return err
+			return false, err
 		}
 		raw = append(raw, u)
 	}
 	updated := obj.DeepCopy()
 	if err := unstructured.SetNestedSlice(updated.Object, raw, "status", "conditions"); err != nil {
-		return err
+		return false, err
 	}
 	unstructured.SetNestedField(updated.Object, obj.GetGeneration(), "status", "observedGeneration") //nolint:errcheck
 	_, err := c.dynamic.Resource(gvr).Namespace(obj.GetNamespace()).UpdateStatus(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
 	if apierrors.IsConflict(err) {
-		return nil // the newer version is queued and will be synced
+		return false, nil // the newer version is queued and will be synced
 	}
-	return err
+	return err == nil, err
 }

@@ -258,11 +258,11 @@ func (c *Controllers) syncProject(ctx context.Context, p *unstructured.Unstructu
 			return fmt.Errorf("bootstrapping project %s: %w", p.GetName(), err)
 		}
 	}
-	if err := c.setCondition(ctx, projects, p, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "ControlPlaneReady", Message: bootstrappedMessage}); err != nil {
-		return err
+	wrote, err := c.setConditionWrote(ctx, projects, p, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "ControlPlaneReady", Message: bootstrappedMessage})
+	if wrote {
+		c.event(p, corev1.EventTypeNormal, "ControlPlaneReady", "Project %s is ready: %s", p.GetName(), bootstrappedMessage)
 	}
-	c.event(p, corev1.EventTypeNormal, "ControlPlaneReady", "Project %s is ready: %s", p.GetName(), bootstrappedMessage)
-	return nil
+	return err
 }
 
 // event records an Event about a hierarchy object where its organization's
@@ -302,11 +302,11 @@ func (c *Controllers) setReady(ctx context.Context, gvr schema.GroupVersionResou
 	if hierarchy.IsReady(obj) {
 		return nil
 	}
-	if err := c.setCondition(ctx, gvr, obj, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: reason, Message: message}); err != nil {
-		return err
+	wrote, err := c.setConditionWrote(ctx, gvr, obj, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: reason, Message: message})
+	if wrote {
+		c.event(obj, corev1.EventTypeNormal, reason, "%s %s is ready: %s", obj.GetKind(), obj.GetName(), message)
 	}
-	c.event(obj, corev1.EventTypeNormal, reason, "%s %s is ready: %s", obj.GetKind(), obj.GetName(), message)
-	return nil
+	return err
 }
 
 var policyBindings = iamv1alpha1.SchemeGroupVersion.WithResource("policybindings")

@@ -88,8 +88,12 @@ func (l *loop) next(ctx context.Context) bool {
 		k := keyOf(u, key)
 		ctx, end = manager.Begin(ctx, l.name, k)
 		err = l.sync(ctx, u)
-		end(err)
 		var waiting errWaiting
+		if errors.As(err, &waiting) {
+			end(manager.Waiting{Reason: err.Error()}) // not a failure
+		} else {
+			end(err)
+		}
 		if err != nil && !errors.As(err, &waiting) && ctx.Err() == nil && l.events != nil {
 			l.events.HierarchyEventf(k.organization, u, corev1.EventTypeWarning, "SyncFailed", "%v", err)
 		}
@@ -154,16 +158,24 @@ func addFinalizers(ctx context.Context, client dynamic.Interface, gvr schema.Gro
 // removeFinalizer releases obj from one finalizer. A conflict is not an error:
 // the newer version is queued and will be synced.
 func removeFinalizer(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, finalizer string) error {
+	_, err := removedFinalizer(ctx, client, gvr, obj, finalizer)
+	return err
+}
+
+// removedFinalizer is removeFinalizer, reporting whether this call removed it
+// (not a conflicting writer, not another replica), so that what follows a
+// removal — an Event, a duration — happens once.
+func removedFinalizer(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, finalizer string) (bool, error) {
 	if !slices.Contains(obj.GetFinalizers(), finalizer) {
-		return nil
+		return false, nil
 	}
 	updated := obj.DeepCopy()
 	updated.SetFinalizers(slices.DeleteFunc(updated.GetFinalizers(), func(f string) bool { return f == finalizer }))
 	_, err := client.Resource(gvr).Namespace(obj.GetNamespace()).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
-		return nil
+		return false, nil
 	}
-	return err
+	return err == nil, err
 }
 
 const fieldManager = "milo-hierarchy"

@@ -67,10 +67,14 @@ func (p *Purger) sync(ctx context.Context, project *unstructured.Unstructured) e
 	if err := p.purge(ctx, tenancy.StorageIDOf(project)); err != nil {
 		return err
 	}
-	purgeDuration.Observe(time.Since(start).Seconds())
-	if err := removeFinalizer(ctx, p.dynamic, projects, project, hierarchy.PurgeFinalizer); err != nil {
+	took := time.Since(start)
+	// Every server purges (idempotently); the one whose removal of the
+	// finalizer lands records it.
+	removed, err := removedFinalizer(ctx, p.dynamic, projects, project, hierarchy.PurgeFinalizer)
+	if !removed {
 		return err
 	}
+	purgeDuration.Observe(took.Seconds())
 	observeDeletion(project, stagePurged)
 	p.events.HierarchyEventf(keyOf(project, "").organization, project, corev1.EventTypeNormal, "Purged",
 		"Project %s is deleted: its storage is purged and its name is free", project.GetName())

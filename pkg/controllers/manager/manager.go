@@ -153,10 +153,15 @@ func (m *Manager) Run(ctx context.Context) {
 	for _, r := range m.runners {
 		wg.Go(func() { r.Run(ctx) })
 	}
-	events, stop := context.WithCancel(context.WithoutCancel(ctx))
-	go m.events.Run(events)
+	recording, stop := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		m.events.Run(recording)
+	}()
 	wg.Wait()
 	stop() // after the controllers, so that their last Events are recorded
+	<-done
 }
 
 // Selection is the value of a --controllers flag: controller names separated

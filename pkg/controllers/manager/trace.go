@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"go.opentelemetry.io/otel"
@@ -46,7 +47,12 @@ func Begin(ctx context.Context, controller string, key any) (_ context.Context, 
 		trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindInternal))
 	ctx = klog.NewContext(ctx, klog.FromContext(ctx).WithValues(logKeys...))
 	return ctx, func(err error) {
-		if err != nil {
+		var retry RetryAfter
+		var waiting Waiting
+		switch {
+		case errors.As(err, &retry), errors.As(err, &waiting):
+			span.SetAttributes(attribute.String("milo.waiting", err.Error()))
+		case err != nil:
 			span.RecordError(err)
 			span.SetStatus(codes.Error, err.Error())
 		}
