@@ -101,24 +101,9 @@ func (t *TopProjects) Requests() ([]Heavy, time.Time) {
 // SetStored records a new count of stored objects by project (as many
 // projects as counted: only the top N are kept).
 func (t *TopProjects) SetStored(counts map[string]int64, at time.Time) {
-	top := make([]Heavy, 0, len(counts))
-	for p, n := range counts {
-		top = append(top, Heavy{Project: p, Value: float64(n)})
-	}
-	slices.SortFunc(top, func(a, b Heavy) int {
-		if a.Value != b.Value {
-			if a.Value > b.Value {
-				return -1
-			}
-			return 1
-		}
-		return compareStrings(a.Project, b.Project)
-	})
-	if len(top) > t.n {
-		top = top[:t.n]
-	}
+	top := largest(counts, t.n)
 	t.storedMu.Lock()
-	t.stored, t.storedAt = slices.Clip(top), at
+	t.stored, t.storedAt = top, at
 	t.storedMu.Unlock()
 }
 
@@ -371,26 +356,28 @@ func (o TopOptions) Validate() []error {
 
 // Largest returns the n entries of counts with the largest values (ties by key).
 func Largest(counts map[string]int64, n int) map[string]int64 {
-	type kv struct {
-		k string
-		v int64
+	out := make(map[string]int64, min(n, len(counts)))
+	for _, h := range largest(counts, n) {
+		out[h.Project] = int64(h.Value)
 	}
-	all := make([]kv, 0, len(counts))
+	return out
+}
+
+// largest returns the n entries of counts with the largest values, largest
+// first (ties by key).
+func largest(counts map[string]int64, n int) []Heavy {
+	all := make([]Heavy, 0, len(counts))
 	for k, v := range counts {
-		all = append(all, kv{k, v})
+		all = append(all, Heavy{Project: k, Value: float64(v)})
 	}
-	slices.SortFunc(all, func(a, b kv) int {
-		if a.v != b.v {
-			if a.v > b.v {
+	slices.SortFunc(all, func(a, b Heavy) int {
+		if a.Value != b.Value {
+			if a.Value > b.Value {
 				return -1
 			}
 			return 1
 		}
-		return compareStrings(a.k, b.k)
+		return compareStrings(a.Project, b.Project)
 	})
-	out := make(map[string]int64, min(n, len(all)))
-	for _, e := range all[:min(n, len(all))] {
-		out[e.k] = e.v
-	}
-	return out
+	return slices.Clip(all[:min(n, len(all))])
 }

@@ -213,19 +213,26 @@ func (m *milo) as(t testing.TB, token, path string) kubernetes.Interface {
 // derived from the admin kubeconfig by pkg/kubeconfig (milo kubeconfig).
 func (m *milo) projectKubeconfig(t *testing.T, project string) string {
 	t.Helper()
+	return m.derivedKubeconfig(t, kubeconfig.Target{Project: project}, project)
+}
+
+// derivedKubeconfig writes the kubeconfig of target, derived from the admin's,
+// to a file named for name.
+func (m *milo) derivedKubeconfig(t *testing.T, target kubeconfig.Target, name string) string {
+	t.Helper()
 	cfg, err := clientcmd.LoadFromFile(m.Kubeconfig)
 	if err != nil {
 		t.Fatal(err)
 	}
-	name, err := kubeconfig.Derive(cfg, "", kubeconfig.Target{Project: project})
+	derived, err := kubeconfig.Derive(cfg, "", target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	only, err := kubeconfig.Only(cfg, name)
+	only, err := kubeconfig.Only(cfg, derived)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), project+".kubeconfig")
+	path := filepath.Join(t.TempDir(), name+".kubeconfig")
 	if err := clientcmd.WriteToFile(*only, path); err != nil {
 		t.Fatal(err)
 	}

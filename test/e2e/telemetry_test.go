@@ -24,7 +24,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"go.miloapis.com/milo/pkg/kubeconfig"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -414,23 +413,7 @@ func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { r
 // from the admin's as `milo kubeconfig` does.
 func (m *milo) orgKubeconfig(t *testing.T, org string) string {
 	t.Helper()
-	cfg, err := clientcmd.LoadFromFile(m.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	name, err := kubeconfig.Derive(cfg, "", kubeconfig.Target{Organization: org})
-	if err != nil {
-		t.Fatal(err)
-	}
-	only, err := kubeconfig.Only(cfg, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), org+".kubeconfig")
-	if err := clientcmd.WriteToFile(*only, path); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return m.derivedKubeconfig(t, kubeconfig.Target{Organization: org}, org)
 }
 
 // checkObservabilityFiles checks that every metric the dashboard and the alert
