@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/sdk/resource"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -13,6 +19,7 @@ import (
 	"k8s.io/component-base/cli/globalflag"
 	componentbaseoptions "k8s.io/component-base/config/options"
 	"k8s.io/component-base/logs"
+	"k8s.io/component-base/tracing"
 	"k8s.io/klog/v2"
 
 	"go.miloapis.com/milo/pkg/controllers"
@@ -24,10 +31,11 @@ import (
 
 func newControllerManagerCommand() *cobra.Command {
 	var (
-		kubeconfigPath, context string
-		workers                 int
-		healthAddress           string
-		profiling               bool
+		kubeconfigPath, kubeContext string
+		workers                     int
+		healthAddress               string
+		profiling                   bool
+		tracingConfig               string
 	)
 	selection := manager.Selection{"*"}
 	leaderElection := hierarchycontrollers.DefaultLeaderElection()
@@ -46,7 +54,7 @@ func newControllerManagerCommand() *cobra.Command {
 			}
 			config, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 				&clientcmd.ClientConfigLoadingRules{ExplicitPath: kubeconfigPath},
-				&clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+				&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
 			if err != nil {
 				return err
 			}
@@ -54,6 +62,17 @@ func newControllerManagerCommand() *cobra.Command {
 			klog.InfoS("Starting Milo controller manager", "version", version.Get().String(), "server", config.Host)
 
 			ctx := genericapiserver.SetupSignalContext()
+			if tracingConfig != "" {
+				tp, err := startTracing(ctx, tracingConfig)
+				if err != nil {
+					return err
+				}
+				defer tp.Shutdown(context.WithoutCancel(ctx)) //nolint:errcheck
+				// Reconciles are spans of their own; the server's request
+				// spans hang below them.
+				otel.SetTracerProvider(tp)
+				config.Wrap(tracing.WrapperFor(tp))
+			}
 			client, err := dynamic.NewForConfig(config)
 			if err != nil {
 				return err
@@ -80,11 +99,12 @@ func newControllerManagerCommand() *cobra.Command {
 	}
 	fs := fss.FlagSet("controller manager")
 	fs.StringVar(&kubeconfigPath, "kubeconfig", "", "Kubeconfig of the Milo server to manage (for example its admin.kubeconfig).")
-	fs.StringVar(&context, "context", "", "Context of --kubeconfig to use; its current context when empty.")
+	fs.StringVar(&kubeContext, "context", "", "Context of --kubeconfig to use; its current context when empty.")
 	fs.IntVar(&workers, "workers", 16, "Objects of each kind worked on at once.")
 	fs.Var(&selection, "controllers", "Controllers to run: '*' for all, a name to add one, '-name' to leave one out (known: "+
 		strings.Join(controllers.Registry().Names(), ", ")+").")
 	fs.StringVar(&healthAddress, "health-address", "127.0.0.1:10257", "Address of the plain-HTTP /healthz, /readyz and /metrics endpoints; empty disables them.")
+	fs.StringVar(&tracingConfig, "tracing-config-file", "", "A TracingConfiguration (apiserver.config.k8s.io/v1) file, as `milo start` takes: each reconcile is exported as a span to its OTLP endpoint.")
 	fs.BoolVar(&profiling, "profiling", false, "Also serve /debug/pprof on --health-address (unauthenticated, like the rest of it).")
 	componentbaseoptions.BindLeaderElectionFlags(&leaderElection, fss.FlagSet("leader election"))
 	globalflag.AddGlobalFlags(fss.FlagSet("global"), cmd.Name(), logs.SkipLoggingConfigurationFlags())
@@ -92,4 +112,13 @@ func newControllerManagerCommand() *cobra.Command {
 		cmd.Flags().AddFlagSet(fss.FlagSets[name])
 	}
 	return cmd
+}
+
+// startTracing reads a TracingConfiguration and starts its exporter.
+func startTracing(ctx context.Context, file string) (tracing.TracerProvider, error) {
+	cfg, err := genericoptions.ReadTracingConfiguration(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading --tracing-config-file: %w", err)
+	}
+	return tracing.NewProvider(ctx, cfg, nil, []resource.Option{resource.WithAttributes(attribute.String("service.name", "milo-controller-manager"))})
 }

@@ -163,11 +163,11 @@ type controllerManager struct {
 	exited chan struct{}
 }
 
-func startControllerManager(t *testing.T, kubeconfig string) *controllerManager {
+func startControllerManager(t *testing.T, kubeconfig string, extraArgs ...string) *controllerManager {
 	t.Helper()
-	cmd := exec.Command(miloBin, "controller-manager", "--kubeconfig", kubeconfig,
+	cmd := exec.Command(miloBin, append([]string{"controller-manager", "--kubeconfig", kubeconfig,
 		"--leader-elect-lease-duration=4s", "--leader-elect-renew-deadline=3s", "--leader-elect-retry-period=250ms",
-		"--health-address=127.0.0.1:0")
+		"--health-address=127.0.0.1:0"}, extraArgs...)...)
 	cm := &controllerManager{cmd: cmd, logs: &framework.SyncBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = cm.logs, cm.logs
 	if err := cmd.Start(); err != nil {

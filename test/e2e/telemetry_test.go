@@ -36,17 +36,38 @@ type otlpReceiver struct {
 	coltracepb.UnimplementedTraceServiceServer
 	mu    sync.Mutex
 	spans []*tracepb.Span
+	// service names the process (service.name) each span came from.
+	service map[*tracepb.Span]string
 }
 
 func (r *otlpReceiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.service == nil {
+		r.service = map[*tracepb.Span]string{}
+	}
 	for _, rs := range req.GetResourceSpans() {
+		service := ""
+		for _, kv := range rs.GetResource().GetAttributes() {
+			if kv.GetKey() == "service.name" {
+				service = kv.GetValue().GetStringValue()
+			}
+		}
 		for _, ss := range rs.GetScopeSpans() {
 			r.spans = append(r.spans, ss.GetSpans()...)
+			for _, s := range ss.GetSpans() {
+				r.service[s] = service
+			}
 		}
 	}
 	return &coltracepb.ExportTraceServiceResponse{}, nil
+}
+
+// serviceOf is the service.name of the process that sent s.
+func (r *otlpReceiver) serviceOf(s *tracepb.Span) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.service[s]
 }
 
 // find returns the spans match accepts.
@@ -105,11 +126,14 @@ func TestTelemetryNamesTenantsWithoutLabellingThem(t *testing.T) {
 	}
 	m, err := startMilo(filepath.Join(dir, "data"), "--token-auth-file", tokens, "--tracing-config-file", tracing,
 		"--audit-policy-file", policy, "--audit-log-path", auditLog, "--audit-projects=tel-p2", "--logging-format=json", "-v=3",
-		"--top-projects=3", "--top-projects-window=2s", "--top-projects-count-interval=1s")
+		"--top-projects=3", "--top-projects-window=2s", "--top-projects-count-interval=1s", "--controllers=false")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.stopOnCleanup(t)
+	// The controllers run apart, tracing to the same receiver; the server
+	// keeps the purger, whose reconciles are the server's spans.
+	startControllerManager(t, m.Kubeconfig, "--tracing-config-file", tracing)
 	for _, org := range []string{"tel-a", "tel-b"} {
 		if err := m.ensureOrganization(org); err != nil {
 			t.Fatal(err)
@@ -178,14 +202,17 @@ func TestTelemetryNamesTenantsWithoutLabellingThem(t *testing.T) {
 	})
 
 	t.Run("controllers trace each reconcile with its project", func(t *testing.T) {
-		eventually(t, "a reconcile span of tel-p1", func() error {
-			if len(receiver.find(func(s *tracepb.Span) bool {
+		eventually(t, "a reconcile span of tel-p1 from the controller manager", func() error {
+			for _, s := range receiver.find(func(s *tracepb.Span) bool {
 				a := spanAttributes(s)
 				return s.GetName() == "projects reconcile" && a["milo.project"] == "tel-p1" && a["milo.organization"] == "tel-a"
-			})) == 0 {
-				return fmt.Errorf("no 'projects reconcile' span for tel-p1")
+			}) {
+				if service := receiver.serviceOf(s); service != "milo-controller-manager" {
+					return fmt.Errorf("a 'projects reconcile' span from %q", service)
+				}
+				return nil
 			}
-			return nil
+			return fmt.Errorf("no 'projects reconcile' span for tel-p1")
 		})
 	})
 
@@ -316,6 +343,14 @@ func TestTelemetryNamesTenantsWithoutLabellingThem(t *testing.T) {
 		}
 		return fmt.Errorf("no Purged event yet")
 	})
+	eventually(t, "the server's purge of tel-p1 traced", func() error {
+		if len(receiver.find(func(s *tracepb.Span) bool {
+			return s.GetName() == "project-purge reconcile" && spanAttributes(s)["milo.project"] == "tel-p1"
+		})) == 0 {
+			return fmt.Errorf("no 'project-purge reconcile' span for tel-p1")
+		}
+		return nil
+	})
 	// A path the router answers itself, and a request IAM decides.
 	_, _ = m.projectKube(t, "tel-p2").Discovery().RESTClient().Get().AbsPath("/no-such-path").DoRaw(ctx)
 	_, _ = m.as(t, "alice-token", tenancy.OrganizationPath("tel-a")).CoreV1().ConfigMaps(tenancy.OrganizationNamespace("tel-a")).List(ctx, metav1.ListOptions{})
@@ -336,7 +371,7 @@ func TestTelemetryNamesTenantsWithoutLabellingThem(t *testing.T) {
 				`milo_project_purge_duration_seconds_count`,
 				`milo_iam_index_entries{index="bindings"}`,
 				`milo_iam_decision_duration_seconds`,
-				`workqueue_depth{name="projects"}`,
+				`workqueue_depth{name="project-purge"}`,
 				`milo_top_project_requests_per_second{`,
 			} {
 				if !strings.Contains(metrics, want) {
