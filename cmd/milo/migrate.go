@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
 
 	"github.com/spf13/cobra"
@@ -15,28 +17,34 @@ import (
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/storage/migration"
+	"go.miloapis.com/milo/pkg/storage/sqlstorage"
 )
 
-// newMigrateCommand copies an etcd written by upstream Milo into a Milo
-// data directory (the server stopped).
+// newMigrateCommand copies an etcd written by upstream Milo into Milo's
+// storage: a data directory's embedded etcd, an etcd cluster or a SQL
+// database (every server on it stopped).
 func newMigrateCommand() *cobra.Command {
-	var from etcdFlags
-	var dataDir string
+	var from, to etcdFlags
+	var dataDir, storageBackend string
 	c := migration.Config{ProjectsPrefix: "/projects", RegistryPrefix: "/registry", Scheme: legacyscheme.Scheme}
 	cmd := &cobra.Command{
-		Use:   "migrate --from-etcd URLS --data-dir DIR",
-		Short: "Copy the objects of an etcd written by upstream Milo (per-project storage prefixes) into a Milo data directory",
-		Long: "Copy every object of an etcd written by upstream Milo into the embedded etcd of --data-dir, in Milo's\n" +
-			"key layout: a project's objects stamped with their project, each Project keeping its name as storage id.\n" +
-			"The source is only read; objects already in the target are left as they are, so running it again\n" +
-			"changes nothing. Stop the server of --data-dir first. See docs/operations.md.",
+		Use:   "migrate --from-etcd URLS (--data-dir DIR | --storage-backend URL | --etcd-servers URLS)",
+		Short: "Copy the objects of an etcd written by upstream Milo (per-project storage prefixes) into Milo's storage",
+		Long: "Copy every object of an etcd written by upstream Milo into Milo's storage, in Milo's key layout: a\n" +
+			"project's objects stamped with their project, each Project keeping its name as storage id. The target\n" +
+			"is the embedded etcd of --data-dir, a SQL database (--storage-backend, as milo start takes it) or an\n" +
+			"etcd cluster (--etcd-servers). The source is only read; objects already in the target are left as they\n" +
+			"are, so running it again changes nothing. Stop every server of the target first. See docs/operations.md.",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if len(from.servers) == 0 || dataDir == "" {
-				return fmt.Errorf("--from-etcd and --data-dir are required")
+			targets := 0
+			for _, set := range []bool{dataDir != "", storageBackend != "", len(to.servers) > 0} {
+				if set {
+					targets++
+				}
 			}
-			if _, err := os.Stat(server.EtcdURLFile(dataDir)); err == nil {
-				return fmt.Errorf("a server is running on %s: stop it first", dataDir)
+			if len(from.servers) == 0 || targets != 1 {
+				return fmt.Errorf("--from-etcd and one of --data-dir, --storage-backend and --etcd-servers are required")
 			}
 			ctx := genericapiserver.SetupSignalContext()
 			source, err := from.client()
@@ -44,21 +52,12 @@ func newMigrateCommand() *cobra.Command {
 				return err
 			}
 			defer source.Close()
-			etcdConfig, files, err := server.DataDirEtcd(dataDir)
+			target, stop, err := migrationTarget(ctx, dataDir, storageBackend, to)
 			if err != nil {
 				return err
 			}
-			etcd, err := embeddedetcd.Start(ctx, *etcdConfig)
-			if err != nil {
-				return err
-			}
-			defer etcd.Close()
-			target, err := etcdFlags{servers: []string{etcd.ClientURL()}, ca: files.CA.CertFile, cert: files.EtcdClient.CertFile, key: files.EtcdClient.KeyFile}.client()
-			if err != nil {
-				return err
-			}
-			defer target.Close()
-			report, err := migration.Run(ctx, keyranges.Etcd(source), keyranges.Etcd(target), c)
+			defer stop()
+			report, err := migration.Run(ctx, keyranges.Etcd(source), target, c)
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "%d projects, %d objects written, %d already there, %d keys skipped\n", len(report.Projects), report.Written, report.Present, len(report.Skipped))
 			for _, key := range sortedSkipped(report.Skipped) {
@@ -77,8 +76,62 @@ func newMigrateCommand() *cobra.Command {
 	f.StringVar(&from.key, "from-etcd-keyfile", "", "its key")
 	f.StringVar(&c.ProjectsPrefix, "from-projects-prefix", c.ProjectsPrefix, "where the source keeps projects' objects (/projects/<project>/...)")
 	f.StringVar(&c.RegistryPrefix, "from-prefix", c.RegistryPrefix, "where the source keeps the platform's objects; Milo's --etcd-prefix")
-	f.StringVar(&dataDir, "data-dir", "", "the Milo data directory to migrate into (its server stopped)")
+	f.StringVar(&dataDir, "data-dir", "", "target: the Milo data directory whose embedded etcd to migrate into (its server stopped)")
+	f.StringVar(&storageBackend, "storage-backend", "", "target: the SQL database Milo's servers run on (postgres://... or sqlite://PATH), as milo start --storage-backend takes it")
+	f.StringSliceVar(&to.servers, "etcd-servers", nil, "target: the endpoints of the etcd cluster Milo's servers run on")
+	f.StringVar(&to.ca, "etcd-cafile", "", "with --etcd-servers: the CA verifying it")
+	f.StringVar(&to.cert, "etcd-certfile", "", "with --etcd-servers: the client certificate")
+	f.StringVar(&to.key, "etcd-keyfile", "", "with --etcd-servers: its key")
 	return cmd
+}
+
+// migrationTarget opens the storage to migrate into: a data directory's
+// embedded etcd (started here), a SQL database (through kine started here,
+// on a socket of its own) or an etcd cluster.
+func migrationTarget(ctx context.Context, dataDir, storageBackend string, cluster etcdFlags) (keyranges.Store, func(), error) {
+	switch {
+	case dataDir != "":
+		if _, err := os.Stat(server.EtcdURLFile(dataDir)); err == nil {
+			return nil, nil, fmt.Errorf("a server is running on %s: stop it first", dataDir)
+		}
+		etcdConfig, files, err := server.DataDirEtcd(dataDir)
+		if err != nil {
+			return nil, nil, err
+		}
+		etcd, err := embeddedetcd.Start(ctx, *etcdConfig)
+		if err != nil {
+			return nil, nil, err
+		}
+		client, err := etcdFlags{servers: []string{etcd.ClientURL()}, ca: files.CA.CertFile, cert: files.EtcdClient.CertFile, key: files.EtcdClient.KeyFile}.client()
+		if err != nil {
+			etcd.Close()
+			return nil, nil, err
+		}
+		return keyranges.Etcd(client), func() { client.Close(); etcd.Close() }, nil
+	case storageBackend != "":
+		dir, err := os.MkdirTemp("", "milo-migrate-")
+		if err != nil {
+			return nil, nil, err
+		}
+		kine, err := sqlstorage.Start(ctx, sqlstorage.Config{Endpoint: storageBackend, Socket: filepath.Join(dir, "kine.sock")})
+		if err != nil {
+			os.RemoveAll(dir) //nolint:errcheck
+			return nil, nil, err
+		}
+		client, err := etcdFlags{servers: []string{kine.URL()}}.client()
+		if err != nil {
+			kine.Close()
+			os.RemoveAll(dir) //nolint:errcheck
+			return nil, nil, err
+		}
+		return keyranges.Kine(client), func() { client.Close(); kine.Close(); os.RemoveAll(dir) }, nil //nolint:errcheck
+	default:
+		client, err := cluster.client()
+		if err != nil {
+			return nil, nil, err
+		}
+		return keyranges.Etcd(client), func() { client.Close() }, nil
+	}
 }
 
 // etcdFlags reach one etcd.

@@ -36,9 +36,10 @@ func upstreamEtcd(t *testing.T, dir string) (*clientv3.Client, []string) {
 
 // TestMigrateFromUpstreamLayout seeds an etcd the way upstream Milo stores
 // two projects (each under /projects/<project>/, built-in kinds in
-// protobuf, Milo's kinds in JSON), migrates it into a Milo data directory
-// twice (the second run writes nothing), leaves the source as it was, and
-// serves every object at its project's URL, apart from the other's.
+// protobuf, Milo's kinds in JSON), migrates it into a Milo data directory and
+// into a PostgreSQL database, each twice (the second run writes nothing),
+// leaves the source as it was, and serves every object at its project's URL,
+// apart from the other's, from each.
 func TestMigrateFromUpstreamLayout(t *testing.T) {
 	dir := t.TempDir()
 	source, from := upstreamEtcd(t, filepath.Join(dir, "upstream"))
@@ -91,10 +92,26 @@ func TestMigrateFromUpstreamLayout(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	dataDir := filepath.Join(dir, "milo")
+	t.Run("data-dir", func(t *testing.T) {
+		dataDir := filepath.Join(dir, "milo")
+		migrateAndServe(t, source, before, from, []string{"--data-dir", dataDir}, dataDir)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		pg := postgresFor(t, "milo_e2e_migrate")
+		migrateAndServe(t, source, before, from, []string{"--storage-backend", pg.URL}, t.TempDir(), "--storage-backend", pg.URL)
+	})
+}
+
+// migrateAndServe migrates the source (holding the keys counted in before;
+// from reaches it) into the target twice, checks the second run writes
+// nothing and the source is as it was, then starts Milo on dataDir with
+// startArgs and reads every project's objects at its URL.
+func migrateAndServe(t *testing.T, source *clientv3.Client, before *clientv3.GetResponse, from, target []string, dataDir string, startArgs ...string) {
+	ctx := context.Background()
+	projects := []string{"mig-a", "mig-b"}
 	migrate := func() string {
 		t.Helper()
-		out, err := exec.Command(miloBin, append([]string{"migrate", "--data-dir", dataDir}, from...)...).CombinedOutput()
+		out, err := exec.Command(miloBin, append(append([]string{"migrate"}, target...), from...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("milo migrate: %v\n%s", err, out)
 		}
@@ -116,7 +133,7 @@ func TestMigrateFromUpstreamLayout(t *testing.T) {
 		t.Fatalf("the source changed: %d keys at revision %d, then %d at %d", before.Count, before.Header.Revision, after.Count, after.Header.Revision)
 	}
 
-	m, err := startMilo(dataDir)
+	m, err := startMilo(dataDir, startArgs...)
 	if err != nil {
 		t.Fatal(err)
 	}

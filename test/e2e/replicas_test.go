@@ -23,6 +23,7 @@ import (
 
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
+	"go.miloapis.com/milo/pkg/tenancy"
 	"go.miloapis.com/milo/test/framework"
 )
 
@@ -155,21 +156,62 @@ func TestReplicasOnAnEtcdCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	members, etcdArgs := etcdCluster(t, dir, files)
+	replicaStory(t, dir, etcdArgs, replicaLoad{
+		during: func(i, writes int) {
+			if i == writes/3 {
+				members[0].kill()
+			}
+		},
+		after: func() { members[0].start(t) },
+	})
+}
+
+// TestReplicasOnPostgres runs two `milo start` replicas sharing one set of
+// PKI on one PostgreSQL database, each with kine in its process: what one
+// writes the other reads and watches at the same resourceVersions, under a
+// steady load; the replica leading the controllers killed in the middle of a
+// project deletion, the other finishes it, and no key of the project is left
+// in the SQL table (both replicas' purgers ran on it).
+func TestReplicasOnPostgres(t *testing.T) {
+	pg := postgresFor(t, "milo_e2e_replicas")
+	id := replicaStory(t, t.TempDir(), []string{"--storage-backend", pg.URL}, replicaLoad{})
+	eventually(t, "the deleted project purged from the SQL table", func() error {
+		if n := liveKeys(t, pg, "/"+id+"/"); n != 0 {
+			return fmt.Errorf("%d keys of the deleted project left", n)
+		}
+		return nil
+	})
+}
+
+// replicaLoad is what happens to the storage while a replica story's steady
+// load runs: during is called before each write, after once it is done.
+type replicaLoad struct {
+	during func(i, writes int)
+	after  func()
+}
+
+// replicaStory starts two replicas in dir on the storage storageArgs name,
+// the second with the first's PKI, and checks that they serve one storage:
+// written on one, read and watched on the other at the same
+// resourceVersions; a steady load (with load's events) read and watched
+// whole; the replica leading the controllers killed while a project
+// deletion waits on a finalizer, the other finishes it. It returns the
+// deleted project's storage id.
+func replicaStory(t *testing.T, dir string, storageArgs []string, load replicaLoad) string {
 	d1, d2 := filepath.Join(dir, "replica-1"), filepath.Join(dir, "replica-2")
-	r1, err := startMilo(d1, etcdArgs...)
+	r1, err := startMilo(d1, storageArgs...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r1.stopOnCleanup(t)
 	// One PKI for both: the same CA, serving names and service account key.
 	copyDir(t, filepath.Join(d1, "pki"), filepath.Join(d2, "pki"))
-	r2, err := startMilo(d2, etcdArgs...)
+	r2, err := startMilo(d2, storageArgs...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r2.stopOnCleanup(t)
 	ctx := context.Background()
-
 	// Written on one replica, read and watched on the other.
 	if err := r1.ensureOrganization("acme"); err != nil {
 		t.Fatal(err)
@@ -223,14 +265,14 @@ func TestReplicasOnAnEtcdCluster(t *testing.T) {
 		return nil
 	})
 
-	// A member killed under a steady load from one bounded client: only
-	// retried requests, nothing lost, the watch goes on; then it comes back.
+	// A steady load from one bounded client (a storage member killed, where
+	// load says so): only retried requests, nothing lost, the watch goes on.
 	const writes = 60
 	cms1 := r1.projectKube(t, "rep-a").CoreV1().ConfigMaps("keep")
 	retried := 0
 	for i := range writes {
-		if i == writes/3 {
-			members[0].kill()
+		if load.during != nil {
+			load.during(i, writes)
 		}
 		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("load-%02d", i)}}
 		for attempt := 0; ; attempt++ {
@@ -245,8 +287,10 @@ func TestReplicasOnAnEtcdCluster(t *testing.T) {
 			time.Sleep(250 * time.Millisecond)
 		}
 	}
-	t.Logf("%d writes with one of three members killed after %d: %d retried", writes, writes/3, retried)
-	members[0].start(t)
+	t.Logf("%d writes: %d retried", writes, retried)
+	if load.after != nil {
+		load.after()
+	}
 	eventually(t, "every write read on replica 2 and seen by its watch", func() error {
 		list, err := cms2.List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -276,6 +320,10 @@ func TestReplicasOnAnEtcdCluster(t *testing.T) {
 	// waits on a finalizer; the other takes the lease and finishes it.
 	r1.createProject(t, "rep-doomed")
 	r1.waitProjectReady(t, "rep-doomed")
+	doomed, err := r1.dynamic(t).Resource(projectsGVR).Get(ctx, "rep-doomed", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	createNamespace(t, r1.projectKube(t, "rep-doomed"), "keep")
 	if _, err := r1.projectKube(t, "rep-doomed").CoreV1().ConfigMaps("keep").Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{"example.com/hold"}}}, metav1.CreateOptions{}); err != nil {
@@ -320,6 +368,7 @@ func TestReplicasOnAnEtcdCluster(t *testing.T) {
 		}
 		return nil
 	})
+	return tenancy.ProjectID(string(doomed.GetUID()))
 }
 
 func ptrString(s *string) string {
