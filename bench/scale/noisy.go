@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +28,8 @@ import (
 
 // The noisy-neighbour measurement: a quiet project's GET latency while
 // another project floods the server, in Milo with and without per-project
-// flows (--project-flows). Both projects are used by the same ordinary user,
+// flows (--project-flows) and the tenants' budget (--tenant-cpu-share,
+// --tenant-concurrency). Both projects are used by the same ordinary user,
 // as one service's identity or one person acts in many projects: the case
 // where API Priority and Fairness's upstream flows (one per user) cannot tell
 // the projects apart.
@@ -55,9 +60,11 @@ func defaultNoisyOptions(smoke bool) noisyOptions {
 	return o
 }
 
-// noisyResult is one run of every phase, with or without project flows.
+// noisyResult is one run of every phase in one configuration.
 type noisyResult struct {
-	ProjectFlows bool
+	// ProjectFlows: --project-flows; TenantBudget: --tenant-cpu-share and
+	// --tenant-concurrency at their defaults.
+	ProjectFlows, TenantBudget bool
 	// Phases by name: idle, writes, lists, watches.
 	Phases map[string]noisyPhase
 }
@@ -75,18 +82,55 @@ type noisyPhase struct {
 	WatchesOpen int `json:",omitempty"`
 	// RSS of the server before the phase and at its peak during it (MiB).
 	RSSBeforeMiB, RSSPeakMiB float64
+	// CPU used during the phase, in cores: the server's, the controller
+	// manager's (when it runs apart) and the harness's own (the flood's and
+	// the probe's clients), which share the machine's cores.
+	ServerCores, ControllerCores, HarnessCores float64
+	// ChargeRatio is the server's CPU per second of tenants' handler time
+	// at the phase's end (milo_tenant_budget_cpu_per_handler_second; 0
+	// without the budget).
+	ChargeRatio float64 `json:",omitempty"`
 }
 
 var noisyPhases = []string{"idle", "writes", "lists", "watches"}
+
+// config names the result's configuration.
+func (r noisyResult) config() string {
+	switch {
+	case r.ProjectFlows && r.TenantBudget:
+		return "project flows and tenant budget"
+	case r.ProjectFlows:
+		return "project flows only"
+	case r.TenantBudget:
+		return "tenant budget only"
+	}
+	return "neither"
+}
 
 const (
 	quietProject = "quiet"
 	noisyProject = "noisy"
 )
 
-// measureNoisy runs every phase with project flows on (the default), then
-// restarts the server with --project-flows=false and runs them again, and
-// restarts it as it was.
+// budgetRecovery is how long a project's budget takes to recover from the
+// deepest debt to full at the default share: 10 s of debt and 4 s of burst,
+// each earned back in as long (pkg/fairness).
+const budgetRecovery = 15 * time.Second
+
+// noisyConfigs are the server configurations the floods are measured in:
+// Milo's default (per-project flows and the tenants' CPU budget), flows
+// alone, and neither.
+var noisyConfigs = []struct {
+	flows, budget bool
+	args          []string
+}{
+	{true, true, nil},
+	{true, false, []string{"--tenant-cpu-share=0", "--tenant-concurrency=0"}},
+	{false, false, []string{"--project-flows=false", "--tenant-cpu-share=0", "--tenant-concurrency=0"}},
+}
+
+// measureNoisy runs every phase in each of noisyConfigs (restarting the
+// server with its flags), then restarts the server as it was.
 func measureNoisy(ctx context.Context, s *system, dyn dynamic.Interface, o noisyOptions) ([]noisyResult, error) {
 	for _, p := range []string{quietProject, noisyProject} {
 		if err := createNamedProject(ctx, s, dyn, p); err != nil {
@@ -97,21 +141,27 @@ func measureNoisy(ctx context.Context, s *system, dyn dynamic.Interface, o noisy
 		return nil, err
 	}
 	var out []noisyResult
-	for _, flows := range []bool{true, false} {
-		if !flows {
-			s.extraArgs = []string{"--project-flows=false"}
+	for i, config := range noisyConfigs {
+		if i > 0 {
+			s.extraArgs = config.args
 			if _, err := s.restart(ctx); err != nil {
 				return nil, err
 			}
 		}
-		r := noisyResult{ProjectFlows: flows, Phases: map[string]noisyPhase{}}
-		for _, phase := range noisyPhases {
+		r := noisyResult{ProjectFlows: config.flows, TenantBudget: config.budget, Phases: map[string]noisyPhase{}}
+		for i, phase := range noisyPhases {
+			if i > 0 && config.budget {
+				// Each flood starts with the noisy project's budget full
+				// again, not in the debt the one before ran up.
+				time.Sleep(budgetRecovery)
+			}
 			p, err := runNoisyPhase(ctx, s, o, phase)
 			if err != nil {
-				return nil, fmt.Errorf("%s (project flows %v): %w", phase, flows, err)
+				return nil, fmt.Errorf("%s (%s): %w", phase, r.config(), err)
 			}
-			progress("[%s] noisy neighbour, project flows %v, %s: quiet GET p50 %.1f / p99 %.1f ms (%d, %d failed); flood %.0f/s (%d failed, %d watches open); RSS %.0f → %.0f MiB",
-				s.name, flows, phase, p.Quiet.P50, p.Quiet.P99, p.QuietGets, p.QuietErrors, p.NoisyOps, p.NoisyErrors, p.WatchesOpen, p.RSSBeforeMiB, p.RSSPeakMiB)
+			progress("[%s] noisy neighbour, %s, %s: quiet GET p50 %.1f / p99 %.1f ms (%d, %d failed); flood %.0f/s (%d failed, %d watches open); RSS %.0f → %.0f MiB; cores: server %.2f, controllers %.2f, harness %.2f; charge ratio %.2f",
+				s.name, r.config(), phase, p.Quiet.P50, p.Quiet.P99, p.QuietGets, p.QuietErrors, p.NoisyOps, p.NoisyErrors, p.WatchesOpen, p.RSSBeforeMiB, p.RSSPeakMiB,
+				p.ServerCores, p.ControllerCores, p.HarnessCores, p.ChargeRatio)
 			r.Phases[phase] = p
 		}
 		out = append(out, r)
@@ -289,6 +339,7 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, phase string)
 		}
 	})
 	began := time.Now()
+	cpuBefore := s.cpuSeconds()
 	var gets latencies
 	var pace <-chan time.Time
 	if o.ProbeRate > 0 {
@@ -316,12 +367,58 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, phase string)
 		gets = append(gets, time.Since(t))
 	}
 	elapsed := time.Since(began)
+	cpuAfter := s.cpuSeconds()
+	out.ServerCores = (cpuAfter[0] - cpuBefore[0]) / elapsed.Seconds()
+	out.ControllerCores = (cpuAfter[1] - cpuBefore[1]) / elapsed.Seconds()
+	out.HarnessCores = (cpuAfter[2] - cpuBefore[2]) / elapsed.Seconds()
+	if body, err := s.get(ctx, "/metrics"); err == nil {
+		out.ChargeRatio = parseMetrics(string(body)).max("milo_tenant_budget_cpu_per_handler_second")
+	}
 	wg.Wait()
 	slices.Sort(gets)
 	out.Quiet = quantiles{P50: ms(gets.quantile(0.5)), P99: ms(gets.quantile(0.99))}
 	out.QuietGets = len(gets)
 	out.NoisyOps, out.NoisyErrors = float64(ops.Load())/elapsed.Seconds(), int(failures.Load())
 	return out, nil
+}
+
+// cpuSeconds is the CPU time, in seconds, the server, the controller
+// manager running apart (0 without one) and the harness have used so far.
+func (s *system) cpuSeconds() [3]float64 {
+	var out [3]float64
+	if s.cmd != nil {
+		out[0] = cpuOf(s.cmd.Process.Pid)
+	}
+	if s.controllers != nil && s.controllers.cmd != nil {
+		out[1] = cpuOf(s.controllers.cmd.Process.Pid)
+	}
+	var u syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &u) == nil {
+		out[2] = time.Duration(u.Utime.Nano() + u.Stime.Nano()).Seconds()
+	}
+	return out
+}
+
+// cpuOf is the CPU time, user and system, process pid has used (0 if it
+// cannot be read): /proc/<pid>/stat's utime and stime, in clock ticks of
+// 1/100 s.
+func cpuOf(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, in parentheses, may hold spaces: count fields after it.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(string(b[i+1:]))
+	if len(fields) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100
 }
 
 // rssMiB is the server process's resident set.

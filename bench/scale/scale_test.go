@@ -76,16 +76,18 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s: no deletion measured", s.Name)
 		}
 	}
-	// The noisy neighbour: Milo, with and without project flows, every phase.
+	// The noisy neighbour: Milo with project flows and the CPU budget, with
+	// flows only, and with neither, every phase.
 	milo := res.system("milo")
-	if len(milo.Noisy) != 2 || !milo.Noisy[0].ProjectFlows || milo.Noisy[1].ProjectFlows {
-		t.Fatalf("noisy neighbour measured %+v, want with and without project flows", milo.Noisy)
+	if len(milo.Noisy) != len(noisyConfigs) || !milo.Noisy[0].ProjectFlows || !milo.Noisy[0].TenantBudget ||
+		milo.Noisy[1].TenantBudget || milo.Noisy[2].ProjectFlows {
+		t.Fatalf("noisy neighbour measured %+v, want with flows and budget, with flows only, with neither", milo.Noisy)
 	}
 	for _, nr := range milo.Noisy {
 		for _, phase := range noisyPhases {
 			p := nr.Phases[phase]
 			if p.QuietGets == 0 || p.Quiet.P50 <= 0 || p.Quiet.P99 < p.Quiet.P50 || p.RSSPeakMiB <= 0 || (phase != "idle" && p.NoisyOps <= 0) {
-				t.Errorf("noisy neighbour, project flows %v, %s: %+v", nr.ProjectFlows, phase, p)
+				t.Errorf("noisy neighbour, %s, %s: %+v", nr.config(), phase, p)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/url"
 	"os"
@@ -27,6 +28,7 @@ import (
 	"go.miloapis.com/milo/pkg/catalog"
 	"go.miloapis.com/milo/pkg/controllers"
 	"go.miloapis.com/milo/pkg/controllers/manager"
+	"go.miloapis.com/milo/pkg/fairness"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/iam/iamadmission"
@@ -64,6 +66,14 @@ type Options struct {
 	// MaxWatches bounds the watches one project or organization context
 	// holds open at once (package tenancy); 0 leaves them unbounded.
 	MaxWatches int
+	// TenantCPUShare is the part of the server's CPUs one project's (or
+	// organization context's) requests may keep busy on average (package
+	// fairness, Budget); 0 budgets nothing.
+	TenantCPUShare float64
+	// TenantConcurrency bounds how many requests of one project (or
+	// organization context) run at once (package fairness, Seats); 0 bounds
+	// nothing.
+	TenantConcurrency int
 	// ProjectCRDs are the rules for CRDs defined in projects (package projectcrds).
 	ProjectCRDs projectcrds.Rules
 	// TopProjects sizes the heaviest-tenants report (package telemetry).
@@ -106,7 +116,7 @@ func NewOptions() *Options {
 	hierarchy.Register(cp.Admission.GenericAdmission.Plugins, tree)
 	iam := evaluator.New()
 	iamadmission.Register(cp.Admission.GenericAdmission.Plugins, iam, tree)
-	o := &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches, TopProjects: telemetry.DefaultTopOptions,
+	o := &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches, TenantCPUShare: fairness.DefaultCPUShare, TenantConcurrency: fairness.DefaultSeats(), TopProjects: telemetry.DefaultTopOptions,
 		ProjectCRDs: projectcrds.Rules{MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}, catalog: &catalog.Catalog{},
 		quota: quota.NewLedger(), suspensions: suspension.NewIndex()}
 	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs, o.projectCRDs)
@@ -154,6 +164,16 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"The most watches one project (or one organization context) holds open at once, all its users together; "+
 		"more are refused with 429 and Retry-After until one closes. The server's superusers are not counted. "+
 		"0 leaves watches unbounded (see docs/fairness.md).")
+	fs.Float64Var(&o.TenantCPUShare, "tenant-cpu-share", o.TenantCPUShare, ""+
+		"The part of the server's CPUs one project's (or one organization context's) requests may keep busy on average, "+
+		"all its users together, counted as the requests' handler time (a watch: the time its events take to write); "+
+		"past it, with a few seconds' burst, its requests are refused with 429 and Retry-After until it is back within. "+
+		"The server's superusers are not counted. 0 budgets nothing (see docs/fairness.md).")
+	fs.IntVar(&o.TenantConcurrency, "tenant-concurrency", o.TenantConcurrency, ""+
+		"How many requests of one project (or one organization context), all its users together, run at once; its further "+
+		"requests wait for one to end, first come first served, and are refused with 429 after 5 s. Watches are not counted; "+
+		"neither are the server's superusers. The default is a quarter of the server's CPUs, at least 1. 0 bounds nothing "+
+		"(see docs/fairness.md).")
 	fs.StringSliceVar(&o.AuditProjects, "audit-projects", o.AuditProjects, ""+
 		"Record audit events only of requests made in these projects (names, comma-separated); the audit policy "+
 		"still decides their level.")
@@ -213,6 +233,10 @@ type CompletedOptions struct {
 	MaxListItems int64
 	// MaxWatches bounds a tenant's open watches.
 	MaxWatches int
+	// TenantCPUShare is each tenant's part of the server's CPUs.
+	TenantCPUShare float64
+	// TenantConcurrency bounds a tenant's requests in flight.
+	TenantConcurrency int
 	// TopProjects sizes the heaviest-tenants report.
 	TopProjects telemetry.TopOptions
 	// AuditProjects limits the audit log to these projects.
@@ -305,7 +329,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, TopProjects: o.TopProjects, AuditProjects: o.AuditProjects, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, TenantCPUShare: o.TenantCPUShare, TenantConcurrency: o.TenantConcurrency, TopProjects: o.TopProjects, AuditProjects: o.AuditProjects, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {
@@ -337,6 +361,12 @@ func (o *Options) validateMiloFlags() []error {
 	}
 	if o.MaxWatches < 0 {
 		errs = append(errs, errors.New("--max-project-watches must not be negative"))
+	}
+	if o.TenantCPUShare < 0 || o.TenantCPUShare > 1 || math.IsNaN(o.TenantCPUShare) {
+		errs = append(errs, errors.New("--tenant-cpu-share must be between 0 and 1"))
+	}
+	if o.TenantConcurrency < 0 {
+		errs = append(errs, errors.New("--tenant-concurrency must not be negative"))
 	}
 	errs = append(errs, o.TopProjects.Validate()...)
 	if o.ProjectListConcurrency < 0 {

@@ -146,6 +146,7 @@ func authenticateTenants(c *Config) error {
 // Behind that check, each project's issuer serves its discovery documents.
 func routeTenants(c *Config, tree *hierarchy.Tree) error {
 	lifetimes, watches := tenancy.NewLifetimes(), tenancy.NewWatchLimit(c.Options.MaxWatches)
+	budget, seats := fairness.NewBudget(c.Options.TenantCPUShare), fairness.NewSeats(c.Options.TenantConcurrency)
 	if err := tree.EndRequestsOfDeleted(lifetimes); err != nil {
 		return err
 	}
@@ -157,6 +158,12 @@ func routeTenants(c *Config, tree *hierarchy.Tree) error {
 		}
 		if c.Top != nil {
 			router.Requests = c.Top
+		}
+		if budget != nil {
+			router.Budget = budget
+		}
+		if seats != nil {
+			router.Seats, router.LongRunning = seats, gc.LongRunningFunc
 		}
 		sa := c.ControlPlane.Extra
 		issuers := satokens.NewDiscovery(sa.ServiceAccountIssuerURL, sa.ServiceAccountJWKSURI, sa.ServiceAccountPublicKeysGetter, gc.Serializer)

@@ -82,6 +82,15 @@ type Router struct {
 	// Requests, if set, counts each request CheckExistence confirms for an
 	// existing project (telemetry's heaviest tenants).
 	Requests interface{ Count(project string) }
+	// Budget, if set, charges each project and organization context for
+	// the time its requests take, and refuses a tenant's requests while it
+	// has spent its share (docs/fairness.md).
+	Budget Budget
+	// Seats, if set, bound how many requests of one project or organization
+	// context run at once; LongRunning tells the requests that hold none
+	// (watches), as the server's handler chain tells them.
+	Seats       Seats
+	LongRunning request.LongRunningRequestCheck
 }
 
 // Wrap returns handler behind the router.
@@ -374,23 +383,28 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 				}
 			}
 		}
-		if info, ok := request.RequestInfoFrom(ctx); ok && info.Verb == "watch" && (From(ctx).Kind == Project || From(ctx).Kind == Organization) && !Superuser(ctx) {
-			t := From(ctx)
-			release, ok := r.Watches.Acquire(t)
-			if !ok {
-				// 429 with Retry-After: client-go's reflectors back off and
-				// try again; the tenant is told what bounds it.
-				what := "project " + t.Name
-				if t.Kind == Organization {
-					what = "the context of organization " + t.Name
-				}
-				err := apierrors.NewTooManyRequests(fmt.Sprintf("%s holds %d watches open, the most one tenant may hold at once: close some, or retry later",
-					what, r.Watches.Max()), 5)
-				w.Header().Set("Retry-After", "5")
-				fail(err)
+		if t := From(ctx); (t.Kind == Project || t.Kind == Organization) && !Superuser(ctx) {
+			info, _ := request.RequestInfoFrom(ctx)
+			watch := info != nil && info.Verb == "watch"
+			var served func()
+			var ok bool
+			if w, served, ok = r.admit(ctx, w, req, t, info, fail); !ok {
 				return
 			}
-			defer release()
+			defer served()
+			if watch {
+				release, ok := r.Watches.Acquire(t)
+				if !ok {
+					// 429 with Retry-After: client-go's reflectors back off and
+					// try again; the tenant is told what bounds it.
+					err := apierrors.NewTooManyRequests(fmt.Sprintf("%s holds %d watches open, the most one tenant may hold at once: close some, or retry later",
+						describe(t), r.Watches.Max()), 5)
+					w.Header().Set("Retry-After", "5")
+					fail(err)
+					return
+				}
+				defer release()
+			}
 		}
 		if c, ok := ctx.Value(confirmedTenantKey{}).(*confirmedTenant); ok {
 			*c = confirmedTenant{ok: true, tenant: From(ctx), superuser: Superuser(ctx)}

@@ -69,7 +69,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer sharedIssuer.server.Close()
-	sharedArgs = append([]string{"--token-auth-file", tokens, fmt.Sprintf("--max-project-list-items=%d", sharedMaxListItems), fmt.Sprintf("--project-list-concurrency=%d", sharedListConcurrency), fmt.Sprintf("--max-project-watches=%d", sharedMaxWatches), "--project-crds", "--project-crd-conversion-webhook-prefixes=" + sharedConversionPrefix}, sharedIssuer.flags()...)
+	sharedArgs = append([]string{"--token-auth-file", tokens, fmt.Sprintf("--max-project-list-items=%d", sharedMaxListItems), fmt.Sprintf("--project-list-concurrency=%d", sharedListConcurrency), fmt.Sprintf("--max-project-watches=%d", sharedMaxWatches), fmt.Sprintf("--tenant-concurrency=%d", sharedSeats), "--project-crds", "--project-crd-conversion-webhook-prefixes=" + sharedConversionPrefix}, sharedIssuer.flags()...)
 	storage, dropStorage, err := storageArgs()
 	if errors.Is(err, framework.ErrNoPostgres) && !framework.MustHavePostgres() {
 		fmt.Fprintf(os.Stderr, "!!! SKIPPING the e2e tests on PostgreSQL: %v\n", err)

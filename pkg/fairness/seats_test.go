@@ -1,0 +1,146 @@
+package fairness
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestSeatsBoundATenantNotOthers(t *testing.T) {
+	s := NewSeats(2)
+	ctx := context.Background()
+	var held []func()
+	for range 2 {
+		release, ok := s.Take(ctx, "project/a")
+		if !ok {
+			t.Fatal("a tenant's first two requests wait")
+		}
+		held = append(held, release)
+	}
+	// Another tenant is not held back by the first's seats.
+	other, ok := s.Take(ctx, "project/b")
+	if !ok {
+		t.Fatal("another tenant waits")
+	}
+	other()
+
+	// A third request of a waits for a seat, and gets the first one freed.
+	got := make(chan func())
+	go func() {
+		release, ok := s.Take(ctx, "project/a")
+		if !ok {
+			t.Error("the waiting request gave up")
+		}
+		got <- release
+	}()
+	select {
+	case <-got:
+		t.Fatal("a third request ran beside two")
+	case <-time.After(50 * time.Millisecond):
+	}
+	held[0]()
+	third := <-got
+	third()
+	held[1]()
+	if n := s.held(); n != 0 {
+		t.Fatalf("%d tenants held with nothing in flight", n)
+	}
+}
+
+func TestSeatsNeverRunMoreThanPerAtOnce(t *testing.T) {
+	s := NewSeats(3)
+	var running, most atomic.Int32
+	var wg sync.WaitGroup
+	for range 40 {
+		wg.Go(func() {
+			for range 50 {
+				release, ok := s.Take(context.Background(), "project/a")
+				if !ok {
+					t.Error("a request gave up")
+					return
+				}
+				n := running.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				running.Add(-1)
+				release()
+			}
+		})
+	}
+	wg.Wait()
+	if m := most.Load(); m > 3 {
+		t.Fatalf("%d requests ran at once, want at most 3", m)
+	}
+	if n := s.held(); n != 0 {
+		t.Fatalf("%d tenants held with nothing in flight", n)
+	}
+}
+
+func TestSeatsWaitEndsWithTheRequest(t *testing.T) {
+	s := NewSeats(1)
+	release, _ := s.Take(context.Background(), "project/a")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, ok := s.Take(ctx, "project/a"); ok {
+		t.Fatal("a request whose context ended took a seat")
+	}
+	release()
+	// The gone waiter holds no seat: the next request runs at once.
+	next, ok := s.Take(context.Background(), "project/a")
+	if !ok {
+		t.Fatal("the seat was lost to a request that gave up")
+	}
+	next()
+	if n := s.held(); n != 0 {
+		t.Fatalf("%d tenants held with nothing in flight", n)
+	}
+	if NewSeats(0) != nil {
+		t.Fatal("0 seats bound requests")
+	}
+	var none *Seats
+	if r, ok := none.Take(context.Background(), "x"); !ok || r == nil {
+		t.Fatal("no seats wait")
+	}
+}
+
+func TestCPUShareChargesTheProcessCPUPerHandlerSecond(t *testing.T) {
+	var cpu time.Duration
+	c := &cpuShare{}
+	c.init(func() (time.Duration, bool) { return cpu, true })
+	at := time.Unix(1_000_000, 0)
+	if f := c.charge(0, at); f != 1 {
+		t.Fatalf("before any window: %v, want 1", f)
+	}
+	// A window in which the process used 3 s of CPU for 1 s of handler time.
+	c.charge(time.Second, at.Add(100*time.Millisecond))
+	cpu += 3 * time.Second
+	at = at.Add(cpuWindow)
+	if f := c.charge(0, at); f != 2 { // half way from 1 to 3
+		t.Fatalf("after 3 CPU seconds per handler second: %v, want 2", f)
+	}
+	// A saturated server: 20 s of handler time (requests waiting for a
+	// core) in a window of 1 s of CPU; the ratio is bounded below.
+	c.charge(20*time.Second, at.Add(time.Millisecond))
+	cpu += time.Second
+	at = at.Add(cpuWindow)
+	if f := c.charge(0, at); math.Abs(f-(2+minCPUFactor)/2) > 1e-9 {
+		t.Fatalf("after 0.05 CPU seconds per handler second: %v, want %v", f, (2+minCPUFactor)/2)
+	}
+	// A long quiet spell measures the platform alone: discarded.
+	before := c.charge(0, at.Add(time.Millisecond))
+	cpu += time.Hour
+	at = at.Add(time.Minute)
+	c.charge(time.Millisecond, at)
+	if f := c.charge(0, at.Add(time.Millisecond)); f != before {
+		t.Fatalf("a stale window moved the ratio from %v to %v", before, f)
+	}
+	// Bounded above: a few short requests on a server busy with its own work.
+	c.charge(time.Millisecond, at.Add(2*time.Millisecond))
+	cpu += 10 * time.Second
+	if f := c.charge(0, at.Add(cpuWindow)); f > maxCPUFactor {
+		t.Fatalf("ratio %v above its bound %v", f, maxCPUFactor)
+	}
+}

@@ -1,0 +1,135 @@
+package tenancy
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/endpoints/responsewriter"
+)
+
+// Budget charges each tenant for the time its requests keep the server busy
+// and refuses the requests of a tenant that has spent its share
+// (pkg/fairness.Budget; docs/fairness.md).
+type Budget interface {
+	// Admit tells whether tenant may make a request now, and if not, how
+	// long until it may.
+	Admit(tenant string) (retryAfter time.Duration, ok bool)
+	// Charge spends d of tenant's budget.
+	Charge(tenant string, d time.Duration)
+	// Rate is the handler time, in seconds, a tenant earns per second.
+	Rate() float64
+}
+
+// Seats bound how many requests of one tenant run at once
+// (pkg/fairness.Seats; docs/fairness.md).
+type Seats interface {
+	// Take waits for one of tenant's seats and returns the function that
+	// frees it, or false if none came free in time.
+	Take(ctx context.Context, tenant string) (release func(), ok bool)
+	// Per is how many requests of one tenant run at once.
+	Per() int
+}
+
+// budgetKey names tenant t in the budget: a project by its storage id (a
+// project created again under its old name starts afresh), an organization
+// context by its name.
+func budgetKey(t Tenant) string {
+	if t.Kind == Project && t.ID != "" {
+		return "project/" + t.ID
+	}
+	return t.Kind.View() + "/" + t.Name
+}
+
+// admit applies r.Budget and r.Seats to a request of tenant t, or answers
+// 429 and returns false. Admitted, it returns the writer to serve the
+// request with and the function to call when it is served. The budget
+// refuses a tenant in debt at once; a request that is not long-running then
+// waits for one of the tenant's seats, and is charged its time from then on;
+// a watch holds no seat and is charged the time its events take to write.
+func (r *Router) admit(ctx context.Context, w http.ResponseWriter, req *http.Request, t Tenant, info *request.RequestInfo, fail func(error)) (http.ResponseWriter, func(), bool) {
+	key := budgetKey(t)
+	watch := info != nil && info.Verb == "watch"
+	if r.Budget != nil {
+		if wait, ok := r.Budget.Admit(key); !ok {
+			seconds := max(1, int(math.Ceil(wait.Seconds())))
+			// 429 with Retry-After: client-go and kubectl wait and retry by themselves.
+			err := apierrors.NewTooManyRequests(fmt.Sprintf("%s has used its share of the server's time (%.2g CPU seconds per second): retry in %d s",
+				describe(t), r.Budget.Rate(), seconds), seconds)
+			w.Header().Set("Retry-After", strconv.Itoa(seconds))
+			fail(err)
+			return w, nil, false
+		}
+	}
+	release := func() {}
+	if r.Seats != nil && info != nil && !watch && (r.LongRunning == nil || !r.LongRunning(req, info)) {
+		var ok bool
+		if release, ok = r.Seats.Take(ctx, key); !ok {
+			if ctx.Err() == nil {
+				err := apierrors.NewTooManyRequests(fmt.Sprintf("%s has had %d requests in flight, the most one tenant runs at once, for too long: retry in 1 s",
+					describe(t), r.Seats.Per()), 1)
+				w.Header().Set("Retry-After", "1")
+				fail(err)
+			}
+			return w, nil, false
+		}
+	}
+	switch {
+	case r.Budget == nil:
+		return w, release, true
+	case watch:
+		cw := &chargedWriter{ResponseWriter: w, charge: func(d time.Duration) { r.Budget.Charge(key, d) }}
+		return responsewriter.WrapForHTTP1Or2(cw), func() { cw.settle(); release() }, true
+	}
+	began := time.Now()
+	return w, func() { r.Budget.Charge(key, time.Since(began)); release() }, true
+}
+
+// describe names a tenant in an error message.
+func describe(t Tenant) string {
+	if t.Kind == Organization {
+		return "the context of organization " + t.Name
+	}
+	return "project " + t.Name
+}
+
+// chargedWriter charges the time a watch's events take to write: each
+// event is written, then flushed, and charged at the flush.
+type chargedWriter struct {
+	http.ResponseWriter
+	charge  func(time.Duration)
+	pending time.Duration
+}
+
+// Unwrap is the writer it decorates (responsewriter.UserProvidedDecorator).
+func (c *chargedWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+func (c *chargedWriter) Write(p []byte) (int, error) {
+	began := time.Now()
+	n, err := c.ResponseWriter.Write(p)
+	c.pending += time.Since(began)
+	return n, err
+}
+
+// Flush flushes and charges what was written since the last flush.
+func (c *chargedWriter) Flush() {
+	began := time.Now()
+	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+	c.pending += time.Since(began)
+	c.settle()
+}
+
+// settle charges what is not charged yet.
+func (c *chargedWriter) settle() {
+	if c.pending > 0 {
+		c.charge(c.pending)
+		c.pending = 0
+	}
+}
