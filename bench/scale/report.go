@@ -443,19 +443,21 @@ func (s *systemResult) noisySection(projects int) string {
 		"**writes** (%d ConfigMap creates/s of 1 KiB from %d clients), **lists** (%d lists/s, from up to %d clients, of %d ConfigMaps of %d KiB without a limit), "+
 		"**watches** (%d watches on one ConfigMap, updated %d times/s). Both projects are used by the same ordinary user (one identity in many "+
 		"projects, which upstream's per-user flows cannot tell apart). \"Project flows\" is Milo's default (`--project-flows`: one APF flow per "+
-		"project); without, the apiserver's own FlowSchemas classify. \"CPU budget\" is Milo's default `--tenant-cpu-share` (each project may keep "+
-		"that part of the server's CPUs busy); without, `--tenant-cpu-share=0`. RSS: the server's, before the phase and at its peak.\n\n",
+		"project); without, the apiserver's own FlowSchemas classify. \"Tenant budget\" is Milo's default `--tenant-concurrency` (each project's requests "+
+		"in flight at once) and `--tenant-cpu-share` (the part of the server's CPUs each project may use); without, both 0. RSS: the server's, "+
+		"before the phase and at its peak. Cores: the CPU the server, the controller manager and the harness used during the phase.\n\n",
 		quietProject, probe, o.Phase, noisyProject, o.WriteRate, o.WriteWorkers, o.ListRate, o.ListWorkers, o.ListObjects, o.ListObjectBytes>>10, o.Watches, o.WatchedWrites)
 	if w := s.Noisy[0].Phases["watches"].WatchesOpen; w > 0 && w < o.Watches {
 		fmt.Fprintf(&b, "The server let the noisy project open %d of the %d watches (`--max-project-watches`).\n\n", w, o.Watches)
 	}
-	b.WriteString("| configuration | phase | quiet GET p50 | quiet GET p99 | p99 / idle | quiet GETs (failed) | flood ops/s (failed) | RSS before → peak |\n|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| configuration | phase | quiet GET p50 | quiet GET p99 | p99 / idle | quiet GETs (failed) | flood ops/s (failed) | RSS before → peak | cores: server / controllers / harness |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, nr := range s.Noisy {
 		idle := nr.Phases["idle"].Quiet.P99
 		for _, phase := range noisyPhases {
 			p := nr.Phases[phase]
-			fmt.Fprintf(&b, "| %s | %s | %.1f ms | %.1f ms | %.2f× | %d (%d) | %.0f (%d) | %.0f → %.0f MiB |\n", nr.config(), phase,
-				p.Quiet.P50, p.Quiet.P99, p.Quiet.P99/idle, p.QuietGets, p.QuietErrors, p.NoisyOps, p.NoisyErrors, p.RSSBeforeMiB, p.RSSPeakMiB)
+			fmt.Fprintf(&b, "| %s | %s | %.1f ms | %.1f ms | %.2f× | %d (%d) | %.0f (%d) | %.0f → %.0f MiB | %.2f / %.2f / %.2f |\n", nr.config(), phase,
+				p.Quiet.P50, p.Quiet.P99, p.Quiet.P99/idle, p.QuietGets, p.QuietErrors, p.NoisyOps, p.NoisyErrors, p.RSSBeforeMiB, p.RSSPeakMiB,
+				p.ServerCores, p.ControllerCores, p.HarnessCores)
 		}
 	}
 	return b.String() + "\n"

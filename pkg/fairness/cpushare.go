@@ -18,8 +18,9 @@ import (
 // commits, the watch cache's decoding and fan-out, garbage collection — so a
 // write flood is charged what it costs the server, not only what its
 // handlers took; and on a saturated server, where a request's wall-clock time
-// is mostly waiting for a core, it is below one, so concurrency is not
-// charged twice. The platform's own work (its controllers, superusers'
+// is mostly waiting — for a core, or for a connection's writer that a
+// thousand watches share — it is below one, so waiting is not charged as
+// work. The platform's own work (its controllers, superusers'
 // requests) is in the process's CPU but not in the tenants' handler time;
 // the ratio is bounded so that it cannot make a few short requests look
 // expensive on a server busy with its own work.
@@ -39,8 +40,10 @@ const (
 	// cpuStale: a window longer than this (no tenant charged meanwhile)
 	// measured the platform alone; it is discarded, not used.
 	cpuStale = 4 * cpuWindow
-	// minCPUFactor and maxCPUFactor bound the ratio (see cpuShare).
-	minCPUFactor, maxCPUFactor = 0.1, 4.0
+	// minCPUFactor and maxCPUFactor bound the ratio (see cpuShare). The
+	// floor is far down: a thousand watches on one connection wait for its
+	// writer in turn, and their writes' wall-clock time is mostly that wait.
+	minCPUFactor, maxCPUFactor = 0.001, 4.0
 )
 
 func (c *cpuShare) init(read func() (time.Duration, bool)) {

@@ -122,12 +122,12 @@ func TestCPUShareChargesTheProcessCPUPerHandlerSecond(t *testing.T) {
 		t.Fatalf("after 3 CPU seconds per handler second: %v, want 2", f)
 	}
 	// A saturated server: 20 s of handler time (requests waiting for a
-	// core) in a window of 1 s of CPU; the ratio is bounded below.
+	// core) in a window of 1 s of CPU.
 	c.charge(20*time.Second, at.Add(time.Millisecond))
 	cpu += time.Second
 	at = at.Add(cpuWindow)
-	if f := c.charge(0, at); math.Abs(f-(2+minCPUFactor)/2) > 1e-9 {
-		t.Fatalf("after 0.05 CPU seconds per handler second: %v, want %v", f, (2+minCPUFactor)/2)
+	if f := c.charge(0, at); math.Abs(f-(2+0.05)/2) > 1e-9 {
+		t.Fatalf("after 0.05 CPU seconds per handler second: %v, want %v", f, (2+0.05)/2)
 	}
 	// A long quiet spell measures the platform alone: discarded.
 	before := c.charge(0, at.Add(time.Millisecond))

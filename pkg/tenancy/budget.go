@@ -98,8 +98,12 @@ func describe(t Tenant) string {
 	return "project " + t.Name
 }
 
-// chargedWriter charges the time a watch's events take to write: each
-// event is written, then flushed, and charged at the flush.
+// chargedWriter charges the time a watch's events take to write into the
+// response: encoding is done before, and the flush that follows each event
+// waits for the connection — on HTTP/2, for the one writer that all the
+// connection's streams share, so a thousand watches on one connection would
+// each be charged the others' turns. What sending costs the server is in the
+// process's CPU, which the budget shares out by handler time (pkg/fairness).
 type chargedWriter struct {
 	http.ResponseWriter
 	charge  func(time.Duration)
@@ -116,13 +120,11 @@ func (c *chargedWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Flush flushes and charges what was written since the last flush.
+// Flush flushes, then charges what was written since the last flush.
 func (c *chargedWriter) Flush() {
-	began := time.Now()
 	if f, ok := c.ResponseWriter.(http.Flusher); ok {
 		f.Flush()
 	}
-	c.pending += time.Since(began)
 	c.settle()
 }
 
