@@ -34,6 +34,8 @@ import (
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/klog/v2"
+
+	"go.miloapis.com/milo/pkg/server"
 )
 
 // options configure one run of the harness.
@@ -78,6 +80,9 @@ type options struct {
 	Noisy        bool
 	Tracing      bool
 	NoisyOptions noisyOptions
+	// EtcdMaintenance counts, compacts and defragments the embedded etcd
+	// after the last step, timed (Milo only).
+	EtcdMaintenance bool
 	// Service runs the sample service (bench/service) with this provider
 	// ("shared" or "naive") from the first step on and measures it at each
 	// step (Milo only); ServiceSamples Widgets are timed per step.
@@ -107,6 +112,7 @@ func main() {
 	flag.DurationVar(&o.DeletionTimeout, "deletion-timeout", 2*time.Minute, "longest wait for one deleted namespace or dependent to go (counted as this long, and reported)")
 	flag.DurationVar(&o.DrainTimeout, "drain-timeout", 15*time.Minute, "longest wait for the controllers' work queues to drain before measuring")
 	flag.BoolVar(&o.Tracing, "tracing", false, "after the last step, time requests with tracing off, at sampling 0 and at 1% exported to a loopback OTLP receiver (Milo only)")
+	flag.BoolVar(&o.EtcdMaintenance, "etcd-maintenance", true, "after the last step, count etcd's keys, compact it to the current revision and defragment it, timed (Milo on its embedded etcd)")
 	flag.BoolVar(&o.Noisy, "noisy", true, "after the last step, measure a quiet project's GETs while another project floods the server, with and without per-project flows (Milo only)")
 	flag.StringVar(&miloArgs, "milo-args", "", "flags added to every `milo start`, separated by spaces (e.g. --project-list-concurrency=4)")
 	probeRate := flag.Int("noisy-probe-rate", -1, "the quiet project's GETs per second in the noisy-neighbour measurement (-1: the default, 100; 0: back to back)")
@@ -438,6 +444,19 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		out.NoisyOptions = &o.NoisyOptions
 		if err := save(); err != nil {
 			return err
+		}
+	}
+	if s.isMilo() && o.EtcdMaintenance {
+		if _, err := os.Stat(server.EtcdURLFile(s.dataDir)); err == nil { // not on kine
+			progress("[%s] %d projects: counting, compacting and defragmenting etcd", name, have)
+			if out.Etcd, err = measureEtcd(ctx, s, have); err != nil {
+				return fmt.Errorf("etcd: %w", err)
+			}
+			progress("[%s] %d projects: %d keys, compaction %.2f s, defragmentation %.2f s, %.1f MiB in use", name, have,
+				out.Etcd.Keys, out.Etcd.CompactSeconds, out.Etcd.DefragSeconds, toMiB(float64(out.Etcd.InUseCompacted)))
+			if err := save(); err != nil {
+				return err
+			}
 		}
 	}
 	// A restarted server's controllers go through every object again first.

@@ -45,6 +45,10 @@ type noisyOptions struct {
 	ListObjects, ListObjectBytes, ListRate, ListWorkers int
 	// Watches are opened on one namespace, which gets WatchedWrites updates per second.
 	Watches, WatchedWrites int
+	// Recovery is waited before each flood when the budget is on, so that
+	// it starts with the noisy project's budget full again, not in the
+	// debt the one before ran up.
+	Recovery time.Duration
 	// ProbeRate is the quiet project's GETs per second, one at a time; 0
 	// sends them back to back (the quiet project then keeps a core busy
 	// itself, which is no longer quiet).
@@ -53,9 +57,10 @@ type noisyOptions struct {
 
 func defaultNoisyOptions(smoke bool) noisyOptions {
 	o := noisyOptions{Phase: 20 * time.Second, WriteRate: 300, WriteWorkers: 32,
-		ListObjects: 1500, ListObjectBytes: 27 << 10, ListRate: 5, ListWorkers: 30, Watches: 1000, WatchedWrites: 50, ProbeRate: 100}
+		ListObjects: 1500, ListObjectBytes: 27 << 10, ListRate: 5, ListWorkers: 30, Watches: 1000, WatchedWrites: 50, ProbeRate: 100,
+		Recovery: budgetRecovery}
 	if smoke {
-		o.Phase, o.ListObjects, o.Watches = 4*time.Second, 300, 200
+		o.Phase, o.ListObjects, o.Watches, o.Recovery = 4*time.Second, 300, 200, 0
 	}
 	return o
 }
@@ -151,9 +156,7 @@ func measureNoisy(ctx context.Context, s *system, dyn dynamic.Interface, o noisy
 		r := noisyResult{ProjectFlows: config.flows, TenantBudget: config.budget, Phases: map[string]noisyPhase{}}
 		for i, phase := range noisyPhases {
 			if i > 0 && config.budget {
-				// Each flood starts with the noisy project's budget full
-				// again, not in the debt the one before ran up.
-				time.Sleep(budgetRecovery)
+				time.Sleep(o.Recovery)
 			}
 			p, err := runNoisyPhase(ctx, s, o, phase)
 			if err != nil {

@@ -54,6 +54,9 @@ type systemResult struct {
 	Service []serviceStep `json:",omitempty"`
 	// Tracing is the cost of tracing at the last step (Milo only, --tracing).
 	Tracing *tracingResult `json:",omitempty"`
+	// Etcd is etcd's keys, size, compaction and defragmentation at the
+	// last step (Milo on its embedded etcd, --etcd-maintenance).
+	Etcd *etcdResult `json:",omitempty"`
 	// NoisyOptions sized its floods.
 	NoisyOptions *noisyOptions `json:",omitempty"`
 }
@@ -321,6 +324,9 @@ func (r *results) markdown() string {
 	}
 	if milo != nil && milo.Tracing != nil {
 		b.WriteString(milo.Tracing.section())
+	}
+	if milo != nil && milo.Etcd != nil {
+		b.WriteString(milo.Etcd.section())
 	}
 	if milo != nil && milo.Quota != nil {
 		b.WriteString(milo.Quota.section())

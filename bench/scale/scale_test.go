@@ -76,6 +76,10 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("%s: no deletion measured", s.Name)
 		}
 	}
+	// etcd counted, compacted and defragmented at the last step.
+	if e := res.system("milo").Etcd; e == nil || e.Keys == 0 || e.InUseCompacted <= 0 || e.DBDefragmented <= 0 || e.DefragSeconds <= 0 {
+		t.Errorf("etcd's maintenance measured %+v", e)
+	}
 	// The noisy neighbour: Milo with project flows and the CPU budget, with
 	// flows only, and with neither, every phase.
 	milo := res.system("milo")

@@ -11,12 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/client/pkg/v3/transport"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
-
-	"go.miloapis.com/milo/pkg/server"
 )
 
 // tracingResult is request latency with tracing off, on at sampling 0, and
@@ -118,22 +114,11 @@ func (t *tracingResult) section() string {
 }
 
 // etcdLeases counts the leases in Milo's embedded etcd: Events' TTLs, which
-// the apiserver shares among the Events written within a minute.
+// the apiserver shares among the Events written within a minute. On another
+// storage (kine) it counts nothing.
 func (s *system) etcdLeases(ctx context.Context) (float64, error) {
-	url, err := os.ReadFile(server.EtcdURLFile(s.dataDir))
-	if err != nil {
-		return 0, err
-	}
-	_, files, err := server.DataDirEtcd(s.dataDir)
-	if err != nil {
-		return 0, err
-	}
-	tls, err := transport.TLSInfo{CertFile: files.EtcdClient.CertFile, KeyFile: files.EtcdClient.KeyFile, TrustedCAFile: files.CA.CertFile}.ClientConfig()
-	if err != nil {
-		return 0, err
-	}
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{strings.TrimSpace(string(url))}, TLS: tls})
-	if err != nil {
+	client, _, err := s.embeddedEtcd()
+	if err != nil || client == nil {
 		return 0, err
 	}
 	defer client.Close()
