@@ -49,7 +49,7 @@ type Budget struct {
 	rate, burst, maxDebt float64 // seconds, per second and banked
 	now                  func() time.Time
 	seed                 maphash.Seed
-	charges              atomic.Uint64
+	swept                atomic.Int64 // unix nanoseconds of the last sweep
 	cpu                  cpuShare
 	shards               [budgetShards]budgetShard
 }
@@ -137,16 +137,19 @@ func (b *Budget) Charge(tenant string, d time.Duration) {
 	b.refill(t, now)
 	t.balance = max(t.balance-cost, -b.maxDebt)
 	s.mu.Unlock()
-	// Now and then, forget the tenants of one shard, each in turn, whose
-	// balance is full again: they are as if never charged.
-	if n := b.charges.Add(1); n%budgetSweepEvery == 0 {
-		b.sweep(&b.shards[(n/budgetSweepEvery)%budgetShards], now)
+	// Now and then forget the tenants whose balance is full again: they
+	// are as if never charged. Every budgetSweep, the next charge sweeps
+	// every shard.
+	if last := b.swept.Load(); now.UnixNano()-last >= int64(budgetSweep) && b.swept.CompareAndSwap(last, now.UnixNano()) {
+		for i := range b.shards {
+			b.sweep(&b.shards[i], now)
+		}
 	}
 }
 
-// budgetSweepEvery is how many charges apart shards are swept: a shard is
-// swept every budgetShards times that many charges.
-const budgetSweepEvery = 64
+// budgetSweep is how often the tenants whose balance has filled again are
+// dropped, while the server has tenant requests.
+const budgetSweep = 15 * time.Second
 
 // sweep drops the tenants of s whose balance is full.
 func (b *Budget) sweep(s *budgetShard, now time.Time) {

@@ -7,23 +7,21 @@ import (
 	"time"
 )
 
-// cpuShare turns the handler time a tenant is charged for into CPU time.
+// cpuShare discounts the handler time a tenant is charged for by what of it
+// was spent waiting.
 //
 // Go cannot tell the CPU one goroutine used; the CPU of the whole process it
 // can. Over each window of at least cpuWindow, the process's CPU is divided by
 // the handler time charged to tenants in it, and every tenant is charged that
-// ratio for each second its requests take: each tenant pays its part of the
-// process's CPU, in proportion to its part of the handler time. The ratio
-// includes what requests cost outside their handlers — the embedded etcd's
-// commits, the watch cache's decoding and fan-out, garbage collection — so a
-// write flood is charged what it costs the server, not only what its
-// handlers took; and on a saturated server, where a request's wall-clock time
-// is mostly waiting — for a core, or for a connection's writer that a
-// thousand watches share — it is below one, so waiting is not charged as
-// work. The platform's own work (its controllers, superusers'
-// requests) is in the process's CPU but not in the tenants' handler time;
-// the ratio is bounded so that it cannot make a few short requests look
-// expensive on a server busy with its own work.
+// ratio, at most one, for each second its requests take. Where requests'
+// wall-clock time is mostly waiting — for a core on a saturated server, for
+// the writer of a connection that a thousand watches share, for storage —
+// the ratio falls below one, and each tenant pays its part of the CPU the
+// process actually used, in proportion to its part of the handler time,
+// rather than its waits. It is never above one: the process's CPU includes
+// the platform's own work (its controllers, superusers' requests) and work no
+// request is charged for, which must not make one tenant's requests dearer
+// because another tenant or the platform keeps the server busy.
 type cpuShare struct {
 	read    func() (time.Duration, bool) // the process's CPU time so far
 	handler atomic.Int64                 // tenants' handler nanoseconds in this window
@@ -43,7 +41,10 @@ const (
 	// minCPUFactor and maxCPUFactor bound the ratio (see cpuShare). The
 	// floor is far down: a thousand watches on one connection wait for its
 	// writer in turn, and their writes' wall-clock time is mostly that wait.
-	minCPUFactor, maxCPUFactor = 0.001, 4.0
+	// The ceiling is one: a tenant never pays more than its requests' own
+	// time, whatever else (the platform, another tenant's uncharged work)
+	// keeps the process busy.
+	minCPUFactor, maxCPUFactor = 0.001, 1.0
 )
 
 func (c *cpuShare) init(read func() (time.Duration, bool)) {

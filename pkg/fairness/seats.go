@@ -3,7 +3,6 @@ package fairness
 import (
 	"context"
 	"hash/maphash"
-	"math"
 	"runtime"
 	"sync"
 	"time"
@@ -13,9 +12,11 @@ import (
 )
 
 // DefaultSeats is how many requests of one tenant run at once by default:
-// a quarter of the server's CPUs (DefaultCPUShare), at least one.
+// half the server's CPUs, at least four. A seat is held while the request's
+// body arrives and its answer is written, so one member on a slow link holds
+// one; four leave the project's other clients (its controllers) room.
 func DefaultSeats() int {
-	return max(1, int(math.Ceil(DefaultCPUShare*float64(runtime.GOMAXPROCS(0)))))
+	return max(4, runtime.GOMAXPROCS(0)/2)
 }
 
 // seatWait is the longest a request waits for one of its tenant's seats

@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -47,14 +48,15 @@ func budgetKey(t Tenant) string {
 }
 
 // admit applies r.Budget and r.Seats to a request of tenant t, or answers
-// 429 and returns false. Admitted, it returns the writer to serve the
-// request with and the function to call when it is served. The budget
-// refuses a tenant in debt at once; a request that is not long-running then
-// waits for one of the tenant's seats, and is charged its time from then on;
-// a watch holds no seat and is charged the time its events take to write.
+// it (429, or 404 if its tenant was deleted meanwhile) and returns false.
+// Admitted, it returns the writer to serve the request with and the function
+// to call when it is served. The budget refuses a tenant in debt at once; a
+// request that is not long-running then waits for one of the tenant's seats
+// and is charged its time from then on; a long-running request (a watch)
+// holds no seat and is charged only the time its responses take to write.
 func (r *Router) admit(ctx context.Context, w http.ResponseWriter, req *http.Request, t Tenant, info *request.RequestInfo, fail func(error)) (http.ResponseWriter, func(), bool) {
 	key := budgetKey(t)
-	watch := info != nil && info.Verb == "watch"
+	longRunning := info != nil && (info.Verb == "watch" || (r.LongRunning != nil && r.LongRunning(req, info)))
 	if r.Budget != nil {
 		if wait, ok := r.Budget.Admit(key); !ok {
 			seconds := max(1, int(math.Ceil(wait.Seconds())))
@@ -67,27 +69,40 @@ func (r *Router) admit(ctx context.Context, w http.ResponseWriter, req *http.Req
 		}
 	}
 	release := func() {}
-	if r.Seats != nil && info != nil && !watch && (r.LongRunning == nil || !r.LongRunning(req, info)) {
+	if r.Seats != nil && info != nil && !longRunning {
 		var ok bool
 		if release, ok = r.Seats.Take(ctx, key); !ok {
-			if ctx.Err() == nil {
-				err := apierrors.NewTooManyRequests(fmt.Sprintf("%s has had %d requests in flight, the most one tenant runs at once, for too long: retry in 1 s",
-					describe(t), r.Seats.Per()), 1)
-				w.Header().Set("Retry-After", "1")
-				fail(err)
+			// Answered even when the request's context ended: a client
+			// still there (its project deleted, its own ?timeout= passed)
+			// must not read an empty 200; to one gone, the write is lost.
+			if errors.Is(context.Cause(ctx), ErrTenantGone) {
+				fail(notFound(t))
+				return w, nil, false
 			}
+			err := apierrors.NewTooManyRequests(fmt.Sprintf("%s has had %d requests in flight, the most one tenant runs at once, for too long: retry in 1 s",
+				describe(t), r.Seats.Per()), 1)
+			w.Header().Set("Retry-After", "1")
+			fail(err)
 			return w, nil, false
 		}
 	}
 	switch {
 	case r.Budget == nil:
 		return w, release, true
-	case watch:
+	case longRunning:
 		cw := &chargedWriter{ResponseWriter: w, charge: func(d time.Duration) { r.Budget.Charge(key, d) }}
 		return responsewriter.WrapForHTTP1Or2(cw), func() { cw.settle(); release() }, true
 	}
 	began := time.Now()
 	return w, func() { r.Budget.Charge(key, time.Since(began)); release() }, true
+}
+
+// notFound is the answer to a request of tenant t, which does not exist.
+func notFound(t Tenant) error {
+	if t.Kind == Organization {
+		return apierrors.NewNotFound(organizationsResource, t.Name)
+	}
+	return apierrors.NewNotFound(projectsResource, t.Name)
 }
 
 // describe names a tenant in an error message.
@@ -98,12 +113,15 @@ func describe(t Tenant) string {
 	return "project " + t.Name
 }
 
-// chargedWriter charges the time a watch's events take to write into the
-// response: encoding is done before, and the flush that follows each event
-// waits for the connection — on HTTP/2, for the one writer that all the
-// connection's streams share, so a thousand watches on one connection would
-// each be charged the others' turns. What sending costs the server is in the
-// process's CPU, which the budget shares out by handler time (pkg/fairness).
+// chargedWriter charges the time a long-running request's responses (a
+// watch's events) take to write: encoding is done before, and the flush that
+// follows each event waits for the connection — on HTTP/2, for the one
+// writer that all the connection's streams share, so a thousand watches on
+// one connection would each be charged the others' turns. (A write larger
+// than HTTP/2's buffer of a few KiB waits for that writer too, and on
+// HTTP/1.1 a write waits for a slow reader: those waits are charged.) A
+// watch served over a WebSocket takes the connection over and is not
+// charged.
 type chargedWriter struct {
 	http.ResponseWriter
 	charge  func(time.Duration)
