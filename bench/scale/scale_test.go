@@ -21,7 +21,7 @@ func TestSmoke(t *testing.T) {
 	res, err := run(context.Background(), options{Max: 1000, Steps: []int{100, 1000, 10000}, Out: out, Systems: []string{"milo", "baseline"},
 		Workers: 32, LatencySamples: 50, WatchSamples: 20, Delete: 300, Repo: filepath.Join("..", ".."),
 		BaselineControllers: true, MiloControllers: "separate", DeletionSamples: 8,
-		Noisy: true, NoisyOptions: defaultNoisyOptions(true), Tracing: true, Quota: quotaOptions{Projects: 200, Created: 200, Samples: 50}})
+		Noisy: true, NoisyOptions: defaultNoisyOptions(true), Tracing: true, EtcdMaintenance: true, Quota: quotaOptions{Projects: 200, Created: 200, Samples: 50}})
 	if err != nil {
 		t.Fatal(err)
 	}

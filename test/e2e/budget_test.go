@@ -19,14 +19,28 @@ import (
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
+// budgetTestShare is the --tenant-cpu-share of TestProjectCPUBudget's own
+// server: small enough that sixteen clients' requests pass it on a machine of
+// any size (a project's rate is the share times the server's CPUs).
+const budgetTestShare = 0.02
+
 // TestProjectCPUBudget: a project whose requests keep the server busy past
-// its share (--tenant-cpu-share, the shared server runs with the default) is
-// refused with 429 and Retry-After, naming the budget; another project used
-// by the same kind of member, and the platform's superuser in the same
-// project, are served meanwhile; once the project has earned its time back,
-// it is served again.
+// its share (--tenant-cpu-share) is refused with 429 and Retry-After, naming
+// the budget; another project used by the same kind of member, and the
+// platform's superuser in the same project, are served meanwhile; once the
+// project has earned its time back, it is served again. Its server is its
+// own, with a share small enough to pass from one test client on any
+// machine (the shared server runs with the default, so every other test's
+// tenant clients run under that).
 func TestProjectCPUBudget(t *testing.T) {
-	m := shared
+	m, err := startMilo(t.TempDir(), fmt.Sprintf("--tenant-cpu-share=%g", budgetTestShare))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.stopOnCleanup(t)
+	if err := m.ensureOrganization("acme"); err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	a, b := m.newProject(t, "budget-a"), m.newProject(t, "budget-b")
 	inA, inB := kubeFor(t, memberConfig(t, m, a)), kubeFor(t, memberConfig(t, m, b))
