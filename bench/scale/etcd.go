@@ -31,8 +31,9 @@ type etcdResult struct {
 	// waiting for the compaction to be physical; DefragSeconds: the
 	// defragmentation that follows (etcd serves nothing meanwhile).
 	CompactSeconds, DefragSeconds float64
-	// Revisions compacted away.
-	Revisions int64
+	// Revision is the revision compacted to: every write the etcd has
+	// taken.
+	Revision int64
 }
 
 // measureEtcd reaches the embedded etcd of s through its data directory
@@ -70,7 +71,7 @@ func measureEtcd(ctx context.Context, s *system, projects int) (*etcdResult, err
 	if st, err = status(); err != nil {
 		return nil, err
 	}
-	out.DBCompacted, out.InUseCompacted, out.Revisions = st.DbSize, st.DbSizeInUse, rev
+	out.DBCompacted, out.InUseCompacted, out.Revision = st.DbSize, st.DbSizeInUse, rev
 	began = time.Now()
 	if _, err := c.Defragment(ctx, endpoint); err != nil {
 		return nil, fmt.Errorf("defragmenting: %w", err)
@@ -119,7 +120,7 @@ func (e *etcdResult) section() string {
 	b.WriteString("| | |\n|---|---|\n")
 	fmt.Fprintf(&b, "| Keys | %d (%.1f per project, the platform's included) |\n", e.Keys, e.KeysPerProject)
 	fmt.Fprintf(&b, "| Database / in use, before compaction | %.1f / %.1f MiB |\n", toMiB(float64(e.DBBefore)), toMiB(float64(e.InUseBefore)))
-	fmt.Fprintf(&b, "| Compaction to revision %d | %.2f s |\n", e.Revisions, e.CompactSeconds)
+	fmt.Fprintf(&b, "| Compaction to revision %d | %.2f s |\n", e.Revision, e.CompactSeconds)
 	fmt.Fprintf(&b, "| Database / in use, compacted | %.1f / %.1f MiB (%.1f KiB in use per project) |\n", toMiB(float64(e.DBCompacted)), toMiB(float64(e.InUseCompacted)), float64(e.InUseCompacted)/1024/float64(max(e.Projects, 1)))
 	fmt.Fprintf(&b, "| Defragmentation | %.2f s |\n", e.DefragSeconds)
 	fmt.Fprintf(&b, "| Database, defragmented | %.1f MiB |\n", toMiB(float64(e.DBDefragmented)))

@@ -1,10 +1,8 @@
 package fairness
 
 import (
-	"hash/maphash"
 	"math"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,36 +25,24 @@ const budgetBurst = 4 * time.Second
 // load does.
 const budgetMaxDebt = 10 * time.Second
 
-// budgetShards spread the tenants' buckets over locks.
-const budgetShards = 64
-
-// Budget charges each tenant for the time its requests keep the server busy
-// and refuses its next requests while it is in debt — a budget of CPU time,
-// where API Priority and Fairness budgets concurrency. APF's seats bound how
-// many requests run at once, not what each costs: one project's steady
-// stream of writes, large lists or watch deliveries, each admitted at once,
-// takes the cores every other project's requests wait for. A tenant earns
-// Rate seconds of handler time per second, banks up to Burst of them, and
-// spends the wall-clock time of each request it makes (for a watch, the time
-// its events take to write); while its balance is negative, its requests are
-// refused with 429 and a Retry-After the balance needs to recover.
-//
-// Wall-clock time is what a request holds the server for; on a busy server it
-// exceeds the CPU the request used, so a flood is charged more when it hurts
-// others more. Nothing is held for a tenant whose balance is full: the
-// buckets of tenants with recent requests only.
+// Budget charges each tenant for the CPU its requests use and refuses its
+// next requests while it is in debt — a budget of CPU time, where API
+// Priority and Fairness budgets concurrency. APF's seats bound how many
+// requests run at once, not what each costs: one project's steady stream of
+// writes, large lists or watch deliveries, each admitted at once, takes the
+// cores every other project's requests wait for. A tenant earns Rate seconds
+// per second, banks up to Burst of them, and spends each request's handler
+// time (for a watch, the time its events take to write) discounted by what
+// of it the process spent waiting (cpuShare); while its balance is negative,
+// its requests are refused with 429 and a Retry-After the balance needs to
+// recover. Nothing is held for a tenant whose balance is full: the buckets of
+// tenants with recent requests only.
 type Budget struct {
 	rate, burst, maxDebt float64 // seconds, per second and banked
 	now                  func() time.Time
-	seed                 maphash.Seed
 	swept                atomic.Int64 // unix nanoseconds of the last sweep
 	cpu                  cpuShare
-	shards               [budgetShards]budgetShard
-}
-
-type budgetShard struct {
-	mu      sync.Mutex
-	tenants map[string]*bucket
+	buckets              tenantMap[bucket]
 }
 
 // bucket is one tenant's balance (seconds) as of at.
@@ -73,11 +59,9 @@ func NewBudget(share float64) *Budget {
 	}
 	rate := share * float64(runtime.GOMAXPROCS(0))
 	b := &Budget{rate: rate, burst: rate * budgetBurst.Seconds(), maxDebt: rate * budgetMaxDebt.Seconds(),
-		now: time.Now, seed: maphash.MakeSeed()}
+		now: time.Now}
 	b.cpu.init(processCPU)
-	for i := range b.shards {
-		b.shards[i].tenants = map[string]*bucket{}
-	}
+	b.buckets.init()
 	return b
 }
 
@@ -95,7 +79,7 @@ func (b *Budget) Admit(tenant string) (retryAfter time.Duration, ok bool) {
 	if b == nil {
 		return 0, true
 	}
-	s := b.shard(tenant)
+	s := b.buckets.shard(tenant)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tenants[tenant]
@@ -126,7 +110,7 @@ func (b *Budget) Charge(tenant string, d time.Duration) {
 	now := b.now()
 	cost := d.Seconds() * b.cpu.charge(d, now)
 	budgetCharged.Add(cost)
-	s := b.shard(tenant)
+	s := b.buckets.shard(tenant)
 	s.mu.Lock()
 	t := s.tenants[tenant]
 	if t == nil {
@@ -141,8 +125,8 @@ func (b *Budget) Charge(tenant string, d time.Duration) {
 	// are as if never charged. Every budgetSweep, the next charge sweeps
 	// every shard.
 	if last := b.swept.Load(); now.UnixNano()-last >= int64(budgetSweep) && b.swept.CompareAndSwap(last, now.UnixNano()) {
-		for i := range b.shards {
-			b.sweep(&b.shards[i], now)
+		for i := range b.buckets.shards {
+			b.sweep(&b.buckets.shards[i], now)
 		}
 	}
 }
@@ -152,7 +136,7 @@ func (b *Budget) Charge(tenant string, d time.Duration) {
 const budgetSweep = 15 * time.Second
 
 // sweep drops the tenants of s whose balance is full.
-func (b *Budget) sweep(s *budgetShard, now time.Time) {
+func (b *Budget) sweep(s *tenantShard[bucket], now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for name, t := range s.tenants {
@@ -169,21 +153,6 @@ func (b *Budget) refill(t *bucket, now time.Time) {
 		t.balance = min(b.burst, t.balance+elapsed*b.rate)
 		t.at = now
 	}
-}
-
-func (b *Budget) shard(tenant string) *budgetShard {
-	return &b.shards[maphash.String(b.seed, tenant)%budgetShards]
-}
-
-// tenants counts the buckets held (for tests).
-func (b *Budget) tenants() int {
-	n := 0
-	for i := range b.shards {
-		b.shards[i].mu.Lock()
-		n += len(b.shards[i].tenants)
-		b.shards[i].mu.Unlock()
-	}
-	return n
 }
 
 var (

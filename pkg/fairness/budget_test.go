@@ -69,14 +69,14 @@ func TestBudgetHoldsNothingForIdleTenants(t *testing.T) {
 	for i := range 5000 {
 		b.Charge(string(rune('a'+i%26))+string(rune(i)), time.Millisecond)
 	}
-	if b.tenants() == 0 {
+	if b.buckets.len() == 0 {
 		t.Fatal("charged tenants are not held")
 	}
 	// Once every balance is full again, the next charge after a sweep's
 	// interval drops them.
 	c.t = c.t.Add(max(budgetBurst, budgetSweep))
 	b.Charge("busy", time.Nanosecond)
-	if n := b.tenants(); n > 1 {
+	if n := b.buckets.len(); n > 1 {
 		t.Fatalf("%d tenants held once their balances are full, want only the busy one", n)
 	}
 }

@@ -1,5 +1,7 @@
-// Package fairness makes API Priority and Fairness share the server between
-// projects: every project's requests are one flow of their own.
+// Package fairness shares the server between projects: API Priority and
+// Fairness with every project's requests a flow of their own (this file), and
+// each tenant's seats and CPU budget, which the tenant router applies after
+// authorization (Seats, Budget).
 //
 // APF classifies a request by its user and resource (FlowSchemas) into a
 // priority level, and within the level by a flow distinguisher — the user or the

@@ -2,9 +2,7 @@ package fairness
 
 import (
 	"context"
-	"hash/maphash"
 	"runtime"
-	"sync"
 	"time"
 
 	"k8s.io/component-base/metrics"
@@ -36,14 +34,8 @@ const seatWait = 5 * time.Second
 // request finds the other free. Long-running requests (watches) hold no seat.
 // Nothing is held for a tenant without requests in flight.
 type Seats struct {
-	per    int
-	seed   maphash.Seed
-	shards [budgetShards]seatShard
-}
-
-type seatShard struct {
-	mu      sync.Mutex
-	tenants map[string]*seated
+	per     int
+	tenants tenantMap[seated]
 }
 
 // seated is one tenant's requests in flight and those waiting, in order.
@@ -58,10 +50,8 @@ func NewSeats(per int) *Seats {
 	if per <= 0 {
 		return nil
 	}
-	s := &Seats{per: per, seed: maphash.MakeSeed()}
-	for i := range s.shards {
-		s.shards[i].tenants = map[string]*seated{}
-	}
+	s := &Seats{per: per}
+	s.tenants.init()
 	return s
 }
 
@@ -80,7 +70,7 @@ func (s *Seats) Take(ctx context.Context, tenant string) (release func(), ok boo
 	if s == nil {
 		return func() {}, true
 	}
-	sh := &s.shards[maphash.String(s.seed, tenant)%budgetShards]
+	sh := s.tenants.shard(tenant)
 	sh.mu.Lock()
 	t := sh.tenants[tenant]
 	if t == nil {
@@ -123,7 +113,7 @@ func (s *Seats) Take(ctx context.Context, tenant string) (release func(), ok boo
 }
 
 // release hands t's seat to its first waiting request, or frees it.
-func (s *Seats) release(sh *seatShard, tenant string, t *seated) {
+func (s *Seats) release(sh *tenantShard[seated], tenant string, t *seated) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if len(t.waiting) > 0 {
@@ -136,17 +126,6 @@ func (s *Seats) release(sh *seatShard, tenant string, t *seated) {
 		delete(sh.tenants, tenant)
 		seatTenants.Dec()
 	}
-}
-
-// held counts the tenants with requests in flight or waiting (for tests).
-func (s *Seats) held() int {
-	n := 0
-	for i := range s.shards {
-		s.shards[i].mu.Lock()
-		n += len(s.shards[i].tenants)
-		s.shards[i].mu.Unlock()
-	}
-	return n
 }
 
 var (

@@ -45,7 +45,7 @@ func TestSeatsBoundATenantNotOthers(t *testing.T) {
 	third := <-got
 	third()
 	held[1]()
-	if n := s.held(); n != 0 {
+	if n := s.tenants.len(); n != 0 {
 		t.Fatalf("%d tenants held with nothing in flight", n)
 	}
 }
@@ -74,7 +74,7 @@ func TestSeatsNeverRunMoreThanPerAtOnce(t *testing.T) {
 	if m := most.Load(); m > 3 {
 		t.Fatalf("%d requests ran at once, want at most 3", m)
 	}
-	if n := s.held(); n != 0 {
+	if n := s.tenants.len(); n != 0 {
 		t.Fatalf("%d tenants held with nothing in flight", n)
 	}
 }
@@ -94,7 +94,7 @@ func TestSeatsWaitEndsWithTheRequest(t *testing.T) {
 		t.Fatal("the seat was lost to a request that gave up")
 	}
 	next()
-	if n := s.held(); n != 0 {
+	if n := s.tenants.len(); n != 0 {
 		t.Fatalf("%d tenants held with nothing in flight", n)
 	}
 	if NewSeats(0) != nil {

@@ -152,7 +152,7 @@ func routeTenants(c *Config, tree *hierarchy.Tree) error {
 	}
 	c.Aggregator.GenericConfig.BuildHandlerChainFunc = func(apiHandler http.Handler, gc *genericapiserver.Config) http.Handler {
 		router := &tenancy.Router{Projects: tree, Hierarchy: tree, RequestInfo: gc.RequestInfoResolver, Serializer: gc.Serializer, Lifetimes: lifetimes, Watches: watches, ProjectCRDs: c.Options.ProjectCRDs,
-			Services: c.Catalog, Contextualize: telemetry.WithTenantLogger}
+			Services: c.Catalog, Contextualize: telemetry.WithTenantLogger, LongRunning: gc.LongRunningFunc}
 		if c.ProjectCRDs != nil {
 			router.ProjectAPIs = c.ProjectCRDs
 		}
@@ -163,7 +163,7 @@ func routeTenants(c *Config, tree *hierarchy.Tree) error {
 			router.Budget = budget
 		}
 		if seats != nil {
-			router.Seats, router.LongRunning = seats, gc.LongRunningFunc
+			router.Seats = seats
 		}
 		sa := c.ControlPlane.Extra
 		issuers := satokens.NewDiscovery(sa.ServiceAccountIssuerURL, sa.ServiceAccountJWKSURI, sa.ServiceAccountPublicKeysGetter, gc.Serializer)

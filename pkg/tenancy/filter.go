@@ -87,9 +87,10 @@ type Router struct {
 	// has spent its share (docs/fairness.md).
 	Budget Budget
 	// Seats, if set, bound how many requests of one project or organization
-	// context run at once; LongRunning tells the requests that hold none
-	// (watches), as the server's handler chain tells them.
-	Seats       Seats
+	// context run at once.
+	Seats Seats
+	// LongRunning tells the requests (watches) that hold no seat and are
+	// charged only their writes, as the server's handler chain tells them.
 	LongRunning request.LongRunningRequestCheck
 }
 
