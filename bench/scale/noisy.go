@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -53,6 +54,10 @@ type noisyOptions struct {
 	// sends them back to back (the quiet project then keeps a core busy
 	// itself, which is no longer quiet).
 	ProbeRate int
+	// Profiles keeps a CPU profile of the server over each phase and an
+	// execution trace of a few seconds of it, noisy-{configuration}-{phase}.cpu.pprof
+	// and .trace beside the report.
+	Profiles bool
 }
 
 func defaultNoisyOptions(smoke bool) noisyOptions {
@@ -158,7 +163,7 @@ func measureNoisy(ctx context.Context, s *system, dyn dynamic.Interface, o noisy
 			if i > 0 && config.budget {
 				time.Sleep(o.Recovery)
 			}
-			p, err := runNoisyPhase(ctx, s, o, phase)
+			p, err := runNoisyPhase(ctx, s, o, r.config(), phase)
 			if err != nil {
 				return nil, fmt.Errorf("%s (%s): %w", phase, r.config(), err)
 			}
@@ -216,7 +221,7 @@ func fillForLists(ctx context.Context, s *system, o noisyOptions) error {
 
 // runNoisyPhase floods from the noisy project for o.Phase while one client
 // GETs a ConfigMap of the quiet project, one request after the other.
-func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, phase string) (noisyPhase, error) {
+func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, config, phase string) (noisyPhase, error) {
 	var out noisyPhase
 	quiet, quietHTTP, err := s.userClient(quietProject)
 	if err != nil {
@@ -341,6 +346,19 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, phase string)
 			}
 		}
 	})
+	if o.Profiles {
+		name := fmt.Sprintf("noisy-%s-%s", strings.ReplaceAll(config, " ", "-"), phase)
+		wg.Go(func() { s.profile(ctx, "/debug/pprof/profile", o.Phase-time.Second, name+".cpu.pprof") })
+		wg.Go(func() {
+			// The execution trace (scheduling delays: go tool trace
+			// -pprof=sched) is large: a few seconds from the middle.
+			select {
+			case <-time.After(o.Phase / 3):
+				s.profile(ctx, "/debug/pprof/trace", o.Phase/5, name+".trace")
+			case <-phaseCtx.Done():
+			}
+		})
+	}
 	began := time.Now()
 	cpuBefore := s.cpuSeconds()
 	var gets latencies
@@ -383,6 +401,19 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, phase string)
 	out.QuietGets = len(gets)
 	out.NoisyOps, out.NoisyErrors = float64(ops.Load())/elapsed.Seconds(), int(failures.Load())
 	return out, nil
+}
+
+// profile keeps the server's profile at path (a CPU profile or an execution
+// trace) over the next d as name beside the report; a failure is only logged,
+// as the profile is not a figure.
+func (s *system) profile(ctx context.Context, path string, d time.Duration, name string) {
+	prof, err := s.get(ctx, path, "seconds", strconv.Itoa(max(1, int(d.Seconds()))))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(filepath.Dir(s.dataDir), name), prof, 0o644)
+	}
+	if err != nil {
+		progress("[%s] profile %s: %v", s.name, name, err)
+	}
 }
 
 // cpuSeconds is the CPU time, in seconds, the server, the controller

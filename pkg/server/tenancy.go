@@ -147,6 +147,7 @@ func authenticateTenants(c *Config) error {
 func routeTenants(c *Config, tree *hierarchy.Tree) error {
 	lifetimes, watches := tenancy.NewLifetimes(), tenancy.NewWatchLimit(c.Options.MaxWatches)
 	budget, seats := fairness.NewBudget(c.Options.TenantCPUShare), fairness.NewSeats(c.Options.TenantConcurrency)
+	turns := fairness.NewTurns(c.Options.TenantConcurrency, fairness.DefaultStuckAfter)
 	if err := tree.EndRequestsOfDeleted(lifetimes); err != nil {
 		return err
 	}
@@ -164,6 +165,9 @@ func routeTenants(c *Config, tree *hierarchy.Tree) error {
 		}
 		if seats != nil {
 			router.Seats = seats
+		}
+		if turns != nil {
+			router.Turns = turns
 		}
 		sa := c.ControlPlane.Extra
 		issuers := satokens.NewDiscovery(sa.ServiceAccountIssuerURL, sa.ServiceAccountJWKSURI, sa.ServiceAccountPublicKeysGetter, gc.Serializer)

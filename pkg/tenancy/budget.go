@@ -37,6 +37,14 @@ type Seats interface {
 	Per() int
 }
 
+// Turns bound how many of one tenant's watches write an event at once
+// (pkg/fairness.Turns; docs/fairness.md).
+type Turns interface {
+	// Take waits for one of tenant's turns and returns the function that
+	// gives it back, or false if ctx ended first.
+	Take(ctx context.Context, tenant string) (release func(), ok bool)
+}
+
 // budgetKey names tenant t in the budget: a project by its storage id (a
 // project created again under its old name starts afresh), an organization
 // context by its name.
@@ -86,12 +94,18 @@ func (r *Router) admit(ctx context.Context, w http.ResponseWriter, req *http.Req
 			return w, nil, false
 		}
 	}
-	switch {
-	case r.Budget == nil:
-		return w, release, true
-	case longRunning:
-		cw := &chargedWriter{ResponseWriter: w, charge: func(d time.Duration) { r.Budget.Charge(key, d) }}
+	if longRunning && (r.Budget != nil || r.Turns != nil) {
+		cw := &chargedWriter{ResponseWriter: w, charge: func(time.Duration) {}}
+		if r.Budget != nil {
+			cw.charge = func(d time.Duration) { r.Budget.Charge(key, d) }
+		}
+		if r.Turns != nil {
+			cw.turn = func() (func(), bool) { return r.Turns.Take(ctx, key) }
+		}
 		return responsewriter.WrapForHTTP1Or2(cw), func() { cw.settle(); release() }, true
+	}
+	if r.Budget == nil {
+		return w, release, true
 	}
 	began := time.Now()
 	return w, func() { r.Budget.Charge(key, time.Since(began)); release() }, true
@@ -113,25 +127,41 @@ func describe(t Tenant) string {
 	return "project " + t.Name
 }
 
-// chargedWriter charges the time a long-running request's responses (a
-// watch's events) take to write: encoding is done before, and the flush that
-// follows each event waits for the connection — on HTTP/2, for the one
-// writer that all the connection's streams share, so a thousand watches on
-// one connection would each be charged the others' turns. (A write larger
-// than HTTP/2's buffer of a few KiB waits for that writer too, and on
-// HTTP/1.1 a write waits for a slow reader: those waits are charged.) A
-// watch served over a WebSocket takes the connection over and is not
-// charged.
+// chargedWriter writes a long-running request's responses (a watch's
+// events) in the tenant's turns, and charges the time they take to write:
+// encoding is done before. With turns, an event is written and flushed in
+// one of the tenant's turns, and the flush is charged too: it waits for the
+// connection's writer (on HTTP/2, the one all the connection's streams
+// share), behind at most the tenant's few other turns and whatever other
+// tenants' streams on that connection queued — the CPU ratio then prices
+// that wait at what the process spent. Without turns a thousand watches on
+// one connection would each be charged the others' flushes, so only the
+// writes are charged. (A write larger than HTTP/2's buffer of a few KiB
+// waits for that writer too, and on HTTP/1.1 a write waits for a slow
+// reader: those waits are charged.) A watch served over a WebSocket takes
+// the connection over and is not charged.
 type chargedWriter struct {
 	http.ResponseWriter
 	charge  func(time.Duration)
 	pending time.Duration
+	// turn, if set, waits for one of the tenant's turns to write
+	// (Router.Turns); held gives back the turn taken, which the flush that
+	// ends an event does.
+	turn func() (release func(), ok bool)
+	held func()
 }
 
 // Unwrap is the writer it decorates (responsewriter.UserProvidedDecorator).
 func (c *chargedWriter) Unwrap() http.ResponseWriter { return c.ResponseWriter }
 
 func (c *chargedWriter) Write(p []byte) (int, error) {
+	if c.turn != nil && c.held == nil {
+		release, ok := c.turn()
+		if !ok {
+			return 0, errTurnAbandoned
+		}
+		c.held = release
+	}
 	began := time.Now()
 	n, err := c.ResponseWriter.Write(p)
 	c.pending += time.Since(began)
@@ -141,13 +171,24 @@ func (c *chargedWriter) Write(p []byte) (int, error) {
 // Flush flushes, then charges what was written since the last flush.
 func (c *chargedWriter) Flush() {
 	if f, ok := c.ResponseWriter.(http.Flusher); ok {
+		began := time.Now()
 		f.Flush()
+		if c.turn != nil {
+			c.pending += time.Since(began)
+		}
 	}
 	c.settle()
 }
 
-// settle charges what is not charged yet.
+// errTurnAbandoned ends a watch whose request ended while it waited for its turn.
+var errTurnAbandoned = errors.New("the request ended while its watch waited for its turn to write")
+
+// settle charges what is not charged yet and gives back the turn held.
 func (c *chargedWriter) settle() {
+	if c.held != nil {
+		c.held()
+		c.held = nil
+	}
 	if c.pending > 0 {
 		c.charge(c.pending)
 		c.pending = 0

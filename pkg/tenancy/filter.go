@@ -89,6 +89,9 @@ type Router struct {
 	// Seats, if set, bound how many requests of one project or organization
 	// context run at once.
 	Seats Seats
+	// Turns, if set, bound how many of one tenant's watches write an event
+	// at once: the others wait their turn (docs/fairness.md).
+	Turns Turns
 	// LongRunning tells the requests (watches) that hold no seat and are
 	// charged only their writes, as the server's handler chain tells them.
 	LongRunning request.LongRunningRequestCheck

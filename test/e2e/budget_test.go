@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -178,4 +181,87 @@ func TestProjectSeats(t *testing.T) {
 	release()
 	held.Wait()
 	eventually(t, "project "+a+" served again", func() error { return get(inA) })
+}
+
+// TestProjectWatchTurns: a project's watches write their events in the
+// project's turns (--tenant-concurrency; the shared server gives one), and a
+// watch whose client stops reading — its writes blocked on a full
+// connection — is no longer counted once it has held its turn too long, so
+// the project's other watches go on receiving their events.
+func TestProjectWatchTurns(t *testing.T) {
+	m := shared
+	p := m.newProject(t, "watch-turns")
+	cfg := memberConfig(t, m, p)
+	kube := kubeFor(t, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cms := kube.CoreV1().ConfigMaps("default")
+	for _, name := range []string{"big", "small"} {
+		if _, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The stuck client: a watch over HTTP/1.1 whose body is never read, on
+	// a connection whose receive buffer is small and fixed, so that a few
+	// MiB of events fill the connection and the server's write blocks.
+	stuckCfg := rest.CopyConfig(cfg)
+	stuckCfg.NextProtos = []string{"http/1.1"}
+	stuckCfg.Dial = func(ctx context.Context, network, address string) (net.Conn, error) {
+		c, err := (&net.Dialer{}).DialContext(ctx, network, address)
+		if tcp, ok := c.(*net.TCPConn); ok {
+			err = errors.Join(err, tcp.SetReadBuffer(4<<10))
+		}
+		return c, err
+	}
+	hc, err := rest.HTTPClientFor(stuckCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, stuckCfg.Host+"/api/v1/namespaces/default/configmaps?watch=true&fieldSelector=metadata.name%3Dbig", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 1 {
+		t.Fatalf("the stuck watch: %s over %s, want 200 over HTTP/1.1", resp.Status, resp.Proto)
+	}
+	// The reading client.
+	w, err := cms.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	stuckBefore := m.metricSum(t, "milo_tenant_watch_turns_stuck_total")
+	// Far more than the stuck connection holds.
+	payload := strings.Repeat("x", 900<<10)
+	for i := range 20 {
+		if _, err := cms.Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "big"}, Data: map[string]string{"payload": payload, "n": fmt.Sprint(i)}}, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The reading watch's event waits for the project's one turn, which the
+	// stuck watch holds, then takes it from it.
+	if _, err := cms.Update(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "small"}, Data: map[string]string{"n": "1"}}, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	timeout := time.After(30 * time.Second)
+	for received := false; !received; {
+		select {
+		case e, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatal("the reading watch ended")
+			}
+			cm, isCM := e.Object.(*corev1.ConfigMap)
+			received = isCM && cm.Data["n"] == "1"
+		case <-timeout:
+			t.Fatal("the reading watch got no event while another watch of its project was stuck")
+		}
+	}
+	if n := m.metricSum(t, "milo_tenant_watch_turns_stuck_total"); n <= stuckBefore {
+		t.Fatalf("milo_tenant_watch_turns_stuck_total %v, not above %v: the stuck watch held no turn, and the test proved nothing", n, stuckBefore)
+	}
 }
