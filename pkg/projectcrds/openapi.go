@@ -64,3 +64,48 @@ func (s *Index) OpenAPIV3(projectID, group, version string) ([]byte, bool) {
 	out, err := json.Marshal(merged)
 	return out, err == nil
 }
+
+// OpenAPIV2 returns what the project's own CRDs add to its OpenAPI v2
+// document (/openapi/v2: clients older than OpenAPI v3, `kubectl explain
+// --output=plaintext-openapiv2`): paths, definitions and parameters, each
+// entry as JSON, built on request with upstream's builder from every served
+// version of the project's CRDs whose names are accepted; false if there
+// are none. Definitions every CRD shares (ObjectMeta and the like) are in
+// it too: the document they are added to keeps its own.
+func (s *Index) OpenAPIV2(projectID string) (paths, definitions, parameters map[string]json.RawMessage, ok bool) {
+	objs := s.ofProject(projectID)
+	crds := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(objs))
+	for _, o := range objs {
+		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok && apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
+			crds = append(crds, crd)
+		}
+	}
+	slices.SortFunc(crds, func(a, b *apiextensionsv1.CustomResourceDefinition) int { return strings.Compare(a.Name, b.Name) })
+	paths, definitions, parameters = map[string]json.RawMessage{}, map[string]json.RawMessage{}, map[string]json.RawMessage{}
+	for _, crd := range crds {
+		for _, v := range crd.Spec.Versions {
+			if !v.Served {
+				continue
+			}
+			doc, err := builder.BuildOpenAPIV2(crd, v.Name, builder.Options{V2: true, IncludeSelectableFields: true})
+			if err != nil {
+				continue // as upstream: a CRD whose schema cannot be published is left out
+			}
+			if doc.Paths != nil {
+				addJSON(paths, doc.Paths.Paths)
+			}
+			addJSON(definitions, doc.Definitions)
+			addJSON(parameters, doc.Parameters)
+		}
+	}
+	return paths, definitions, parameters, len(paths) > 0
+}
+
+// addJSON adds each entry of from, encoded, to to.
+func addJSON[T any](to map[string]json.RawMessage, from map[string]T) {
+	for k, v := range from {
+		if raw, err := json.Marshal(v); err == nil {
+			to[k] = raw
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	openapihandler "k8s.io/kube-openapi/pkg/handler"
 )
 
 // Discovery inside a project shows what a project serves: platform-only groups
@@ -49,6 +50,7 @@ func (v visibility) hiddenDiscoveryPath(path string) bool {
 // not know (404), is answered from them, and they are added to /apis and the
 // OpenAPI v3 index.
 func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *http.Request, v visibility, viewOf func() (visibility, ownGroups)) {
+	proto := req.URL.Path == "/openapi/v2" && prefersOpenAPIProto(req.Header.Get("Accept"))
 	req.Header = req.Header.Clone()
 	req.Header.Set("Accept", jsonOnly(req.Header.Get("Accept")))
 	req.Header.Del("Accept-Encoding")
@@ -82,6 +84,8 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 				add = own.addTo
 			case "/openapi/v3", "/openapi/v3/":
 				add = own.addToOpenAPIIndex
+			case "/openapi/v2":
+				add = own.addToOpenAPIV2
 			}
 			var doc map[string]json.RawMessage
 			if add != nil && json.Unmarshal(body, &doc) == nil && add(doc) {
@@ -92,6 +96,17 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 		}
 		if !strings.Contains(rec.header.Get("Content-Type"), "json") {
 			rec.header.Set("Content-Type", "application/json")
+		}
+		if proto {
+			// Asked in protobuf (kubectl asks for nothing else), it is
+			// answered in protobuf, as the apiserver's own handler does.
+			pb, err := openapihandler.ToProtoBinary(body)
+			if err != nil {
+				http.Error(w, "the OpenAPI document could not be encoded for this project", http.StatusInternalServerError)
+				return
+			}
+			body = pb
+			rec.header.Set("Content-Type", "application/"+openAPIV2Proto)
 		}
 	}
 	for k, v := range rec.header {
@@ -262,3 +277,34 @@ type recorder struct {
 func (r *recorder) Header() http.Header         { return r.header }
 func (r *recorder) Write(p []byte) (int, error) { return r.body.Write(p) }
 func (r *recorder) WriteHeader(code int)        { r.code = code }
+
+// openAPIV2Proto is the media subtype of the OpenAPI v2 document in
+// protobuf; the older name ends in @v1.0 rather than .v1.0.
+const openAPIV2Proto = "com.github.proto-openapi.spec.v2.v1.0+protobuf"
+
+// prefersOpenAPIProto reports whether an Accept header asks for the OpenAPI
+// v2 document in protobuf before JSON: the media type of the highest
+// quality it names of the two (the first, of equal ones) is protobuf.
+func prefersOpenAPIProto(accept string) bool {
+	best, proto := -1.0, false
+	for _, clause := range strings.Split(accept, ",") {
+		mediaType, params, _ := strings.Cut(clause, ";")
+		mediaType = strings.TrimSpace(mediaType)
+		isProto := mediaType == "application/"+openAPIV2Proto || mediaType == "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+		if !isProto && !strings.Contains(mediaType, "json") && mediaType != "*/*" && mediaType != "application/*" {
+			continue
+		}
+		q := 1.0
+		for _, p := range strings.Split(params, ";") {
+			if k, v, ok := strings.Cut(strings.TrimSpace(p), "="); ok && k == "q" {
+				if f, err := strconv.ParseFloat(v, 64); err == nil {
+					q = f
+				}
+			}
+		}
+		if q > best {
+			best, proto = q, isProto
+		}
+	}
+	return proto
+}

@@ -97,3 +97,21 @@ func TestOrganizationDocumentsShowOnlyWhatItServes(t *testing.T) {
 		t.Error("an organization's groups")
 	}
 }
+
+func TestPrefersOpenAPIProto(t *testing.T) {
+	for accept, want := range map[string]bool{
+		"application/com.github.proto-openapi.spec.v2@v1.0+protobuf": true, // kubectl
+		"application/com.github.proto-openapi.spec.v2.v1.0+protobuf": true,
+		"application/json": false,
+		"":                 false,
+		"*/*":              false,
+		"application/json, application/com.github.proto-openapi.spec.v2.v1.0+protobuf":             false,
+		"application/com.github.proto-openapi.spec.v2.v1.0+protobuf, application/json":             true,
+		"application/json;q=0.5, application/com.github.proto-openapi.spec.v2.v1.0+protobuf;q=0.9": true,
+		"application/vnd.kubernetes.protobuf":                                                      false,
+	} {
+		if got := prefersOpenAPIProto(accept); got != want {
+			t.Errorf("prefersOpenAPIProto(%q) = %v, want %v", accept, got, want)
+		}
+	}
+}

@@ -22,6 +22,10 @@ type ProjectAPIs interface {
 	OpenAPIV3(projectID, group, version string) ([]byte, bool)
 	// OpenAPIV3Hash names that document's content, for the index.
 	OpenAPIV3Hash(projectID, group, version string) string
+	// OpenAPIV2 returns the paths, definitions and parameters (each entry
+	// as JSON) the project's own CRDs add to its OpenAPI v2 document; false
+	// if it has none.
+	OpenAPIV2(projectID string) (paths, definitions, parameters map[string]json.RawMessage, ok bool)
 }
 
 // ownGroups is what a project's discovery adds to the platform's documents.
@@ -188,5 +192,41 @@ func (o ownGroups) addToOpenAPIIndex(doc map[string]json.RawMessage) bool {
 		return false
 	}
 	doc["paths"] = raw
+	return true
+}
+
+// addToOpenAPIV2 adds the project's own kinds to its OpenAPI v2 document
+// (already filtered). What the document has already stays as it is: the
+// definitions every CRD shares are the platform's, and a project's groups
+// never overlap the platform's (their names are refused).
+func (o ownGroups) addToOpenAPIV2(doc map[string]json.RawMessage) bool {
+	if o.apis == nil || doc["swagger"] == nil {
+		return false
+	}
+	paths, definitions, parameters, ok := o.apis.OpenAPIV2(o.projectID)
+	if !ok {
+		return false
+	}
+	for field, add := range map[string]map[string]json.RawMessage{"paths": paths, "definitions": definitions, "parameters": parameters} {
+		if len(add) == 0 {
+			continue
+		}
+		entries := map[string]json.RawMessage{}
+		if doc[field] != nil {
+			if err := json.Unmarshal(doc[field], &entries); err != nil {
+				return false
+			}
+		}
+		for k, v := range add {
+			if _, ok := entries[k]; !ok {
+				entries[k] = v
+			}
+		}
+		raw, err := json.Marshal(entries)
+		if err != nil {
+			return false
+		}
+		doc[field] = raw
+	}
 	return true
 }

@@ -615,6 +615,16 @@ func TestProjectCRDInstances(t *testing.T) {
 	if r := m.kubectlWith(t, m.projectKubeconfig(t, b), "", "explain", "things.spec.size"); r.err != nil || !strings.Contains(r.stdout, "<string>") {
 		t.Errorf("kubectl explain in project %s: %q %v %s", b, r.stdout, r.err, r.stderr)
 	}
+	// And its OpenAPI v2, for clients that read that: A's schema in A, B's in B.
+	for project, want := range map[string]string{a: "<integer>", b: "<string>"} {
+		if r := m.kubectlWith(t, m.projectKubeconfig(t, project), "", "explain", "things.spec.size", "--output=plaintext-openapiv2"); r.err != nil || !strings.Contains(r.stdout, want) {
+			t.Errorf("kubectl explain --output=plaintext-openapiv2 in project %s: %q %v %s, want %s", project, r.stdout, r.err, r.stderr, want)
+		}
+	}
+	swagger, err := m.projectKube(t, a).Discovery().RESTClient().Get().AbsPath("/openapi/v2").SetHeader("Accept", "application/json").DoRaw(ctx)
+	if err != nil || !strings.Contains(string(swagger), `"net.example.crd.v1.Thing"`) || !strings.Contains(string(swagger), `"/apis/crd.example.net/v1/namespaces/{namespace}/things/{name}"`) {
+		t.Errorf("project %s's OpenAPI v2 lacks its Things: %v (%d bytes)", a, err, len(swagger))
+	}
 
 	// A third project stores Things at another version, which A's and B's
 	// schemas do not know: each project's storage reads its own objects only,
@@ -688,9 +698,12 @@ func TestProjectCRDInstances(t *testing.T) {
 	if err := m.projectKube(t, c).Discovery().RESTClient().Get().AbsPath("/apis/crd.example.net/v1").Do(ctx).Error(); !apierrors.IsNotFound(err) {
 		t.Errorf("project %s's discovery document of another project's group: %v", c, err)
 	}
+	if v2, err := m.projectKube(t, c).Discovery().RESTClient().Get().AbsPath("/openapi/v2").SetHeader("Accept", "application/json").DoRaw(ctx); err != nil || strings.Contains(string(v2), "net.example.crd") {
+		t.Errorf("project %s's OpenAPI v2 names another project's kinds: %v", c, err)
+	}
 	// An outsider and an anonymous client get none of A's own documents.
 	for _, token := range []string{"carol-token", ""} {
-		for _, path := range []string{"/apis/crd.example.net", "/apis/crd.example.net/v1", "/openapi/v3/apis/crd.example.net/v1"} {
+		for _, path := range []string{"/apis/crd.example.net", "/apis/crd.example.net/v1", "/openapi/v3/apis/crd.example.net/v1", "/openapi/v2"} {
 			body, err := m.as(t, token, tenancy.ProjectPath(a)).Discovery().RESTClient().Get().AbsPath(path).DoRaw(ctx)
 			if err == nil || strings.Contains(string(body), "things") {
 				t.Errorf("%q reads %s of project %s: %v %s", token, path, a, err, body)
