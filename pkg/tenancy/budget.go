@@ -99,7 +99,10 @@ func (r *Router) admit(ctx context.Context, w http.ResponseWriter, req *http.Req
 		if r.Budget != nil {
 			cw.charge = func(d time.Duration) { r.Budget.Charge(key, d) }
 		}
-		if r.Turns != nil {
+		// Turns for watches only: another long-running request (a proxied
+		// stream, logs) writes as its backend reads, and would hold a turn
+		// while it waits for the backend, not for the client.
+		if r.Turns != nil && info.Verb == "watch" {
 			cw.turn = func() (func(), bool) { return r.Turns.Take(ctx, key) }
 		}
 		return responsewriter.WrapForHTTP1Or2(cw), func() { cw.settle(); release() }, true
@@ -134,7 +137,9 @@ func describe(t Tenant) string {
 // connection's writer (on HTTP/2, the one all the connection's streams
 // share), behind at most the tenant's few other turns and whatever other
 // tenants' streams on that connection queued — the CPU ratio then prices
-// that wait at what the process spent. Without turns a thousand watches on
+// that wait at what the process spent; an event is charged at most
+// maxChargedTurn, as a flush blocked longer waits for a client that does
+// not read. Without turns a thousand watches on
 // one connection would each be charged the others' flushes, so only the
 // writes are charged. (A write larger than HTTP/2's buffer of a few KiB
 // waits for that writer too, and on HTTP/1.1 a write waits for a slow
@@ -158,7 +163,10 @@ func (c *chargedWriter) Write(p []byte) (int, error) {
 	if c.turn != nil && c.held == nil {
 		release, ok := c.turn()
 		if !ok {
-			return 0, errTurnAbandoned
+			// The request ended while it waited (its client went, its
+			// project was deleted): the event is dropped whole, and the
+			// watch ends at its next look at the request.
+			return len(p), nil
 		}
 		c.held = release
 	}
@@ -177,11 +185,17 @@ func (c *chargedWriter) Flush() {
 			c.pending += time.Since(began)
 		}
 	}
+	if c.turn != nil {
+		// No more than a turn is counted for: a flush blocked longer waits
+		// for a client that does not read, which is no work of the server.
+		c.pending = min(c.pending, maxChargedTurn)
+	}
 	c.settle()
 }
 
-// errTurnAbandoned ends a watch whose request ended while it waited for its turn.
-var errTurnAbandoned = errors.New("the request ended while its watch waited for its turn to write")
+// maxChargedTurn is the most one event's write and flush are charged with
+// turns: as long as a turn is counted (pkg/fairness.DefaultStuckAfter).
+const maxChargedTurn = 250 * time.Millisecond
 
 // settle charges what is not charged yet and gives back the turn held.
 func (c *chargedWriter) settle() {

@@ -2,13 +2,16 @@ package tenancy
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/klog/v2"
 	openapihandler "k8s.io/kube-openapi/pkg/handler"
 )
 
@@ -53,10 +56,19 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 	proto := req.URL.Path == "/openapi/v2" && prefersOpenAPIProto(req.Header.Get("Accept"))
 	req.Header = req.Header.Clone()
 	req.Header.Set("Accept", jsonOnly(req.Header.Get("Accept")))
-	req.Header.Del("Accept-Encoding")
-	req.Header.Del("If-None-Match")
+	// Whole and unconditional: a part of the platform's document (Range) or
+	// a 304 (its validators) would pass through unfiltered, or keep a
+	// client on a project's outdated document.
+	for _, h := range []string{"Accept-Encoding", "If-None-Match", "If-Match", "If-Modified-Since", "If-Unmodified-Since", "Range", "If-Range"} {
+		req.Header.Del(h)
+	}
 	rec := &recorder{header: http.Header{}, code: http.StatusOK}
 	handler.ServeHTTP(rec, req)
+	if strings.HasPrefix(req.URL.Path, "/openapi/") && rec.code != http.StatusOK && rec.code != http.StatusNotFound && rec.code != http.StatusServiceUnavailable {
+		// Never anything of the platform's document but the whole, filtered.
+		http.Error(w, "the OpenAPI document could not be filtered for this project", http.StatusInternalServerError)
+		return
+	}
 	v, own := viewOf()
 	if rec.code == http.StatusNotFound && own.serveOwnDocument(w, req.URL.Path) {
 		return
@@ -100,8 +112,9 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 		if proto {
 			// Asked in protobuf (kubectl asks for nothing else), it is
 			// answered in protobuf, as the apiserver's own handler does.
-			pb, err := openapihandler.ToProtoBinary(body)
+			pb, err := openAPIProtos.encode(body)
 			if err != nil {
+				klog.ErrorS(err, "Encoding a tenant's OpenAPI v2 document in protobuf", "path", req.URL.Path)
 				http.Error(w, "the OpenAPI document could not be encoded for this project", http.StatusInternalServerError)
 				return
 			}
@@ -112,7 +125,9 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 	for k, v := range rec.header {
 		w.Header()[k] = v
 	}
-	w.Header().Del("ETag")
+	for _, h := range []string{"ETag", "Last-Modified", "Accept-Ranges"} {
+		w.Header().Del(h)
+	}
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(rec.code)
 	w.Write(body) //nolint:errcheck // the client went away
@@ -283,28 +298,74 @@ func (r *recorder) WriteHeader(code int)        { r.code = code }
 const openAPIV2Proto = "com.github.proto-openapi.spec.v2.v1.0+protobuf"
 
 // prefersOpenAPIProto reports whether an Accept header asks for the OpenAPI
-// v2 document in protobuf before JSON: the media type of the highest
-// quality it names of the two (the first, of equal ones) is protobuf.
+// v2 document in protobuf before JSON, as the apiserver negotiates it: of
+// the media types it names that are either (or a wildcard), the one of the
+// highest quality, a named type before a wildcard of equal quality, the
+// first of equal ones, is protobuf. Quality 0 is "not acceptable".
 func prefersOpenAPIProto(accept string) bool {
-	best, proto := -1.0, false
+	bestQ, bestSpecific, proto := 0.0, false, false
 	for _, clause := range strings.Split(accept, ",") {
 		mediaType, params, _ := strings.Cut(clause, ";")
-		mediaType = strings.TrimSpace(mediaType)
+		mediaType = strings.ToLower(strings.TrimSpace(mediaType))
 		isProto := mediaType == "application/"+openAPIV2Proto || mediaType == "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
-		if !isProto && !strings.Contains(mediaType, "json") && mediaType != "*/*" && mediaType != "application/*" {
+		wildcard := mediaType == "*/*" || mediaType == "application/*"
+		if !isProto && !wildcard && mediaType != "application/json" {
 			continue
 		}
 		q := 1.0
 		for _, p := range strings.Split(params, ";") {
-			if k, v, ok := strings.Cut(strings.TrimSpace(p), "="); ok && k == "q" {
-				if f, err := strconv.ParseFloat(v, 64); err == nil {
+			if k, v, ok := strings.Cut(strings.TrimSpace(p), "="); ok && strings.TrimSpace(k) == "q" {
+				if f, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil {
 					q = f
 				}
 			}
 		}
-		if q > best {
-			best, proto = q, isProto
+		if q <= 0 {
+			continue
+		}
+		if q > bestQ || (q == bestQ && !wildcard && !bestSpecific) {
+			bestQ, bestSpecific, proto = q, !wildcard, isProto
 		}
 	}
 	return proto
+}
+
+// openAPIProtos keeps the protobuf encodings of the last few OpenAPI v2
+// documents served in protobuf, by the hash of their JSON: encoding one
+// takes hundreds of milliseconds, and identical projects (and each kubectl
+// run, which has no validator to revalidate with) ask for the same document.
+var openAPIProtos = protoCache{entries: map[[sha256.Size]byte][]byte{}}
+
+// protoCacheSize bounds openAPIProtos: a few MiB each.
+const protoCacheSize = 8
+
+type protoCache struct {
+	mu      sync.Mutex
+	entries map[[sha256.Size]byte][]byte
+	order   [][sha256.Size]byte
+}
+
+func (c *protoCache) encode(doc []byte) ([]byte, error) {
+	key := sha256.Sum256(doc)
+	c.mu.Lock()
+	pb, ok := c.entries[key]
+	c.mu.Unlock()
+	if ok {
+		return pb, nil
+	}
+	pb, err := openapihandler.ToProtoBinary(doc)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.entries[key]; !ok {
+		if len(c.order) >= protoCacheSize {
+			delete(c.entries, c.order[0])
+			c.order = c.order[1:]
+		}
+		c.entries[key] = pb
+		c.order = append(c.order, key)
+	}
+	return pb, nil
 }

@@ -2,8 +2,11 @@ package tenancy
 
 import (
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestOpenAPIDocumentsShowOnlyWhatProjectsServe(t *testing.T) {
@@ -112,6 +115,40 @@ func TestPrefersOpenAPIProto(t *testing.T) {
 	} {
 		if got := prefersOpenAPIProto(accept); got != want {
 			t.Errorf("prefersOpenAPIProto(%q) = %v, want %v", accept, got, want)
+		}
+	}
+}
+
+// TestFilteredDocumentsAreWholeAndUnconditional: a Range or conditional
+// request for a tenant's OpenAPI document gets the whole filtered document,
+// never a part of the platform's (which the inner handler, serving with
+// http.ServeContent, would give) or a 304 that keeps an outdated one.
+func TestFilteredDocumentsAreWholeAndUnconditional(t *testing.T) {
+	platform := `{"swagger":"2.0","paths":{"/api/v1/namespaces/{namespace}/configmaps":{"get":{}},"/apis/apiregistration.k8s.io/v1/apiservices":{"get":{}}},"definitions":{}}`
+	modified := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Etag", `"platform"`)
+		http.ServeContent(w, r, "/openapi/v2", modified, strings.NewReader(platform))
+	})
+	for name, header := range map[string]http.Header{
+		"range":             {"Range": {"bytes=0-"}},
+		"if-modified-since": {"If-Modified-Since": {modified.Add(time.Hour).Format(http.TimeFormat)}},
+		"if-none-match":     {"If-None-Match": {`"platform"`}},
+		"if-range":          {"Range": {"bytes=0-10"}, "If-Range": {`"platform"`}},
+	} {
+		req := httptest.NewRequest(http.MethodGet, "/openapi/v2", nil)
+		req.Header = header
+		rec := httptest.NewRecorder()
+		serveFilteredDiscovery(inner, rec, req, visibility{}, func() (visibility, ownGroups) { return visibility{}, ownGroups{} })
+		body := rec.Body.String()
+		if rec.Code != http.StatusOK || strings.Contains(body, "apiservices") || !strings.Contains(body, "configmaps") {
+			t.Errorf("%s: %d %s, want 200 with the filtered document", name, rec.Code, body)
+		}
+		for _, h := range []string{"Etag", "Last-Modified", "Accept-Ranges", "Content-Range"} {
+			if v := rec.Header().Get(h); v != "" {
+				t.Errorf("%s: %s %q on a filtered document", name, h, v)
+			}
 		}
 	}
 }
