@@ -13,6 +13,8 @@ package catalog
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -132,6 +134,20 @@ func (c *Catalog) GroupHidden(t tenancy.Tenant, group string) bool {
 		}
 	}
 	return true
+}
+
+// GroupView names which of group's gated resources are served to t
+// (tenancy.ServiceGates): "" when Services gate none of them.
+func (c *Catalog) GroupView(t tenancy.Tenant, group string) string {
+	s := c.current()
+	var out []string
+	for r := range s.groups[group] {
+		if g, gated := s.gates[schema.GroupResource{Group: group, Resource: r}]; gated {
+			out = append(out, fmt.Sprintf("%s=%t", r, c.servedBy(g, t)))
+		}
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
 }
 
 // Listed reports whether the Service is in the catalog consumers see.

@@ -3,12 +3,15 @@ package tenancy
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
@@ -61,6 +64,18 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 	// client on a project's outdated document.
 	for _, h := range []string{"Accept-Encoding", "If-None-Match", "If-Match", "If-Modified-Since", "If-Unmodified-Since", "Range", "If-Range"} {
 		req.Header.Del(h)
+	}
+	// An OpenAPI v3 group document is asked for by the hash the tenant's
+	// index gave (openAPIGroupHash), which the platform's handler would not
+	// know: it is taken off here and checked below.
+	askedHash, v3Group := "", openAPIV3Group(req.URL.Path)
+	if v3Group != "" {
+		q := req.URL.Query()
+		askedHash = q.Get("hash")
+		q.Del("hash")
+		u := *req.URL
+		u.RawQuery = q.Encode()
+		req.URL = &u
 	}
 	rec := &recorder{header: http.Header{}, code: http.StatusOK}
 	handler.ServeHTTP(rec, req)
@@ -124,6 +139,19 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 	}
 	for k, v := range rec.header {
 		w.Header()[k] = v
+	}
+	if v3Group != "" && rec.code == http.StatusOK {
+		// Cached for good under the hash the tenant's index names, as the
+		// apiserver caches its own; asked by another (an index read
+		// before the tenant's view changed), served as it is now, uncached.
+		if askedHash != "" && askedHash == openAPIGroupHash(strings.Trim(rec.header.Get("Etag"), `"`), v, v3Group) {
+			w.Header().Set("Vary", "Accept")
+			w.Header().Set("Cache-Control", "public, immutable")
+			w.Header().Set("Expires", time.Now().AddDate(1, 0, 0).Format(time.RFC1123))
+		} else {
+			w.Header().Set("Cache-Control", "no-cache, private")
+			w.Header().Del("Expires")
+		}
 	}
 	for _, h := range []string{"ETag", "Last-Modified", "Accept-Ranges"} {
 		w.Header().Del(h)
@@ -265,11 +293,15 @@ func filterOpenAPIIndex(doc map[string]json.RawMessage, v visibility) ([]byte, b
 	if err := json.Unmarshal(doc["paths"], &paths); err != nil {
 		return nil, false
 	}
-	for p := range paths {
+	for p, entry := range paths {
 		if rest, ok := strings.CutPrefix(p, "apis/"); ok {
 			group, _, _ := strings.Cut(rest, "/")
 			if v.platformOnlyGroup(group) {
 				delete(paths, p)
+				continue
+			}
+			if rewritten, ok := rehashIndexEntry(entry, v, group); ok {
+				paths[p] = rewritten
 			}
 		}
 	}
@@ -279,6 +311,58 @@ func filterOpenAPIIndex(doc map[string]json.RawMessage, v visibility) ([]byte, b
 	}
 	doc["paths"] = raw
 	out, err := json.Marshal(doc)
+	return out, err == nil
+}
+
+// openAPIV3Group is the group of an OpenAPI v3 group document's path,
+// /openapi/v3/apis/{group}/{version}, or "".
+func openAPIV3Group(path string) string {
+	rest, ok := strings.CutPrefix(path, "/openapi/v3/apis/")
+	if !ok {
+		return ""
+	}
+	group, _, _ := strings.Cut(rest, "/")
+	return group
+}
+
+// openAPIGroupHash is the hash a tenant's OpenAPI v3 index names a group
+// document by: the platform's, for a group no Service gates; else one that
+// also names which of the group's resources the tenant is served, so that a
+// project enabling or disabling a service sees a new document, not the one
+// its client cached under the platform's hash.
+func openAPIGroupHash(platformHash string, v visibility, group string) string {
+	if v.gates == nil || platformHash == "" {
+		return platformHash
+	}
+	view := v.gates.GroupView(v.tenant, group)
+	if view == "" {
+		return platformHash
+	}
+	sum := sha256.Sum256([]byte(platformHash + "\n" + view))
+	return strings.ToUpper(hex.EncodeToString(sum[:]))
+}
+
+// rehashIndexEntry gives an OpenAPI v3 index entry of group the tenant's
+// hash (openAPIGroupHash); false when it needs no change.
+func rehashIndexEntry(entry json.RawMessage, v visibility, group string) (json.RawMessage, bool) {
+	var e map[string]string
+	if json.Unmarshal(entry, &e) != nil {
+		return nil, false
+	}
+	u, err := url.Parse(e["serverRelativeURL"])
+	if err != nil {
+		return nil, false
+	}
+	q := u.Query()
+	hash := q.Get("hash")
+	tenantHash := openAPIGroupHash(hash, v, group)
+	if tenantHash == hash {
+		return nil, false
+	}
+	q.Set("hash", tenantHash)
+	u.RawQuery = q.Encode()
+	e["serverRelativeURL"] = u.String()
+	out, err := json.Marshal(e)
 	return out, err == nil
 }
 

@@ -39,6 +39,10 @@ type ServiceGates interface {
 	// GroupHidden reports whether no resource of group is served to t
 	// because Services hide every one of them.
 	GroupHidden(t Tenant, group string) bool
+	// GroupView names which of group's resources Services serve to t,
+	// the same text for the same answer ("" when Services gate none of
+	// them): what a document of the group shown to t depends on.
+	GroupView(t Tenant, group string) string
 	// Listed reports whether the named Service is in the catalog consumers
 	// see (Published or Deprecated).
 	Listed(name string) bool

@@ -2,6 +2,8 @@ package tenancy
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -26,6 +28,12 @@ func (g gates) Served(t Tenant, gr schema.GroupResource) bool {
 }
 func (g gates) GroupHidden(t Tenant, group string) bool {
 	return group == widgetsGR.Group && !g.Served(t, widgetsGR)
+}
+func (g gates) GroupView(t Tenant, group string) string {
+	if group != widgetsGR.Group {
+		return ""
+	}
+	return fmt.Sprintf("widgets=%t", g.Served(t, widgetsGR))
 }
 func (g gates) Listed(name string) bool { return name == "widgets" }
 func (g gates) ListedSelector() string  { return "phase in (Published)" }
@@ -92,6 +100,51 @@ func TestCheckServices(t *testing.T) {
 		}
 		if c.query != "" && reached.URL.RawQuery != c.query {
 			t.Errorf("%s: query %q, want %q", c.name, reached.URL.RawQuery, c.query)
+		}
+	}
+}
+
+// A tenant's OpenAPI v3 index names a gated group's document by a hash of
+// what the tenant is served, so enabling a service changes it; the document
+// asked for by that hash is cached for good, by another served uncached.
+func TestOpenAPIGroupHashFollowsTheTenantsView(t *testing.T) {
+	a := visibility{gates: gates{synced: true}, tenant: Tenant{Kind: Project, ID: "id-a"}}
+	b := visibility{gates: gates{synced: true}, tenant: Tenant{Kind: Project, ID: "id-b"}}
+	ha, hb := openAPIGroupHash("PLATFORM", a, widgetsGR.Group), openAPIGroupHash("PLATFORM", b, widgetsGR.Group)
+	if ha == "PLATFORM" || hb == "PLATFORM" || ha == hb {
+		t.Fatalf("a gated group's hashes: %q (served) and %q (not): want two of their own", ha, hb)
+	}
+	if h := openAPIGroupHash("PLATFORM", a, "apps"); h != "PLATFORM" {
+		t.Fatalf("an ungated group's hash %q, want the platform's", h)
+	}
+	index := `{"paths":{"apis/widgets.example.com/v1":{"serverRelativeURL":"/openapi/v3/apis/widgets.example.com/v1?hash=PLATFORM"},"apis/apps/v1":{"serverRelativeURL":"/openapi/v3/apis/apps/v1?hash=APPS"}}}`
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(index), &doc); err != nil {
+		t.Fatal(err)
+	}
+	out, ok := filterOpenAPIIndex(doc, a)
+	if !ok || !strings.Contains(string(out), "hash="+ha) || !strings.Contains(string(out), "hash=APPS") {
+		t.Fatalf("the index of the project served widgets: %s", out)
+	}
+
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("hash") != "" {
+			http.Redirect(w, r, "/openapi/v3/apis/widgets.example.com/v1?hash=PLATFORM", http.StatusMovedPermanently)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Etag", `"PLATFORM"`)
+		w.Write([]byte(`{"openapi":"3.0.0","paths":{}}`)) //nolint:errcheck
+	})
+	for hash, immutable := range map[string]bool{ha: true, "PLATFORM": false, "": false} {
+		req := httptest.NewRequest(http.MethodGet, "/openapi/v3/apis/widgets.example.com/v1?hash="+hash, nil)
+		rec := httptest.NewRecorder()
+		serveFilteredDiscovery(inner, rec, req, a, func() (visibility, ownGroups) { return a, ownGroups{} })
+		if rec.Code != http.StatusOK {
+			t.Fatalf("asked by hash %q: %d %s, want 200", hash, rec.Code, rec.Body)
+		}
+		if got := strings.Contains(rec.Header().Get("Cache-Control"), "immutable"); got != immutable {
+			t.Errorf("asked by hash %q: Cache-Control %q, immutable %v", hash, rec.Header().Get("Cache-Control"), immutable)
 		}
 	}
 }
