@@ -11,9 +11,11 @@ import (
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -816,5 +818,59 @@ func TestProjectCRDClassIsTheServers(t *testing.T) {
 	})
 	if _, err := inV.Create(ctx, poison("w", "text"), metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
 		t.Errorf("the victim's Poison validated by the attacker's schema: %v, want 422", err)
+	}
+}
+
+// TestProjectCRDQuota: a ResourceQuota in a project counts the instances of
+// a kind the project defines for itself (count/<plural>.<group>), and
+// refuses the create past its limit; another project's instances of a kind
+// of the same name are not counted.
+func TestProjectCRDQuota(t *testing.T) {
+	m := crdServer(t)
+	ctx := context.Background()
+	a, b := m.newProject(t, "crd-quota-a"), m.newProject(t, "crd-quota-b")
+	crds := crdsAt(t, m.projectConfig(t, a))
+	if _, err := crds.Create(ctx, projectCRD("gadgets", "Gadget", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, crds, "gadgets.crd.example.net", apiextensionsv1.ConditionTrue)
+	gadgets := schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "gadgets"}
+	gadget := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.example.net/v1", "kind": "Gadget",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{}}}
+	}
+	inA := m.projectDynamic(t, a).Resource(gadgets).Namespace("default")
+	eventually(t, "a Gadget in project "+a, func() error {
+		_, err := inA.Create(ctx, gadget("a-0"), metav1.CreateOptions{})
+		return err
+	})
+	// A quota of project B, which defines no Gadgets, counted just before
+	// A's: the controller's discovery shared by projects is then B's,
+	// which does not list A's own kind.
+	name := corev1.ResourceName("count/gadgets.crd.example.net")
+	hard := corev1.ResourceList{name: resource.MustParse("2")}
+	for _, p := range []string{b, a} {
+		quotas := m.projectKube(t, p).CoreV1().ResourceQuotas("default")
+		if _, err := quotas.Create(ctx, &corev1.ResourceQuota{ObjectMeta: metav1.ObjectMeta{Name: "gadgets"}, Spec: corev1.ResourceQuotaSpec{Hard: hard}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int64{a: 1, b: 0}[p]
+		eventually(t, "the quota of project "+p+" counted", func() error {
+			q, err := quotas.Get(ctx, "gadgets", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if used, ok := q.Status.Used[name]; !ok || used.Value() != want {
+				return fmt.Errorf("status.used %v, want %s: %d", q.Status.Used, name, want)
+			}
+			return nil
+		})
+	}
+	if _, err := inA.Create(ctx, gadget("a-1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := inA.Create(ctx, gadget("a-2"), metav1.CreateOptions{})
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota") {
+		t.Fatalf("the third Gadget under a quota of 2: %v, want 403 exceeded quota", err)
 	}
 }

@@ -139,11 +139,24 @@ func (t *term) sync(ctx context.Context, key allprojects.Key) error {
 			continue
 		}
 		gvr, served := versionOf(resources, gr)
+		if !served && key.Project != "" {
+			gvr, served = projectKind(ctx, cfg, t.clients.HTTPClient(), gr)
+		}
 		if !served {
 			used[name] = *resource.NewQuantity(0, resource.DecimalSI)
 			continue
 		}
 		n, err := count(ctx, meta, gvr, key.Namespace)
+		if apierrors.IsNotFound(err) && key.Project != "" {
+			// The shared discovery (another project's, within seconds)
+			// named a kind another project defines, at a version this
+			// project does not serve: this project's own discovery says.
+			if own, ok := projectKind(ctx, cfg, t.clients.HTTPClient(), gr); ok && own != gvr {
+				n, err = count(ctx, meta, own, key.Namespace)
+			} else if !ok {
+				n, err = 0, nil
+			}
+		}
 		if err != nil {
 			return err
 		}
@@ -181,6 +194,29 @@ func CountedResource(name corev1.ResourceName) (schema.GroupResource, bool) {
 		return schema.GroupResource{Resource: string(name)}, true
 	}
 	return schema.GroupResource{}, false
+}
+
+// projectKind finds gr among the kinds the project of cfg defines for
+// itself (--project-crds), which the projects' shared discovery does not
+// list: its group's document, then its preferred version's resources. Asked
+// only for a quota naming a resource the platform does not serve a project.
+func projectKind(ctx context.Context, cfg *rest.Config, hc *http.Client, gr schema.GroupResource) (schema.GroupVersionResource, bool) {
+	if gr.Group == "" {
+		return schema.GroupVersionResource{}, false
+	}
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(cfg, hc)
+	if err != nil {
+		return schema.GroupVersionResource{}, false
+	}
+	var group metav1.APIGroup
+	if err := dc.RESTClient().Get().AbsPath("/apis", gr.Group).Do(ctx).Into(&group); err != nil || group.PreferredVersion.GroupVersion == "" {
+		return schema.GroupVersionResource{}, false
+	}
+	list, err := dc.ServerResourcesForGroupVersion(group.PreferredVersion.GroupVersion)
+	if err != nil {
+		return schema.GroupVersionResource{}, false
+	}
+	return versionOf([]*metav1.APIResourceList{list}, gr)
 }
 
 func versionOf(lists []*metav1.APIResourceList, gr schema.GroupResource) (schema.GroupVersionResource, bool) {
