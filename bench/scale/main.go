@@ -89,6 +89,11 @@ type options struct {
 	Service        string
 	ServiceSamples int
 	ServiceBin     string
+	// ServiceNaiveMax, with Service, also measures the naive provider (a
+	// cluster per project) in the same run, at every step up to this many
+	// projects: the service is stopped, the naive one started on the same
+	// projects and timed, then the service started again.
+	ServiceNaiveMax int
 }
 
 func main() {
@@ -129,6 +134,7 @@ func main() {
 	flag.IntVar(&o.Quota.Samples, "quota-samples", 400, "ConfigMap creates timed per series")
 	flag.StringVar(&o.Service, "service", "", "run the sample service with this provider (shared: pkg/mcprovider with the builder's watches; sources: pkg/mcprovider's Sources, projects not engaged; naive: a cluster per project) and measure it at each step: one Widget per project (Milo only)")
 	flag.IntVar(&o.ServiceSamples, "service-samples", 100, "Widgets timed from create to Ready per step")
+	flag.IntVar(&o.ServiceNaiveMax, "service-naive-max", 0, "with --service, also measure the naive provider (a cluster per project) at each step up to this many projects, in the same run: the service stopped meanwhile")
 	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling, 300 projects deleted")
 	klog.InitFlags(nil)
 	flag.Parse()
@@ -281,7 +287,7 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		if service, err = startService(ctx, s, o.ServiceBin, o.Service, o.Repo); err != nil {
 			return fmt.Errorf("the sample service: %w", err)
 		}
-		defer service.stop()
+		defer func() { service.stop() }() // the service in use at the end
 	}
 	widgets := 0
 	have := 0
@@ -371,6 +377,20 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 			out.Service = append(out.Service, st)
 			progress("[%s] %d projects: service (%s) heap %.1f MiB, %v goroutines; widget create → Ready p50 %.0f / p99 %.0f ms; %.0f widgets/s",
 				name, n, o.Service, st.HeapBytes/(1<<20), st.Goroutines, st.Ready.P50, st.Ready.P99, st.WidgetsPerSecond)
+			if n <= o.ServiceNaiveMax && o.Service != "naive" {
+				service.stop()
+				nst, err := measureNaive(ctx, s, o, n, filepath.Join(dir, fmt.Sprintf("service-naive-heap-%d.pprof", n)))
+				if err != nil {
+					return fmt.Errorf("the naive service at %d projects: %w", n, err)
+				}
+				out.Service = append(out.Service, nst)
+				progress("[%s] %d projects: service (naive) engaged all in %.1f s; heap %.1f MiB, %v goroutines; widget create → Ready p50 %.0f / p99 %.0f ms",
+					name, n, nst.ReadyWaitSeconds, nst.HeapBytes/(1<<20), nst.Goroutines, nst.Ready.P50, nst.Ready.P99)
+				progress("[%s] starting the sample service (%s provider) again", name, o.Service)
+				if service, err = startService(ctx, s, o.ServiceBin, o.Service, o.Repo); err != nil {
+					return fmt.Errorf("the sample service: %w", err)
+				}
+			}
 		}
 		restart, err := s.restart(ctx)
 		if err != nil {

@@ -36,6 +36,9 @@ var widgetsGVR = schema.GroupVersionResource{Group: "widgets.samples.miloapis.ex
 type serviceStep struct {
 	Projects               int
 	HeapBytes, Goroutines  float64
+	// HeapLiveBytes is the heap allocated right after a forced GC: what is
+	// live, without the free space of spans in use that HeapBytes counts.
+	HeapLiveBytes float64
 	Ready                  quantiles
 	WidgetsPerSecond       float64
 	ReadyWaitSeconds       float64
@@ -52,6 +55,7 @@ type serviceProcess struct {
 	// pprof and metrics are the bases of its endpoints.
 	pprof, metrics string
 	http           *http.Client
+	stopped        bool
 }
 
 // startService installs the Widget CRD on the platform and starts the service.
@@ -124,8 +128,12 @@ func startService(ctx context.Context, s *system, bin, provider, repo string) (*
 	return p, nil
 }
 
-// stop ends the service.
+// stop ends the service; stopping it again does nothing.
 func (p *serviceProcess) stop() {
+	if p.stopped {
+		return
+	}
+	p.stopped = true
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
@@ -136,23 +144,51 @@ func (p *serviceProcess) stop() {
 	p.log.Close()
 }
 
+// measureNaive starts the sample service on the naive provider beside the n
+// projects (each with its Widget, Ready), waits until it has engaged every
+// project, times Widgets from create to Ready and reads its footprint, then
+// stops it. ReadyWaitSeconds is the time to engage the n projects.
+func measureNaive(ctx context.Context, s *system, o options, n int, profile string) (serviceStep, error) {
+	began := time.Now()
+	p, err := startService(ctx, s, o.ServiceBin, "naive", o.Repo)
+	if err != nil {
+		return serviceStep{}, err
+	}
+	defer p.stop()
+	engaged := 0
+	if err := poll(ctx, 30*time.Minute, func() (bool, error) {
+		body, err := getURL(ctx, p.http, p.metrics+"/metrics")
+		if err != nil {
+			return false, nil
+		}
+		engaged = int(parseMetrics(string(body)).sum("bench_service_engaged_projects"))
+		return engaged >= n, nil
+	}); err != nil {
+		return serviceStep{}, fmt.Errorf("%d of %d projects engaged: %w", engaged, n, err)
+	}
+	wait := time.Since(began).Seconds()
+	st, err := measureService(ctx, s, p, n, n, o.ServiceSamples, o.Workers*2, profile)
+	st.Provider, st.Engaged, st.ReadyWaitSeconds, st.WidgetsPerSecond = "naive", engaged, wait, 0
+	return st, err
+}
+
 // footprint forces a GC in the service and reads its heap and goroutines.
-func (p *serviceProcess) footprint(ctx context.Context, profile string) (heap, goroutines float64, err error) {
+func (p *serviceProcess) footprint(ctx context.Context, profile string) (heap, live, goroutines float64, err error) {
 	prof, err := getURL(ctx, p.http, p.pprof+"/debug/pprof/heap?gc=1")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	if profile != "" {
 		if err := os.WriteFile(profile, prof, 0o644); err != nil {
-			return 0, 0, err
+			return 0, 0, 0, err
 		}
 	}
 	body, err := getURL(ctx, p.http, p.metrics+"/metrics")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	m := parseMetrics(string(body))
-	return m.sum("go_memstats_heap_inuse_bytes"), m.sum("go_goroutines"), nil
+	return m.sum("go_memstats_heap_inuse_bytes"), m.sum("go_memstats_heap_alloc_bytes"), m.sum("go_goroutines"), nil
 }
 
 // widget is the one Widget of a project (name "bench"), or a timed sample.
@@ -268,7 +304,7 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 	}
 	slices.Sort(lat)
 	r.Ready = quantiles{P50: ms(lat.quantile(0.5)), P99: ms(lat.quantile(0.99))}
-	if r.HeapBytes, r.Goroutines, err = p.footprint(ctx, profile); err != nil {
+	if r.HeapBytes, r.HeapLiveBytes, r.Goroutines, err = p.footprint(ctx, profile); err != nil {
 		return r, err
 	}
 	return r, nil

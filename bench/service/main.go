@@ -14,6 +14,7 @@ import (
 	"os"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -24,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/cluster"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	crmetrics "sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	mccontroller "sigs.k8s.io/multicluster-runtime/pkg/controller"
 	mcmanager "sigs.k8s.io/multicluster-runtime/pkg/manager"
@@ -98,6 +100,13 @@ func run(providerName, metrics, pprof, health string, workers int) error {
 	return mgr.Start(ctrl.SetupSignalHandler())
 }
 
+// naiveEngaged counts the projects the naive provider has engaged, so that
+// the harness can wait for all of them before it times Widgets.
+var naiveEngaged = prometheus.NewGauge(prometheus.GaugeOpts{Name: "bench_service_engaged_projects",
+	Help: "Projects the naive provider has engaged (a cache synced and the controllers engaged)."})
+
+func init() { crmetrics.Registry.MustRegister(naiveEngaged) }
+
 // naive gives every Ready project a cluster of its own: a controller-runtime
 // cluster on the project's URL, with its own cache, informers and watches.
 type naive struct {
@@ -161,7 +170,9 @@ func (n *naive) Start(ctx context.Context, aware multicluster.Aware) error {
 			}
 			if err := aware.Engage(ctx, multicluster.ClusterName(p.Name), cl); err != nil {
 				klog.ErrorS(err, "Engaging a project", "project", p.Name)
+				return
 			}
+			naiveEngaged.Inc()
 		}()
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: engage, UpdateFunc: func(_, o any) { engage(o) }}); err != nil {

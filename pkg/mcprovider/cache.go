@@ -131,10 +131,21 @@ func (c projectCache) List(ctx context.Context, list client.ObjectList, opts ...
 // candidates are the shared cache's objects a list of the project looks at.
 func (c projectCache) candidates(indexer toolscache.Indexer, o client.ListOptions) ([]any, error) {
 	if o.FieldSelector == nil || o.FieldSelector.Empty() {
-		if o.Namespace != "" {
-			return indexer.ByIndex(toolscache.NamespaceIndex, qualifiedNamespace(c.id, o.Namespace))
+		mine, err := indexer.ByIndex(projectIndex, c.id)
+		if err != nil || o.Namespace == "" {
+			return mine, err
 		}
-		return indexer.ByIndex(projectIndex, c.id)
+		// The shared informers keep no index by namespace (see
+		// listThenWatch): a project's objects are filtered, so a namespaced
+		// list costs what the project holds, never what others do.
+		ns := qualifiedNamespace(c.id, o.Namespace)
+		inNamespace := mine[:0:0]
+		for _, item := range mine {
+			if m, ok := item.(metav1.Object); ok && m.GetNamespace() == ns {
+				inNamespace = append(inNamespace, item)
+			}
+		}
+		return inNamespace, nil
 	}
 	reqs := o.FieldSelector.Requirements()
 	if len(reqs) != 1 || (reqs[0].Operator != "=" && reqs[0].Operator != "==") {

@@ -163,16 +163,25 @@ func TestEventsReachTheirProjectOnly(t *testing.T) {
 	}
 }
 
-// A project's list reads the shared indexes: by project, by namespace, and
-// by a field indexed for every project, never another project's objects.
+// A project's list reads the shared indexes: by project (in one namespace
+// or all), and by a field indexed for every project, never another
+// project's objects. The shared informers keep the indexes controller-runtime
+// asks for but the one by namespace.
 func TestProjectListsReadTheSharedIndexes(t *testing.T) {
 	field := func(obj any) ([]string, error) { // as controller-runtime keys a field index
 		m := obj.(metav1.Object)
 		v := m.GetName()[:1]
 		return []string{m.GetNamespace() + "/" + v, "__all_namespaces/" + v}, nil
 	}
-	indexer := toolscache.NewIndexer(toolscache.MetaNamespaceKeyFunc, toolscache.Indexers{
-		toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc, projectIndex: indexByProject, "field:first": field})
+	inf := listThenWatch(&toolscache.ListWatch{}, &corev1.ConfigMap{}, 0, toolscache.Indexers{
+		toolscache.NamespaceIndex: toolscache.MetaNamespaceIndexFunc, "field:first": field})
+	if err := inf.AddIndexers(toolscache.Indexers{projectIndex: indexByProject}); err != nil {
+		t.Fatal(err)
+	}
+	indexer := inf.GetIndexer()
+	if _, kept := indexer.GetIndexers()[toolscache.NamespaceIndex]; kept {
+		t.Error("the shared informer keeps an index by namespace")
+	}
 	for _, o := range []*corev1.ConfigMap{configMap("a", "default", "x1", "1"), configMap("a", "team", "x2", "1"),
 		configMap("a", "team", "y1", "1"), configMap("b", "default", "x1", "1"), configMap("b", "team", "x3", "1")} {
 		q, _ := qualify(o)

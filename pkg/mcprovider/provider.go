@@ -143,8 +143,20 @@ func New(platform *rest.Config, o Options) (*Provider, error) {
 // the informer's transform has qualified them, so two projects' objects of
 // the same namespace and name would be one: all but one project's would be
 // missing from the cache.
+//
+// It also leaves out controller-runtime's index by namespace: with the
+// project index (newDispatcher) it would keep a second set of keys for
+// every namespace of every project, about a kilobyte per project and kind,
+// and the provider never lists the shared cache across projects by
+// namespace (a project's namespaced list filters the project's objects).
 func listThenWatch(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-	return toolscache.NewSharedIndexInformer(noWatchList{lw}, obj, resync, indexers)
+	kept := toolscache.Indexers{}
+	for name, f := range indexers {
+		if name != toolscache.NamespaceIndex {
+			kept[name] = f
+		}
+	}
+	return toolscache.NewSharedIndexInformer(noWatchList{lw}, obj, resync, kept)
 }
 
 // noWatchList is a ListerWatcher that does not stream lists. It keeps the
