@@ -34,11 +34,11 @@ var widgetsGVR = schema.GroupVersionResource{Group: "widgets.samples.miloapis.ex
 
 // serviceStep is the service's measurement at one step.
 type serviceStep struct {
-	Projects               int
-	HeapBytes, Goroutines  float64
+	Projects              int
+	HeapBytes, Goroutines float64
 	// HeapLiveBytes is the heap allocated right after a forced GC: what is
 	// live, without the free space of spans in use that HeapBytes counts.
-	HeapLiveBytes float64
+	HeapLiveBytes          float64
 	Ready                  quantiles
 	WidgetsPerSecond       float64
 	ReadyWaitSeconds       float64
