@@ -23,7 +23,30 @@ type dispatcher struct {
 	// handlers by project storage id.
 	handlers map[string]map[*registration]toolscache.ResourceEventHandler
 	// everyProject are handlers of every project's events (Provider.Source).
-	everyProject map[*registration]func(id string, obj any)
+	everyProject map[*registration]func(projectEvent)
+}
+
+// eventType is what happened to the object of a projectEvent.
+type eventType int
+
+const (
+	added eventType = iota
+	updated
+	deleted
+)
+
+// projectEvent is one event of a shared informer, handed to the handlers of
+// every project: its objects as their project serves them.
+type projectEvent struct {
+	// id is the project's storage id.
+	id  string
+	typ eventType
+	obj any
+	old any // an update's previous object
+	// initial: an object the handler is handed because it was already there
+	// (the informer's first list, a handler added late, a project become
+	// Ready), as client-go and controller-runtime mark them.
+	initial bool
 }
 
 func newDispatcher(informer toolscache.SharedIndexInformer) (*dispatcher, error) {
@@ -31,7 +54,7 @@ func newDispatcher(informer toolscache.SharedIndexInformer) (*dispatcher, error)
 		return nil, err
 	}
 	return &dispatcher{informer: informer, handlers: map[string]map[*registration]toolscache.ResourceEventHandler{},
-		everyProject: map[*registration]func(string, any){}}, nil
+		everyProject: map[*registration]func(projectEvent){}}, nil
 }
 
 // registration is one handler of one project's view of the informer.
@@ -119,9 +142,9 @@ func (d *dispatcher) ensureRegistered() error {
 }
 
 // addEveryProject registers f for every project's events, each with its
-// project's storage id and the object as its project serves it, and hands it
-// the objects already in the informer.
-func (d *dispatcher) addEveryProject(f func(id string, obj any)) (*registration, error) {
+// project's storage id and the objects as their project serves them, and
+// hands it the objects already in the informer.
+func (d *dispatcher) addEveryProject(f func(projectEvent)) (*registration, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.ensureRegistered(); err != nil {
@@ -132,7 +155,7 @@ func (d *dispatcher) addEveryProject(f func(id string, obj any)) (*registration,
 	for _, obj := range d.informer.GetStore().List() {
 		if o, ok := obj.(runtime.Object); ok {
 			if id, ok := idOf(o); ok {
-				f(id, unqualified(o))
+				f(projectEvent{id: id, typ: added, obj: unqualified(o), initial: true})
 			}
 		}
 	}
@@ -140,7 +163,7 @@ func (d *dispatcher) addEveryProject(f func(id string, obj any)) (*registration,
 }
 
 // targets returns the handlers of obj's project and of every project.
-func (d *dispatcher) targets(obj any) (string, []toolscache.ResourceEventHandler, []func(string, any)) {
+func (d *dispatcher) targets(obj any) (string, []toolscache.ResourceEventHandler, []func(projectEvent)) {
 	id, ok := idOf(obj)
 	if !ok {
 		return "", nil, nil
@@ -155,7 +178,7 @@ func (d *dispatcher) targets(obj any) (string, []toolscache.ResourceEventHandler
 	for _, h := range hs {
 		out = append(out, h)
 	}
-	all := make([]func(string, any), 0, len(d.everyProject))
+	all := make([]func(projectEvent), 0, len(d.everyProject))
 	for _, f := range d.everyProject {
 		all = append(all, f)
 	}
@@ -173,7 +196,7 @@ func (d *dispatcher) OnAdd(obj any, isInInitialList bool) {
 		h.OnAdd(o, isInInitialList)
 	}
 	for _, f := range all {
-		f(id, o)
+		f(projectEvent{id: id, typ: added, obj: o, initial: isInInitialList})
 	}
 }
 
@@ -189,7 +212,7 @@ func (d *dispatcher) OnUpdate(oldObj, newObj any) {
 		h.OnUpdate(o, n)
 	}
 	for _, f := range all {
-		f(id, n)
+		f(projectEvent{id: id, typ: updated, obj: n, old: o})
 	}
 }
 
@@ -204,7 +227,7 @@ func (d *dispatcher) OnDelete(obj any) {
 		h.OnDelete(o)
 	}
 	for _, f := range all {
-		f(id, o)
+		f(projectEvent{id: id, typ: deleted, obj: o})
 	}
 }
 

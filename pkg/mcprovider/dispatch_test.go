@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	mcreconcile "sigs.k8s.io/multicluster-runtime/pkg/reconcile"
 
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -343,6 +345,63 @@ func TestSourceEnqueuesInTheEventsProject(t *testing.T) {
 		s.replay("p.b")
 	}
 	expect("cluster://b/default/w", "cluster://b/default/w-widget")
+}
+
+// A Source's predicates filter its events as they do a controller-runtime
+// watch: each event type through its own function, an update with its old
+// object, objects already there as creates in the initial list, a deletion
+// seen as a tombstone with DeleteStateUnknown.
+func TestSourcePredicatesFilterEvents(t *testing.T) {
+	p := &Provider{names: map[string]string{"p.a": "a"}, sources: map[*projectSource]bool{}}
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[mcreconcile.Request]())
+	defer q.ShutDown()
+	var saw []string
+	record := predicate.Funcs{
+		CreateFunc: func(e event.CreateEvent) bool {
+			saw = append(saw, fmt.Sprintf("create %s initial=%v", e.Object.GetName(), e.IsInInitialList))
+			return e.Object.GetName() != "skip"
+		},
+		DeleteFunc: func(e event.DeleteEvent) bool {
+			saw = append(saw, fmt.Sprintf("delete %s unknown=%v", e.Object.GetName(), e.DeleteStateUnknown))
+			return true
+		},
+	}
+	s := &projectSource{p: p, obj: &corev1.ConfigMap{}, enqueue: EnqueueObject, queue: q,
+		predicates: []predicate.Predicate{predicate.GenerationChangedPredicate{}, record}}
+	withGeneration := func(name string, g int64) *corev1.ConfigMap {
+		c := configMap("a", "default", name, "1")
+		c.Generation = g
+		return c
+	}
+	enqueued := func() []string {
+		var out []string
+		for q.Len() > 0 {
+			r, _ := q.Get()
+			q.Done(r)
+			q.Forget(r)
+			out = append(out, r.String())
+		}
+		return out
+	}
+	for _, c := range []struct {
+		ev   projectEvent
+		want string
+	}{
+		{projectEvent{id: "p.a", typ: added, obj: withGeneration("x", 1), initial: true}, "[cluster://a/default/x]"},
+		{projectEvent{id: "p.a", typ: added, obj: withGeneration("skip", 1)}, "[]"},
+		{projectEvent{id: "p.a", typ: updated, old: withGeneration("x", 1), obj: withGeneration("x", 1)}, "[]"},
+		{projectEvent{id: "p.a", typ: updated, old: withGeneration("x", 1), obj: withGeneration("x", 2)}, "[cluster://a/default/x]"},
+		{projectEvent{id: "p.a", typ: deleted, obj: toolscache.DeletedFinalStateUnknown{Key: "default/x", Obj: withGeneration("x", 2)}}, "[cluster://a/default/x]"},
+		{projectEvent{id: "p.b", typ: added, obj: withGeneration("y", 1)}, "[]"}, // b is not Ready
+	} {
+		s.handle(c.ev)
+		if got := fmt.Sprint(enqueued()); got != c.want {
+			t.Errorf("%+v: enqueued %s, want %s", c.ev, got, c.want)
+		}
+	}
+	if want := "[create x initial=true create skip initial=false delete x unknown=true]"; fmt.Sprint(saw) != want {
+		t.Errorf("the predicate saw %v, want %s", saw, want)
+	}
 }
 
 // Qualified namespaces are unambiguous: a namespace named like its project's

@@ -12,6 +12,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 	"sigs.k8s.io/multicluster-runtime/pkg/multicluster"
@@ -48,21 +50,26 @@ func EnqueueControllerOf(owner schema.GroupKind) EnqueueFunc {
 // controller built with multicluster-runtime's builder (WatchesRawSource):
 // each event is enqueued as requests of its own project (enqueue maps it),
 // and a project that becomes Ready has its existing objects enqueued.
+// Predicates filter events as they do a controller-runtime watch: an event
+// is enqueued only if every predicate passes it. Objects a source is handed
+// because they were already there (its start, a project become Ready) are
+// create events with IsInInitialList set, as a newly engaged cluster's are.
 //
 // It is registered once per controller, however many projects there are,
 // where a watch of the builder's (For, Owns, Watches) is started once per
 // engaged project, and with it goroutines of multicluster-runtime's per
 // project. With Options.DoNotEngage and Sources only, a controller costs
 // nothing per project but its cached objects.
-func (p *Provider) Source(obj client.Object, enqueue EnqueueFunc) source.TypedSource[mcreconcile.Request] {
-	return &projectSource{p: p, obj: obj, enqueue: enqueue}
+func (p *Provider) Source(obj client.Object, enqueue EnqueueFunc, predicates ...predicate.Predicate) source.TypedSource[mcreconcile.Request] {
+	return &projectSource{p: p, obj: obj, enqueue: enqueue, predicates: predicates}
 }
 
 // projectSource is a Source of the provider.
 type projectSource struct {
-	p       *Provider
-	obj     client.Object
-	enqueue EnqueueFunc
+	p          *Provider
+	obj        client.Object
+	enqueue    EnqueueFunc
+	predicates []predicate.Predicate
 
 	mu       sync.Mutex
 	queue    workqueue.TypedRateLimitingInterface[mcreconcile.Request]
@@ -116,18 +123,19 @@ func (s *projectSource) WaitForSync(ctx context.Context) error {
 	return nil
 }
 
-// handle enqueues an object of the project with storage id id, if that
-// project is Ready.
-func (s *projectSource) handle(id string, obj any) {
+// handle enqueues an event's object in its project, if that project is
+// Ready and the predicates pass the event.
+func (s *projectSource) handle(ev projectEvent) {
+	obj, unknown := ev.obj, false
 	if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
+		obj, unknown = d.Obj, true
 	}
 	o, ok := obj.(client.Object)
 	if !ok {
 		return
 	}
-	name, ok := s.p.projectByID(id)
-	if !ok {
+	name, ok := s.p.projectByID(ev.id)
+	if !ok || !s.passes(ev, o, unknown) {
 		return
 	}
 	for _, r := range s.enqueue(o) {
@@ -149,7 +157,31 @@ func (s *projectSource) replay(id string) {
 	}
 	for _, obj := range objs {
 		if o, ok := obj.(runtime.Object); ok {
-			s.handle(id, unqualified(o))
+			s.handle(projectEvent{id: id, typ: added, obj: unqualified(o), initial: true})
 		}
 	}
+}
+
+// passes reports whether every predicate passes the event of o.
+// deleteStateUnknown: a deletion seen as a tombstone.
+func (s *projectSource) passes(ev projectEvent, o client.Object, deleteStateUnknown bool) bool {
+	for _, p := range s.predicates {
+		var pass bool
+		switch ev.typ {
+		case added:
+			pass = p.Create(event.CreateEvent{Object: o, IsInInitialList: ev.initial})
+		case updated:
+			old, ok := ev.old.(client.Object)
+			if !ok {
+				return false
+			}
+			pass = p.Update(event.UpdateEvent{ObjectOld: old, ObjectNew: o})
+		case deleted:
+			pass = p.Delete(event.DeleteEvent{Object: o, DeleteStateUnknown: deleteStateUnknown})
+		}
+		if !pass {
+			return false
+		}
+	}
+	return true
 }
