@@ -517,4 +517,63 @@ func TestAuthCanIInProjectsAndOrganizations(t *testing.T) {
 		&authorizationv1.SelfSubjectRulesReview{Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: "default"}}, metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Fatalf("a project's viewer's rules review in the organization: %v, want 403", err)
 	}
+
+	// A kind registered under the Organization only (parentResources) is
+	// granted by a binding on the organization, never by one on a project;
+	// the same Role's kinds under Project are granted on the project.
+	plural := fmt.Sprintf("gadgets%d", projectSeq.Add(1))
+	gadgets := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "iam.miloapis.com/v1alpha1", "kind": "ProtectedResource",
+		"metadata": map[string]any{"name": plural + ".example.com"},
+		"spec": map[string]any{"serviceRef": map[string]any{"name": "example.com"}, "kind": "Gadget", "plural": plural, "singular": "gadget",
+			"permissions": []any{"get"}, "parentResources": []any{map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Organization"}}}}}
+	if _, err := m.dynamic(t).Resource(protectedResourcesGVR).Create(ctx, gadgets, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		m.dynamic(t).Resource(protectedResourcesGVR).Delete(ctx, gadgets.GetName(), metav1.DeleteOptions{}) //nolint:errcheck
+	})
+	orgNamespace := tenancy.OrganizationNamespace(org)
+	eventually(t, "alice creates a Role granting gadgets", func() error {
+		_, err := aliceOrg.Resource(rolesGVR).Namespace(orgNamespace).Create(ctx, role("gadget-reader", []string{"example.com/" + plural + ".get", "core/configmaps.delete"}), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err // 422 until the server's index has the ProtectedResource
+	})
+	bindOn := func(name, kind, target string) {
+		t.Helper()
+		if _, err := aliceOrg.Resource(policyBindingsGVR).Namespace(orgNamespace).Create(ctx, objectOf("PolicyBinding", name, map[string]any{
+			"roleRef":          map[string]any{"name": "gadget-reader", "namespace": orgNamespace},
+			"subjects":         []any{map[string]any{"kind": "User", "name": "bob"}},
+			"resourceSelector": map[string]any{"resourceRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": kind, "name": target}},
+		}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	can := func(verb, group, resource string) bool {
+		t.Helper()
+		review, err := bobWeb.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: "default", Verb: verb, Group: group, Resource: resource}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return review.Status.Allowed
+	}
+	bindOn("bob-gadgets-on-web", "Project", web)
+	eventually(t, "the binding on web grants its Project kinds", func() error {
+		if !can("delete", "", "configmaps") {
+			return fmt.Errorf("bob cannot delete configmaps in web yet")
+		}
+		return nil
+	})
+	if can("get", "example.com", plural) {
+		t.Fatal("a binding on a project grants a kind registered under the organization only")
+	}
+	bindOn("bob-gadgets-on-org", "Organization", org)
+	eventually(t, "the binding on the organization grants gadgets in web", func() error {
+		if !can("get", "example.com", plural) {
+			return fmt.Errorf("bob cannot get gadgets in web")
+		}
+		return nil
+	})
 }

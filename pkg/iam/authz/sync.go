@@ -139,8 +139,18 @@ func Sync(e *evaluator.Evaluator, factory dynamicinformer.DynamicSharedInformerF
 
 // registrationOf is what a ProtectedResource registers: its serviceRef
 // names the kind's API group ("core" for the core group).
+// Its parentResources name their group as API groups do ("" for the core
+// group), and are kept as registrations name theirs ("core").
 func registrationOf(pr *iamv1alpha1.ProtectedResource) evaluator.Registration {
-	return evaluator.Registration{Group: pr.Spec.ServiceRef.Name, Plural: pr.Spec.Plural, Verbs: pr.Spec.Permissions}
+	reg := evaluator.Registration{Group: pr.Spec.ServiceRef.Name, Plural: pr.Spec.Plural, Verbs: pr.Spec.Permissions, Kind: pr.Spec.Kind}
+	for _, p := range pr.Spec.ParentResources {
+		group := p.APIGroup
+		if group == "" {
+			group = "core"
+		}
+		reg.Parents = append(reg.Parents, evaluator.KindRef{Group: group, Kind: p.Kind})
+	}
+	return reg
 }
 
 // sameRole reports whether two versions of a Role grant the same: what

@@ -386,7 +386,11 @@ func (e *Evaluator) Allowed(r Request) (allowed bool, reason string) {
 			}
 		}
 	}
+	at := e.grantedAt(r.Permission)
 	for _, node := range chain[:n] {
+		if !grants(at, node) {
+			continue
+		}
 		if bySubject := e.onNode[node]; bySubject != nil {
 			if b, ok := e.match(bySubject, r, org); ok {
 				return true, b
@@ -399,6 +403,27 @@ func (e *Evaluator) Allowed(r Request) (allowed bool, reason string) {
 		}
 	}
 	return false, ""
+}
+
+// grantedAt returns the levels of the hierarchy whose bindings grant p, as
+// the ProtectedResources of its kind say (a subresource is its kind's).
+func (e *Evaluator) grantedAt(p Permission) Levels {
+	if p.Group == "*" || p.Resource == "*" {
+		return AnyLevel
+	}
+	group := p.Group
+	if group == "" {
+		group = "core"
+	}
+	plural, _, _ := strings.Cut(p.Resource, "/")
+	return e.registered.GrantedAt(group, plural)
+}
+
+// grants reports whether a binding on node may grant a kind granted at the
+// levels at. A node that is no level of the hierarchy (an object) always may.
+func grants(at Levels, node Node) bool {
+	l := levelOfNode(node)
+	return l == 0 || at&l != 0
 }
 
 // ancestry returns the target and its ancestors, nearest first, and the
@@ -475,7 +500,10 @@ func (e *Evaluator) Permissions(user string, groups []string, target Node, ances
 	for _, node := range chain[:n] {
 		e.eachGrant(e.onNode[node], user, groups, org, func(g grant) bool {
 			for p := range g.role.permissions() {
-				out[p] = struct{}{}
+				// A wildcard is kept whole: it may stand for kinds granted here.
+				if grants(e.grantedAt(p), node) {
+					out[p] = struct{}{}
+				}
 			}
 			return false
 		})

@@ -270,3 +270,72 @@ func TestSuppliedAncestryServesOneDecisionOnly(t *testing.T) {
 		t.Fatal("rules of a new project ignore the supplied ancestry")
 	}
 }
+
+// A kind's ProtectedResources decide at which levels of the hierarchy a
+// binding grants it: their parentResources, followed up to the hierarchy.
+func TestGrantsFollowParentResources(t *testing.T) {
+	e := newTestEvaluator()
+	e.SetRole(RoleKey{"milo-system", "kinds"}, []string{"example.com/widgets.get", "example.com/gadgets.get",
+		"example.com/parts.get", "example.com/orphans.get", "resourcemanager.miloapis.com/projects.get"}, nil)
+	org := []KindRef{{ResourceManagerGroup, "Organization"}}
+	reg := e.Registered()
+	reg.Set("organizations", Registration{Group: ResourceManagerGroup, Plural: "organizations", Kind: "Organization"})
+	reg.Set("folders", Registration{Group: ResourceManagerGroup, Plural: "folders", Kind: "Folder",
+		Parents: []KindRef{{ResourceManagerGroup, "Organization"}, {ResourceManagerGroup, "Folder"}}})
+	reg.Set("projects", Registration{Group: ResourceManagerGroup, Plural: "projects", Kind: "Project",
+		Parents: []KindRef{{ResourceManagerGroup, "Organization"}, {ResourceManagerGroup, "Folder"}}})
+	reg.Set("widgets", Registration{Group: "example.com", Plural: "widgets", Kind: "Widget", Parents: []KindRef{{ResourceManagerGroup, "Project"}}})
+	reg.Set("gadgets", Registration{Group: "example.com", Plural: "gadgets", Kind: "Gadget", Parents: org})
+	reg.Set("parts", Registration{Group: "example.com", Plural: "parts", Kind: "Part", Parents: []KindRef{{"example.com", "Widget"}}})
+	reg.Set("orphans", Registration{Group: "example.com", Plural: "orphans", Kind: "Orphan", Parents: []KindRef{{"example.com", "Nobody"}}})
+	for name, at := range map[string]Node{"on-org": Organization("acme"), "on-folder": Folder("team"), "on-project": Project("web")} {
+		n := at
+		e.SetBinding("b/"+name, Binding{Role: RoleKey{"milo-system", "kinds"}, Subjects: []Subject{{Kind: "User", Name: name}}, Resource: &n})
+	}
+	for _, c := range []struct {
+		user, perm string
+		allowed    bool
+	}{
+		// Under Project: granted on the project and everything above it.
+		{"on-project", "example.com/widgets.get", true},
+		{"on-folder", "example.com/widgets.get", true},
+		{"on-org", "example.com/widgets.get", true},
+		// Under Organization only: a binding on a folder or project does not grant it.
+		{"on-project", "example.com/gadgets.get", false},
+		{"on-folder", "example.com/gadgets.get", false},
+		{"on-org", "example.com/gadgets.get", true},
+		// Under Widget, which is under Project: followed through.
+		{"on-project", "example.com/parts.get", true},
+		// A parent nobody registers: as if registered without parents.
+		{"on-project", "example.com/orphans.get", true},
+		// A hierarchy kind is granted at its own level too.
+		{"on-project", "resourcemanager.miloapis.com/projects.get", true},
+	} {
+		if got, _ := e.Allowed(Request{User: c.user, Permission: perm(t, c.perm), Target: Project("web")}); got != c.allowed {
+			t.Errorf("%s: %s in project web: %v, want %v", c.user, c.perm, got, c.allowed)
+		}
+	}
+	// A subresource follows its kind.
+	if at := e.grantedAt(Permission{Group: "example.com", Resource: "gadgets/status", Verb: "get"}); at != AtOrganization {
+		t.Errorf("gadgets/status granted at %b, want the organization only", at)
+	}
+	// What a binding on the project lists leaves out what it does not grant.
+	var listed []string
+	for _, p := range e.Permissions("on-project", nil, Project("web"), nil) {
+		listed = append(listed, p.String())
+	}
+	if slices.Contains(listed, "example.com/gadgets.get") || !slices.Contains(listed, "example.com/widgets.get") {
+		t.Errorf("on-project's permissions in web: %v", listed)
+	}
+	// A second registration of the kind without parents, or none at all,
+	// grants it at every level again.
+	reg.Set("gadgets-too", Registration{Group: "example.com", Plural: "gadgets", Kind: "Gadget"})
+	if ok, _ := e.Allowed(Request{User: "on-project", Permission: perm(t, "example.com/gadgets.get"), Target: Project("web")}); !ok {
+		t.Error("a kind also registered without parents is not granted on the project")
+	}
+	reg.Delete("gadgets-too")
+	reg.Delete("gadgets")
+	if ok, _ := e.Allowed(Request{User: "on-project", Permission: perm(t, "example.com/gadgets.get"), Target: Project("web")}); !ok {
+		t.Error("an unregistered kind is not granted on the project")
+	}
+}

@@ -15,7 +15,10 @@ type Registered struct {
 	byName map[string]Registration
 	// verbs is derived from byName on every change: ProtectedResources are
 	// few and change rarely, and admission reads it with one atomic load.
-	verbs  atomic.Pointer[map[string][]string]
+	verbs atomic.Pointer[map[string][]string]
+	// levels is derived with verbs: for each kind registered with parents,
+	// the levels of the hierarchy whose bindings grant it (GrantedAt).
+	levels atomic.Pointer[map[string]Levels]
 	synced atomic.Bool
 }
 
@@ -24,6 +27,60 @@ type Registration struct {
 	// Group is the kind's API group, "core" for the core group.
 	Group, Plural string
 	Verbs         []string
+	// Kind is the kind's name, and Parents the kinds it lives under: the
+	// hierarchy's (Organization, Folder, Project) or other registered kinds,
+	// whose own parents are followed.
+	Kind    string
+	Parents []KindRef
+}
+
+// KindRef names a kind by its API group ("core" for the core group) and name.
+type KindRef struct{ Group, Kind string }
+
+// Levels is a set of levels of the hierarchy at which a binding may grant a kind.
+type Levels uint8
+
+const (
+	// AtOrganization is a binding on the organization.
+	AtOrganization Levels = 1 << iota
+	// AtFolder is a binding on a folder.
+	AtFolder
+	// AtProject is a binding on a project.
+	AtProject
+	// AnyLevel is every level: a kind registered without parents, or not at all.
+	AnyLevel = AtOrganization | AtFolder | AtProject
+)
+
+// levelOf is the level of a hierarchy kind, 0 for any other.
+func levelOf(k KindRef) Levels {
+	if k.Group != ResourceManagerGroup {
+		return 0
+	}
+	switch k.Kind {
+	case "Organization":
+		return AtOrganization
+	case "Folder":
+		return AtFolder
+	case "Project":
+		return AtProject
+	}
+	return 0
+}
+
+// levelOfNode is the level of a node of the hierarchy, 0 for an object.
+func levelOfNode(n Node) Levels {
+	if n.Group != ResourceManagerGroup {
+		return 0
+	}
+	switch n.Resource {
+	case "organizations":
+		return AtOrganization
+	case "folders":
+		return AtFolder
+	case "projects":
+		return AtProject
+	}
+	return 0
 }
 
 // Set records (or replaces) the registration of the named ProtectedResource.
@@ -53,11 +110,78 @@ func (r *Registered) Synced() bool { return r.synced.Load() }
 
 func (r *Registered) derive() {
 	verbs := map[string][]string{}
+	byKind := map[KindRef][]Registration{}
 	for _, reg := range r.byName {
 		key := reg.Group + "/" + reg.Plural
 		verbs[key] = append(verbs[key], reg.Verbs...)
+		if reg.Kind != "" {
+			k := KindRef{Group: reg.Group, Kind: reg.Kind}
+			byKind[k] = append(byKind[k], reg)
+		}
 	}
 	r.verbs.Store(&verbs)
+	// A kind is granted at the levels its parents are, or lie under: a
+	// kind under Project is granted by bindings on the project and on what
+	// the project lies under (Folder, Organization). A hierarchy kind is
+	// also granted at its own level (a binding on a project grants reading
+	// it). Kinds registered without parents, and kinds some registration
+	// lists without parents, are granted at every level, as are kinds whose
+	// parents reach no level (a parent nobody registers): a mistake in a
+	// ProtectedResource does not lock everyone out of its kind.
+	levels := map[string]Levels{}
+	unrestricted := map[string]bool{}
+	for _, reg := range r.byName {
+		key := reg.Group + "/" + reg.Plural
+		if len(reg.Parents) == 0 {
+			unrestricted[key] = true
+			continue
+		}
+		at := levelOf(KindRef{Group: reg.Group, Kind: reg.Kind})
+		for _, p := range reg.Parents {
+			at |= reachedFrom(p, byKind, map[KindRef]bool{})
+		}
+		if at == 0 {
+			unrestricted[key] = true
+			continue
+		}
+		levels[key] |= at
+	}
+	for key := range unrestricted {
+		delete(levels, key)
+	}
+	r.levels.Store(&levels)
+}
+
+// reachedFrom returns the levels of the hierarchy at or above kind k: its
+// own, and those of its parents, transitively. seen guards against cycles
+// (a Folder lives under a Folder).
+func reachedFrom(k KindRef, byKind map[KindRef][]Registration, seen map[KindRef]bool) Levels {
+	if seen[k] {
+		return 0
+	}
+	seen[k] = true
+	at := levelOf(k)
+	for _, reg := range byKind[k] {
+		for _, p := range reg.Parents {
+			at |= reachedFrom(p, byKind, seen)
+		}
+	}
+	return at
+}
+
+// GrantedAt returns the levels of the hierarchy at which a binding grants
+// permissions on group ("core" for the core group) and plural, as its
+// ProtectedResources' parentResources say; AnyLevel for a kind registered
+// without parents or not registered.
+func (r *Registered) GrantedAt(group, plural string) Levels {
+	m := r.levels.Load()
+	if m == nil {
+		return AnyLevel
+	}
+	if at, ok := (*m)[group+"/"+plural]; ok {
+		return at
+	}
+	return AnyLevel
 }
 
 // Verbs returns the verbs registered for group ("core" for the core group)
