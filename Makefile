@@ -63,9 +63,9 @@ clean:
 bench-dispatch:
 	go test ./pkg/storage/tenantstorage -run '^$$' -bench EventDispatch -benchtime 2000x -benchmem
 
-## bench-provider: what one watch event costs the multicluster-runtime provider with 10 vs 100,000 engaged projects, and a provider with one handler per project.
+## bench-provider: what one watch event costs the multicluster-runtime provider with 10 vs 100,000 engaged projects, and a provider with one handler per project; and the bytes its shared cache keeps per project beyond a controller-runtime cache of the same objects.
 bench-provider:
-	go test ./pkg/mcprovider -run '^$$' -bench Dispatch -benchmem
+	go test ./pkg/mcprovider -run '^$$' -bench 'Dispatch|CacheBytes' -benchmem
 
 ## bench-top: what the heaviest-projects tracker costs a request, over 100,000 projects, and its fixed heap.
 bench-top:

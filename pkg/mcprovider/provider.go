@@ -276,9 +276,16 @@ func (p *Provider) sync(ctx context.Context, aware multicluster.Aware, project *
 	p.mu.Unlock()
 	p.disengage(project.Name, "") // an earlier project of the same name
 	c := &projectCluster{p: p, project: miloclient.Project{Name: project.Name, ID: id}}
-	engaged, cancel := context.WithCancel(ctx)
+	// A project that is not engaged needs no context of its own: with
+	// DoNotEngage the provider keeps, per project, its cluster and name only.
+	var engaged context.Context
 	p.mu.Lock()
-	p.clusters[project.Name], p.cancels[project.Name], p.names[id] = c, cancel, project.Name
+	p.clusters[project.Name], p.names[id] = c, project.Name
+	if !p.doNotEngage {
+		var cancel context.CancelFunc
+		engaged, cancel = context.WithCancel(ctx)
+		p.cancels[project.Name] = cancel
+	}
 	sources := make([]*projectSource, 0, len(p.sources))
 	for s := range p.sources {
 		sources = append(sources, s)
@@ -305,7 +312,9 @@ func (p *Provider) disengage(name, id string) {
 	if !ok || (id != "" && c.project.ID != id) {
 		return
 	}
-	p.cancels[name]()
+	if cancel, ok := p.cancels[name]; ok {
+		cancel()
+	}
 	delete(p.clusters, name)
 	delete(p.cancels, name)
 	delete(p.names, c.project.ID)
