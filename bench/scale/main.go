@@ -387,9 +387,11 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 				progress("[%s] %d projects: service (naive) engaged all in %.1f s; heap %.1f MiB, %v goroutines; widget create → Ready p50 %.0f / p99 %.0f ms",
 					name, n, nst.ReadyWaitSeconds, nst.HeapBytes/(1<<20), nst.Goroutines, nst.Ready.P50, nst.Ready.P99)
 				progress("[%s] starting the sample service (%s provider) again", name, o.Service)
-				if service, err = startService(ctx, s, o.ServiceBin, o.Service, o.Repo); err != nil {
+				again, err := startService(ctx, s, o.ServiceBin, o.Service, o.Repo)
+				if err != nil {
 					return fmt.Errorf("the sample service: %w", err)
 				}
+				service = again
 			}
 		}
 		restart, err := s.restart(ctx)

@@ -109,6 +109,12 @@ func startService(ctx context.Context, s *system, bin, provider, repo string) (*
 	}
 	go func() { p.exited <- p.cmd.Wait() }()
 	health := fmt.Sprintf("http://127.0.0.1:%d/healthz", ports[2])
+	started := false
+	defer func() {
+		if !started {
+			p.stop() // a service that never became healthy is not left running
+		}
+	}()
 	if err := poll(ctx, 2*time.Minute, func() (bool, error) {
 		select {
 		case err := <-p.exited:
@@ -125,6 +131,7 @@ func startService(ctx context.Context, s *system, bin, provider, repo string) (*
 	}); err != nil {
 		return nil, err
 	}
+	started = true
 	return p, nil
 }
 

@@ -102,6 +102,11 @@ func (c projectCache) List(ctx context.Context, list client.ObjectList, opts ...
 	if err != nil {
 		return err
 	}
+	// The project index comes with the informer's dispatcher: a kind the
+	// controller reads but never watches has none yet.
+	if _, err := c.p.dispatcherOf(inf); err != nil {
+		return err
+	}
 	items, err := c.candidates(inf.GetIndexer(), o)
 	if err != nil {
 		return err

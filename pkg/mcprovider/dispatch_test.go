@@ -402,6 +402,21 @@ func TestSourcePredicatesFilterEvents(t *testing.T) {
 	if want := "[create x initial=true create skip initial=false delete x unknown=true]"; fmt.Sprint(saw) != want {
 		t.Errorf("the predicate saw %v, want %s", saw, want)
 	}
+	// An update reconciles the old object's owner too: its controller
+	// reference moved from w1 to w2.
+	owned := func(owner string) *corev1.ConfigMap {
+		c := configMap("a", "default", "c", "1")
+		c.OwnerReferences = []metav1.OwnerReference{{APIVersion: "widgets.samples.miloapis.example/v1alpha1", Kind: "Widget", Name: owner, Controller: ptr.To(true)}}
+		return c
+	}
+	owners := &projectSource{p: p, obj: &corev1.ConfigMap{}, queue: q,
+		enqueue: EnqueueControllerOf(schema.GroupKind{Group: "widgets.samples.miloapis.example", Kind: "Widget"})}
+	owners.handle(projectEvent{id: "p.a", typ: updated, old: owned("w1"), obj: owned("w2")})
+	got := enqueued()
+	sort.Strings(got)
+	if fmt.Sprint(got) != "[cluster://a/default/w1 cluster://a/default/w2]" {
+		t.Errorf("a ConfigMap whose owner changed enqueued %v, want both owners", got)
+	}
 }
 
 // Qualified namespaces are unambiguous: a namespace named like its project's

@@ -138,7 +138,14 @@ func (s *projectSource) handle(ev projectEvent) {
 	if !ok || !s.passes(ev, o, unknown) {
 		return
 	}
-	for _, r := range s.enqueue(o) {
+	requests := s.enqueue(o)
+	if old, ok := ev.old.(client.Object); ok && ev.typ == updated {
+		// As controller-runtime's handlers do: an update also reconciles what
+		// the old object mapped to (a controller reference changed or gone
+		// leaves its former owner to reconcile); the queue folds repeats.
+		requests = append(requests, s.enqueue(old)...)
+	}
+	for _, r := range requests {
 		s.queue.Add(mcreconcile.Request{Request: r, ClusterName: multicluster.ClusterName(name)})
 	}
 }

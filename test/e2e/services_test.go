@@ -189,6 +189,17 @@ func testServiceReconcilesEachProjectApart(t *testing.T, m *milo, sources bool) 
 			t.Errorf("project %s's cluster lists %+v, want its own widget w only", a, list.Items)
 		}
 	}
+	// A List in one namespace reads the project's objects only, of a kind
+	// the service watches and of one it never did (every project has a
+	// ServiceAccount default/default).
+	nsWidgets := &widgetsv1alpha1.WidgetList{}
+	if err := viewA.List(ctx, nsWidgets, client.InNamespace("default")); err != nil || len(nsWidgets.Items) != 1 || nsWidgets.Items[0].Name != "w" {
+		t.Errorf("project %s's cluster lists in default: %v %+v, want its own widget w only", a, err, nsWidgets.Items)
+	}
+	accounts := &corev1.ServiceAccountList{}
+	if err := viewA.List(ctx, accounts, client.InNamespace("default")); err != nil || len(accounts.Items) != 1 || accounts.Items[0].Name != "default" {
+		t.Errorf("project %s's cluster lists ServiceAccounts in default: %v %+v, want its own default only", a, err, accounts.Items)
+	}
 	if err := viewA.Delete(ctx, newWidget("only-b", "")); !apierrors.IsNotFound(err) {
 		t.Errorf("project %s's cluster deleting project %s's widget: %v", a, b, err)
 	}

@@ -315,6 +315,24 @@ func TestGrantsFollowParentResources(t *testing.T) {
 			t.Errorf("%s: %s in project web: %v, want %v", c.user, c.perm, got, c.allowed)
 		}
 	}
+	// The hierarchy's own levels are fixed: a Project registration edited
+	// to name no parents does not cut folders and organizations off from
+	// what projects hold.
+	reg.Set("projects", Registration{Group: ResourceManagerGroup, Plural: "projects", Kind: "Project"})
+	if ok, _ := e.Allowed(Request{User: "on-org", Permission: perm(t, "example.com/widgets.get"), Target: Project("web")}); !ok {
+		t.Error("a binding on the organization lost a kind under Project when Project's registration changed")
+	}
+	// A kind under a parent that is unrestricted is unrestricted.
+	reg.Set("widgets-too", Registration{Group: "example.com", Plural: "widgets", Kind: "Widget"})
+	if at := e.grantedAt(perm(t, "example.com/parts.get")); at != AnyLevel {
+		t.Errorf("a kind under an unrestricted kind is granted at %b", at)
+	}
+	reg.Delete("widgets-too")
+	// Reading the levels allocates nothing, however long the kind's name.
+	long := Request{User: "on-folder", Permission: perm(t, "rbac.authorization.k8s.io/clusterrolebindings.get"), Target: Project("web")}
+	if allocs := testing.AllocsPerRun(100, func() { e.Allowed(long) }); allocs != 0 {
+		t.Errorf("a decision allocates %.0f times", allocs)
+	}
 	// A subresource follows its kind.
 	if at := e.grantedAt(Permission{Group: "example.com", Resource: "gadgets/status", Verb: "get"}); at != AtOrganization {
 		t.Errorf("gadgets/status granted at %b, want the organization only", at)

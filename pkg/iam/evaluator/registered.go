@@ -18,7 +18,7 @@ type Registered struct {
 	verbs atomic.Pointer[map[string][]string]
 	// levels is derived with verbs: for each kind registered with parents,
 	// the levels of the hierarchy whose bindings grant it (GrantedAt).
-	levels atomic.Pointer[map[string]Levels]
+	levels atomic.Pointer[map[kindKey]Levels]
 	synced atomic.Bool
 }
 
@@ -51,20 +51,27 @@ const (
 	AnyLevel = AtOrganization | AtFolder | AtProject
 )
 
-// levelOf is the level of a hierarchy kind, 0 for any other.
-func levelOf(k KindRef) Levels {
+// kindKey names a registered kind by group ("core" for the core group) and
+// plural, without building a string per decision.
+type kindKey struct{ group, plural string }
+
+// levelsUnder returns, for a hierarchy kind, the levels at or above it:
+// fixed, whatever its own ProtectedResource says, so that editing that
+// registration cannot cut organizations and folders off from what projects
+// hold. ok is false for any other kind.
+func levelsUnder(k KindRef) (at Levels, ok bool) {
 	if k.Group != ResourceManagerGroup {
-		return 0
+		return 0, false
 	}
 	switch k.Kind {
 	case "Organization":
-		return AtOrganization
+		return AtOrganization, true
 	case "Folder":
-		return AtFolder
+		return AtOrganization | AtFolder, true
 	case "Project":
-		return AtProject
+		return AnyLevel, true
 	}
-	return 0
+	return 0, false
 }
 
 // levelOfNode is the level of a node of the hierarchy, 0 for an object.
@@ -128,19 +135,16 @@ func (r *Registered) derive() {
 	// lists without parents, are granted at every level, as are kinds whose
 	// parents reach no level (a parent nobody registers): a mistake in a
 	// ProtectedResource does not lock everyone out of its kind.
-	levels := map[string]Levels{}
-	unrestricted := map[string]bool{}
+	levels := map[kindKey]Levels{}
+	unrestricted := map[kindKey]bool{}
 	for _, reg := range r.byName {
-		key := reg.Group + "/" + reg.Plural
-		if len(reg.Parents) == 0 {
-			unrestricted[key] = true
+		key := kindKey{reg.Group, reg.Plural}
+		if at, hierarchy := levelsUnder(KindRef{Group: reg.Group, Kind: reg.Kind}); hierarchy {
+			levels[key] |= at
 			continue
 		}
-		at := levelOf(KindRef{Group: reg.Group, Kind: reg.Kind})
-		for _, p := range reg.Parents {
-			at |= reachedFrom(p, byKind, map[KindRef]bool{})
-		}
-		if at == 0 {
+		at := grantedUnder(reg, byKind, map[KindRef]bool{})
+		if at == AnyLevel {
 			unrestricted[key] = true
 			continue
 		}
@@ -152,19 +156,35 @@ func (r *Registered) derive() {
 	r.levels.Store(&levels)
 }
 
-// reachedFrom returns the levels of the hierarchy at or above kind k: its
-// own, and those of its parents, transitively. seen guards against cycles
-// (a Folder lives under a Folder).
-func reachedFrom(k KindRef, byKind map[KindRef][]Registration, seen map[KindRef]bool) Levels {
+// grantedUnder returns the levels at which a binding grants the kind reg
+// registers: those its parents are granted at, AnyLevel if it has no
+// parents or they reach no level. seen guards against cycles.
+func grantedUnder(reg Registration, byKind map[KindRef][]Registration, seen map[KindRef]bool) Levels {
+	var at Levels
+	for _, p := range reg.Parents {
+		at |= parentLevels(p, byKind, seen)
+	}
+	if at == 0 {
+		return AnyLevel
+	}
+	return at
+}
+
+// parentLevels returns the levels a kind under parent k is granted at: a
+// hierarchy kind's fixed levels; for another kind, the levels it is granted
+// at itself, AnyLevel if a registration of it is unrestricted, nothing if
+// nobody registers it (or it is already being followed: a cycle).
+func parentLevels(k KindRef, byKind map[KindRef][]Registration, seen map[KindRef]bool) Levels {
+	if at, hierarchy := levelsUnder(k); hierarchy {
+		return at
+	}
 	if seen[k] {
 		return 0
 	}
 	seen[k] = true
-	at := levelOf(k)
+	var at Levels
 	for _, reg := range byKind[k] {
-		for _, p := range reg.Parents {
-			at |= reachedFrom(p, byKind, seen)
-		}
+		at |= grantedUnder(reg, byKind, seen)
 	}
 	return at
 }
@@ -178,7 +198,7 @@ func (r *Registered) GrantedAt(group, plural string) Levels {
 	if m == nil {
 		return AnyLevel
 	}
-	if at, ok := (*m)[group+"/"+plural]; ok {
+	if at, ok := (*m)[kindKey{group, plural}]; ok {
 		return at
 	}
 	return AnyLevel
