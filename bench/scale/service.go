@@ -269,6 +269,21 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 	}
 	r.ReadyWaitSeconds = time.Since(began).Seconds()
 	r.WidgetsPerSecond = float64(n-from) / r.ReadyWaitSeconds
+	// Samples are timed on a service with nothing else to do: the echoes
+	// of the step's reconciles (each Widget's status write, its ConfigMap's
+	// create) are still queued when the last Widget is Ready, and a sample
+	// would wait behind them.
+	if err := poll(ctx, 30*time.Minute, func() (bool, error) {
+		body, err := getURL(ctx, p.http, p.metrics+"/metrics")
+		if err != nil {
+			return false, nil
+		}
+		depth := parseMetrics(string(body)).sum("workqueue_depth")
+		progress("  service's work queue: %.0f", depth)
+		return depth == 0, nil
+	}); err != nil {
+		return r, fmt.Errorf("the service's work queue did not drain: %w", err)
+	}
 	// Timed samples, one at a time, spread over the projects.
 	var lat latencies
 	for k := range samples {
