@@ -273,13 +273,17 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 	// of the step's reconciles (each Widget's status write, its ConfigMap's
 	// create) are still queued when the last Widget is Ready, and a sample
 	// would wait behind them.
+	var told time.Time
 	if err := poll(ctx, 30*time.Minute, func() (bool, error) {
 		body, err := getURL(ctx, p.http, p.metrics+"/metrics")
 		if err != nil {
 			return false, nil
 		}
 		depth := parseMetrics(string(body)).sum("workqueue_depth")
-		progress("  service's work queue: %.0f", depth)
+		if depth > 0 && time.Since(told) > 5*time.Second {
+			progress("  service's work queue: %.0f", depth)
+			told = time.Now()
+		}
 		return depth == 0, nil
 	}); err != nil {
 		return r, fmt.Errorf("the service's work queue did not drain: %w", err)
