@@ -146,9 +146,9 @@ func New(platform *rest.Config, o Options) (*Provider, error) {
 //
 // It also leaves out controller-runtime's index by namespace: with the
 // project index (newDispatcher) it would keep a second set of keys for
-// every namespace of every project, about a kilobyte per project and kind,
-// and the provider never lists the shared cache across projects by
-// namespace (a project's namespaced list filters the project's objects).
+// every namespace of every project, and the provider never lists the shared
+// cache across projects by namespace (a project's namespaced list filters
+// the project's objects).
 func listThenWatch(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
 	kept := toolscache.Indexers{}
 	for name, f := range indexers {

@@ -10,12 +10,12 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
 	openapihandler "k8s.io/kube-openapi/pkg/handler"
+	"k8s.io/utils/lru"
 )
 
 // Discovery inside a project shows what a project serves: platform-only groups
@@ -127,7 +127,7 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 		if proto {
 			// Asked in protobuf (kubectl asks for nothing else), it is
 			// answered in protobuf, as the apiserver's own handler does.
-			pb, err := openAPIProtos.encode(body)
+			pb, err := encodeOpenAPIProto(body)
 			if err != nil {
 				klog.ErrorS(err, "Encoding a tenant's OpenAPI v2 document in protobuf", "path", req.URL.Path)
 				http.Error(w, "the OpenAPI document could not be encoded for this project", http.StatusInternalServerError)
@@ -415,41 +415,22 @@ func prefersOpenAPIProto(accept string) bool {
 }
 
 // openAPIProtos keeps the protobuf encodings of the last few OpenAPI v2
-// documents served in protobuf, by the hash of their JSON: encoding one
-// takes hundreds of milliseconds, and identical projects (and each kubectl
-// run, which has no validator to revalidate with) ask for the same document.
-var openAPIProtos = protoCache{entries: map[[sha256.Size]byte][]byte{}}
+// documents served in protobuf (a few MiB each), by the hash of their JSON:
+// encoding one takes hundreds of milliseconds, and identical projects (and
+// each kubectl run, which has no validator to revalidate with) ask for the
+// same document.
+var openAPIProtos = lru.New(8)
 
-// protoCacheSize bounds openAPIProtos: a few MiB each.
-const protoCacheSize = 8
-
-type protoCache struct {
-	mu      sync.Mutex
-	entries map[[sha256.Size]byte][]byte
-	order   [][sha256.Size]byte
-}
-
-func (c *protoCache) encode(doc []byte) ([]byte, error) {
+// encodeOpenAPIProto returns doc in protobuf, from openAPIProtos when it can.
+func encodeOpenAPIProto(doc []byte) ([]byte, error) {
 	key := sha256.Sum256(doc)
-	c.mu.Lock()
-	pb, ok := c.entries[key]
-	c.mu.Unlock()
-	if ok {
-		return pb, nil
+	if pb, ok := openAPIProtos.Get(key); ok {
+		return pb.([]byte), nil
 	}
 	pb, err := openapihandler.ToProtoBinary(doc)
 	if err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.entries[key]; !ok {
-		if len(c.order) >= protoCacheSize {
-			delete(c.entries, c.order[0])
-			c.order = c.order[1:]
-		}
-		c.entries[key] = pb
-		c.order = append(c.order, key)
-	}
+	openAPIProtos.Add(key, pb)
 	return pb, nil
 }

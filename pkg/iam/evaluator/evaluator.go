@@ -411,12 +411,7 @@ func (e *Evaluator) grantedAt(p Permission) Levels {
 	if p.Group == "*" || p.Resource == "*" {
 		return AnyLevel
 	}
-	group := p.Group
-	if group == "" {
-		group = "core"
-	}
-	plural, _, _ := strings.Cut(p.Resource, "/")
-	return e.registered.GrantedAt(group, plural)
+	return e.registered.GrantedAt(kindOf(p))
 }
 
 // grants reports whether a binding on node may grant a kind granted at the

@@ -225,15 +225,22 @@ func Unregistered(perms []string, verbs func(group, plural string) ([]string, bo
 		if !ok || p.Group == "*" || p.Resource == "*" {
 			continue
 		}
-		group := p.Group
-		if group == "" {
-			group = "core"
-		}
-		resource, _, _ := strings.Cut(p.Resource, "/")
+		group, resource := kindOf(p)
 		known, registered := verbs(group, resource)
 		if !registered || (p.Verb != "*" && !slices.Contains(known, p.Verb) && !slices.Contains(known, "*")) {
 			out = append(out, s)
 		}
 	}
 	return out
+}
+
+// kindOf names the kind of a permission as registrations do: its group
+// ("core" for the core group) and plural (a subresource counts as its kind).
+func kindOf(p Permission) (group, plural string) {
+	group = p.Group
+	if group == "" {
+		group = "core"
+	}
+	plural, _, _ = strings.Cut(p.Resource, "/")
+	return group, plural
 }
