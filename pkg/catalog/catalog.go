@@ -51,12 +51,31 @@ type Catalog struct {
 	// a Service deleted and registered again under its name is enabled
 	// nowhere.
 	enabled map[enablement]string
-	// watches end when their enablement goes (Watch): a cancel function
-	// per open watch of a gated resource, nothing per project.
-	watches map[enablement]map[uint64]context.CancelFunc
-	nextID  uint64
+	// watches end when what served them goes (Watch): one entry per open
+	// watch of a gated resource, nothing per project.
+	watches map[enablement]map[uint64]openWatch
+	// shownSubs are told when a project's enablement of a Service changes
+	// (OnShownChange): one per open all-projects watch of a gated resource.
+	shownSubs map[uint64]shownSub
+	nextID    uint64
 }
 
+// openWatch is one open watch of a gated resource: it ends when the
+// enablement it was opened under goes, or when gr is no longer that
+// Service's, or the Service is no longer the one it was opened under.
+type openWatch struct {
+	cancel context.CancelFunc
+	gr     schema.GroupResource
+	uid    string
+}
+
+type shownSub struct {
+	gr      schema.GroupResource
+	changed func(projectID string)
+}
+
+// enablement is a project's (by storage id) enablement of a Service; with
+// no project, the all-projects view's serving of the Service's resources.
 type enablement struct{ project, service string }
 
 // ServiceUIDAnnotation, on a ServiceActivation, is the UID of the Service
@@ -192,25 +211,30 @@ func (c *Catalog) Enabled(project, service string) bool {
 
 // Watch returns a context that ends when the project with storage id
 // project stops having gr's Service enabled, for a watch of gr served
-// there, and a function to call when the watch ends.
+// there, and a function to call when the watch ends. With no project (the
+// all-projects view), the context ends when gr stops being served there:
+// its Service deleted, registered again or back in Draft, or gr passed to
+// another Service.
 func (c *Catalog) Watch(ctx context.Context, project string, gr schema.GroupResource) (context.Context, func()) {
-	g, ok := c.current().gates[gr]
+	s := c.current()
+	g, ok := s.gates[gr]
 	if !ok {
 		return ctx, func() {}
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	e := enablement{project, g.service}
+	w := openWatch{cancel: cancel, gr: gr, uid: s.uids[g.service]}
 	c.mu.Lock()
 	if c.watches == nil {
-		c.watches = map[enablement]map[uint64]context.CancelFunc{}
+		c.watches = map[enablement]map[uint64]openWatch{}
 	}
 	c.nextID++
 	id := c.nextID
 	if c.watches[e] == nil {
-		c.watches[e] = map[uint64]context.CancelFunc{}
+		c.watches[e] = map[uint64]openWatch{}
 	}
-	c.watches[e][id] = cancel
-	if !c.servesLocked(e, c.current()) {
+	c.watches[e][id] = w
+	if !c.keepsLocked(e, w, c.current()) {
 		// Disabled between the router's check and now.
 		cancel()
 	}
@@ -223,6 +247,27 @@ func (c *Catalog) Watch(ctx context.Context, project string, gr schema.GroupReso
 			delete(c.watches, e)
 		}
 		c.mu.Unlock()
+	}
+}
+
+// OnShownChange calls changed, under the catalog's lock, with a project's
+// storage id whenever its enablement of the Service that lists gr comes or
+// goes, until the function it returns is called
+// (tenantstorage.Shown). The all-projects view's watches replay that
+// project's objects.
+func (c *Catalog) OnShownChange(gr schema.GroupResource, changed func(projectID string)) func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.shownSubs == nil {
+		c.shownSubs = map[uint64]shownSub{}
+	}
+	c.nextID++
+	id := c.nextID
+	c.shownSubs[id] = shownSub{gr: gr, changed: changed}
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		delete(c.shownSubs, id)
 	}
 }
 
@@ -289,21 +334,35 @@ func (c *Catalog) Run(ctx context.Context, services, crds, activations cache.Sha
 }
 
 // servesLocked reports whether the enablement e is in effect with the
-// Services of s; the caller holds c.mu.
+// Services of s; the caller holds c.mu. The all-projects view's (no
+// project) is in effect while its Service exists and is out of Draft.
 func (c *Catalog) servesLocked(e enablement, s *snapshot) bool {
+	if _, exists := s.uids[e.service]; !exists || s.phases[e.service] == servicesv1alpha1.Draft {
+		return false
+	}
+	if e.project == "" {
+		return true
+	}
 	uid, ok := c.enabled[e]
-	return ok && uid != "" && uid == s.uids[e.service] && s.phases[e.service] != servicesv1alpha1.Draft
+	return ok && uid != "" && uid == s.uids[e.service]
 }
 
-// endWatches ends the watches of enablements no longer in effect with the
-// Services of s: a Service deleted, registered again or back in Draft.
+// keepsLocked reports whether the open watch w, opened under e, may go on
+// with the Services of s; the caller holds c.mu.
+func (c *Catalog) keepsLocked(e enablement, w openWatch, s *snapshot) bool {
+	return c.servesLocked(e, s) && s.gates[w.gr].service == e.service && s.uids[e.service] == w.uid
+}
+
+// endWatches ends the watches no longer served with the Services of s: a
+// Service deleted, registered again or back in Draft, a resource passed to
+// another Service.
 func (c *Catalog) endWatches(s *snapshot) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for e, cancels := range c.watches {
-		if !c.servesLocked(e, s) {
-			for _, cancel := range cancels {
-				cancel()
+	for e, open := range c.watches {
+		for _, w := range open {
+			if !c.keepsLocked(e, w, s) {
+				w.cancel()
 			}
 		}
 	}
@@ -333,18 +392,43 @@ func (c *Catalog) activation(obj any, present bool) {
 		c.enabled = map[enablement]string{}
 	}
 	// The name is the Service's (validated at creation).
-	e := enablement{project: k.ID, service: strings.Clone(k.Name)}
+	e := enablement{project: k.ID, service: k.Name}
+	was, had := c.enabled[e]
 	if present {
-		c.enabled[e] = strings.Clone(m.GetAnnotations()[ServiceUIDAnnotation])
+		uid := m.GetAnnotations()[ServiceUIDAnnotation]
+		if had && uid == was {
+			return
+		}
+		e.service = strings.Clone(e.service)
+		c.enabled[e] = strings.Clone(uid)
+		c.shownChangedLocked(e)
+		return
+	}
+	if !had {
 		return
 	}
 	delete(c.enabled, e)
+	c.shownChangedLocked(e)
 	// Watches served by this enablement end: their clients list again
 	// and find the resource gone.
-	for _, cancel := range c.watches[e] {
-		cancel()
+	for _, w := range c.watches[e] {
+		w.cancel()
 	}
 	delete(c.watches, e)
+}
+
+// shownChangedLocked tells the all-projects view's watches of the Service's
+// resources that the project's enablement changed; the caller holds c.mu.
+func (c *Catalog) shownChangedLocked(e enablement) {
+	if len(c.shownSubs) == 0 {
+		return
+	}
+	s := c.current()
+	for _, sub := range c.shownSubs {
+		if s.gates[sub.gr].service == e.service {
+			sub.changed(e.project)
+		}
+	}
 }
 
 // SlimActivation is the transform of the informer of ServiceActivations

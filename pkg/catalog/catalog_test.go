@@ -334,3 +334,70 @@ func TestWatchesEndWithTheirService(t *testing.T) {
 		t.Fatal("a watch goes on after its Service was deleted")
 	}
 }
+
+// The all-projects view's watches hear of every project's enablement of the
+// Service of their resource coming and going, and of nothing else; they end
+// when the resource passes to another Service or its Service returns to
+// Draft, as do a project's.
+func TestAllProjectsWatchesFollowEnablements(t *testing.T) {
+	widgetsSvc := service("widgets", servicesv1alpha1.Published, resource(widgets.Group, widgets.Resource, servicesv1alpha1.ContextProject))
+	widgetsSvc.CreationTimestamp = metav1.Unix(2, 0)
+	c := catalogOf(t, []servicesv1alpha1.Service{widgetsSvc,
+		service("billing", servicesv1alpha1.Published, resource(billing.Group, billing.Resource, servicesv1alpha1.ContextProject))}, nil, nil)
+	var heard []string
+	stop := c.OnShownChange(widgets, func(project string) { heard = append(heard, project) })
+	c.activation(activationOf("id-a", "widgets", "uid-widgets"), true)
+	c.activation(activationOf("id-a", "widgets", "uid-widgets"), true) // unchanged: nothing to tell
+	c.activation(activationOf("id-b", "billing", "uid-billing"), true) // another Service's
+	c.activation(activationOf("id-a", "widgets", "uid-widgets"), false)
+	c.activation(activationOf("id-c", "widgets", "uid-widgets"), false) // never enabled
+	if fmt.Sprint(heard) != "[id-a id-a]" {
+		t.Fatalf("the all-projects view heard of %v, want id-a enabling and disabling", heard)
+	}
+	stop()
+	c.activation(activationOf("id-a", "widgets", "uid-widgets"), true)
+	if len(heard) != 2 {
+		t.Fatal("a subscription goes on after it was stopped")
+	}
+
+	// A watch opened for a project and one of the all-projects view end
+	// when another Service, older, takes the resource.
+	projectWatch, done := c.Watch(context.Background(), "id-a", widgets)
+	defer done()
+	allWatch, allDone := c.Watch(context.Background(), "", widgets)
+	defer allDone()
+	if projectWatch.Err() != nil || allWatch.Err() != nil {
+		t.Fatal("a served watch ended at once")
+	}
+	older := service("gadgets", servicesv1alpha1.Published, resource(widgets.Group, widgets.Resource, servicesv1alpha1.ContextProject))
+	older.CreationTimestamp = metav1.Unix(1, 0)
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&older)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.services.Add(&unstructured.Unstructured{Object: obj}); err != nil {
+		t.Fatal(err)
+	}
+	c.build()
+	if projectWatch.Err() == nil || allWatch.Err() == nil {
+		t.Fatal("watches opened under one Service go on after another took the resource")
+	}
+
+	// The all-projects view's watch of a Draft Service's resource ends.
+	billingWatch, billingDone := c.Watch(context.Background(), "", billing)
+	defer billingDone()
+	draft := service("billing", servicesv1alpha1.Draft, resource(billing.Group, billing.Resource, servicesv1alpha1.ContextProject))
+	if obj, err = runtime.DefaultUnstructuredConverter.ToUnstructured(&draft); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.services.Update(&unstructured.Unstructured{Object: obj}); err != nil {
+		t.Fatal(err)
+	}
+	if billingWatch.Err() != nil {
+		t.Fatal("ended before the Service changed")
+	}
+	c.build()
+	if billingWatch.Err() == nil {
+		t.Fatal("an all-projects watch goes on after its Service returned to Draft")
+	}
+}

@@ -85,6 +85,12 @@ func serveFilteredDiscovery(handler http.Handler, w http.ResponseWriter, req *ht
 		return
 	}
 	v, own := viewOf()
+	if v.gates != nil && !v.gates.Synced() && rec.code == http.StatusOK {
+		// Until the catalog has loaded, what Services hide cannot be told:
+		// the same answer as for a resource request then.
+		catalogLoading(w)
+		return
+	}
 	if rec.code == http.StatusNotFound && own.serveOwnDocument(w, req.URL.Path) {
 		return
 	}

@@ -309,6 +309,11 @@ func (r *Router) CheckExistence(handler http.Handler) http.Handler {
 		AnnotateAudit(req.Context())
 		c, ok := req.Context().Value(existenceCheckKey{}).(existenceCheck)
 		if !ok {
+			// Nothing to check (the all-projects view): the tenant is
+			// confirmed as it is.
+			if c, ok := req.Context().Value(confirmedTenantKey{}).(*confirmedTenant); ok {
+				*c = confirmedTenant{ok: true, tenant: From(req.Context()), superuser: Superuser(req.Context())}
+			}
 			handler.ServeHTTP(w, req)
 			return
 		}

@@ -2,6 +2,7 @@ package tenancy
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -51,7 +52,8 @@ type ServiceGates interface {
 	ListedSelector() string
 	// Watch returns a context that ends when the project (by storage id)
 	// stops being served gr, for a watch of gr there, and a function to
-	// call when the watch ends.
+	// call when the watch ends; with no project, when the all-projects
+	// view stops being served gr.
 	Watch(ctx context.Context, projectID string, gr schema.GroupResource) (context.Context, func())
 }
 
@@ -106,8 +108,11 @@ func (r *Router) CheckServices(handler http.Handler) http.Handler {
 			notServed(w, req)
 			return
 		}
-		if t.Kind == Project && info.Verb == "watch" {
-			// A watch ends when the project disables the service.
+		if (t.Kind == Project || t.Kind == AllProjects) && info.Verb == "watch" {
+			// A project's watch ends when the project disables the
+			// service; one of the all-projects view when the resource is
+			// no longer served there (a project's enablement coming or
+			// going is replayed into it: package tenantstorage).
 			ctx, done := r.Services.Watch(ctx, t.ID, gr)
 			defer done()
 			req = req.WithContext(ctx)
@@ -118,10 +123,26 @@ func (r *Router) CheckServices(handler http.Handler) http.Handler {
 
 // serviceUnavailable answers that the catalog is not loaded yet; clients retry.
 func serviceUnavailable(w http.ResponseWriter, req *http.Request, serializer runtime.NegotiatedSerializer) {
+	w.Header().Set("Retry-After", "1")
+	responsewriters.ErrorNegotiated(catalogLoadingError(), serializer, schema.GroupVersion{}, w, req)
+}
+
+func catalogLoadingError() *apierrors.StatusError {
 	err := apierrors.NewServiceUnavailable("the service catalog is loading; retry in a moment")
 	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: 1}
+	return err
+}
+
+// catalogLoading is serviceUnavailable for a discovery document, whose
+// request asked for JSON (serveFilteredDiscovery).
+func catalogLoading(w http.ResponseWriter) {
+	status := catalogLoadingError().ErrStatus
+	status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	body, _ := json.Marshal(status)
+	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Retry-After", "1")
-	responsewriters.ErrorNegotiated(err, serializer, schema.GroupVersion{}, w, req)
+	w.WriteHeader(http.StatusServiceUnavailable)
+	w.Write(body) //nolint:errcheck // the client went away
 }
 
 // catalogRead reports whether a request in a project or organization

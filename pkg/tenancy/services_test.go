@@ -148,3 +148,24 @@ func TestOpenAPIGroupHashFollowsTheTenantsView(t *testing.T) {
 		}
 	}
 }
+
+// Until the catalog has loaded, a tenant's discovery answers 503 with
+// Retry-After, as its resource requests do: what Services hide cannot be
+// told yet.
+func TestDiscoveryWaitsForTheCatalog(t *testing.T) {
+	inner := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"kind":"APIGroupList","apiVersion":"v1","groups":[]}`)) //nolint:errcheck
+	})
+	for synced, code := range map[bool]int{true: http.StatusOK, false: http.StatusServiceUnavailable} {
+		v := visibility{gates: gates{synced: synced}, tenant: AllProjectsTenant}
+		rec := httptest.NewRecorder()
+		serveFilteredDiscovery(inner, rec, httptest.NewRequest(http.MethodGet, "/apis", nil), visibility{}, func() (visibility, ownGroups) { return v, ownGroups{} })
+		if rec.Code != code {
+			t.Errorf("discovery with the catalog synced %v: %d, want %d", synced, rec.Code, code)
+		}
+		if !synced && (rec.Header().Get("Retry-After") != "1" || !strings.Contains(rec.Body.String(), `"code":503`)) {
+			t.Errorf("discovery before the catalog loaded: Retry-After %q, body %s", rec.Header().Get("Retry-After"), rec.Body)
+		}
+	}
+}

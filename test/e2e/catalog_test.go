@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 
@@ -147,6 +148,11 @@ func TestServiceCatalog(t *testing.T) {
 		}
 		return hidden(b)
 	})
+	// The all-projects view serves a Draft's resources nowhere: its
+	// discovery says so.
+	if servesGadgets(t, m.as(t, "carol-token", tenancy.AllProjectsPath).Discovery()) {
+		t.Fatal("the all-projects view's discovery lists the gadgets of a Draft service")
+	}
 	if r := m.kubectlWith(t, m.tokenKubeconfig(t, "alice-token", tenancy.ProjectPath(a)), "", "get", "gadgets"); r.err == nil ||
 		!strings.Contains(r.stderr, `the server doesn't have a resource type "gadgets"`) {
 		t.Fatalf("kubectl get gadgets in %s before enabling: %v\n%s", a, r.err, r.stderr)
@@ -317,8 +323,46 @@ spec:
 		if len(projects) != 1 || projects[0] != a {
 			return fmt.Errorf("carol's all-projects list shows gadgets of %v, want %s only", projects, a)
 		}
+		if !servesGadgets(t, m.as(t, "carol-token", tenancy.AllProjectsPath).Discovery()) {
+			return fmt.Errorf("the all-projects view's discovery lacks the gadgets of a Published service")
+		}
 		return nil
 	})
+	// An all-projects watch is told of a project's objects when the
+	// project disables the service (DELETED) and enables it again (ADDED).
+	carolList, err := m.dynamicAs(t, "carol-token", tenancy.AllProjectsPath).Resource(gadgetsGVR).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	carolWatch, err := m.dynamicAs(t, "carol-token", tenancy.AllProjectsPath).Resource(gadgetsGVR).Watch(ctx, metav1.ListOptions{ResourceVersion: carolList.GetResourceVersion()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer carolWatch.Stop()
+	carolHears := func(want watch.EventType) {
+		t.Helper()
+		timeout := time.After(time.Minute)
+		for {
+			select {
+			case e, ok := <-carolWatch.ResultChan():
+				if !ok {
+					t.Fatalf("carol's all-projects watch ended, waiting for %s of %s's gadget", want, a)
+				}
+				u, isObj := e.Object.(*unstructured.Unstructured)
+				if !isObj || e.Type == watch.Bookmark {
+					continue
+				}
+				if p := u.GetAnnotations()[tenancy.AnnotationKey]; p != a {
+					t.Fatalf("carol's all-projects watch: %s of a gadget of %s", e.Type, p)
+				}
+				if e.Type == want && u.GetName() == "before" {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("carol's all-projects watch: no %s of %s's gadget", want, a)
+			}
+		}
+	}
 	all, err := dynamicFor(t, m.configAt(t, tenancy.AllProjectsPath)).Resource(gadgetsGVR).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -342,6 +386,7 @@ spec:
 		t.Fatal(err)
 	}
 	eventually(t, "gadgets hidden in "+a+" once disabled", func() error { return hidden(a) })
+	carolHears(watch.Deleted)
 	ended := time.After(time.Minute)
 	for open := true; open; {
 		select {
@@ -357,6 +402,7 @@ spec:
 		_, err := in(a).Namespace("default").Get(ctx, "before", metav1.GetOptions{})
 		return err
 	})
+	carolHears(watch.Added)
 
 	// A Role grants only registered permissions: the gadgets' need a
 	// ProtectedResource first.

@@ -5,11 +5,16 @@ import (
 	"encoding/base64"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -23,6 +28,53 @@ type shownOnly struct{ id string }
 
 func (s shownOnly) ProjectsShown(schema.GroupResource) func(string) bool {
 	return func(id string) bool { return id == s.id }
+}
+
+func (shownOnly) OnShownChange(schema.GroupResource, func(string)) func() { return func() {} }
+
+// switchable shows the projects it is told to, and tells its subscribers
+// when that changes, as the catalog does when a project enables a service.
+type switchable struct {
+	mu   sync.Mutex
+	ids  map[string]bool
+	subs map[int]func(string)
+	next int
+}
+
+func (s *switchable) ProjectsShown(schema.GroupResource) func(string) bool {
+	return func(id string) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.ids[id]
+	}
+}
+
+func (s *switchable) OnShownChange(_ schema.GroupResource, changed func(string)) func() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.next++
+	id := s.next
+	s.subs[id] = changed
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.subs, id)
+	}
+}
+
+func (s *switchable) set(id string, shown bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ids[id] = shown
+	for _, changed := range s.subs {
+		changed(id)
+	}
+}
+
+func (s *switchable) subscribers() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.subs)
 }
 
 // The all-projects view shows anyone but a superuser the objects of the
@@ -124,5 +176,80 @@ func TestAllProjectsPagesNameShownObjectsOnly(t *testing.T) {
 	}
 	if fmt.Sprint(names) != "[a0 a1 a2 a3 a4]" {
 		t.Fatalf("the pages list %v, want a's five objects", names)
+	}
+}
+
+// A project whose objects become shown while an all-projects watch is open
+// has them sent as ADDED (those the watch's selector selects), and one whose
+// objects become hidden has them sent as DELETED; later events follow what is
+// shown, and the watch stops listening for changes when it ends.
+func TestAllProjectsWatchReplaysWhatBecomesShown(t *testing.T) {
+	shown := &switchable{ids: map[string]bool{idOf("a"): true}, subs: map[int]func(string){}}
+	s, _ := newShownStorage(t, "replayedconfigmaps", shown)
+	const prefix = "/replayedconfigmaps"
+	put := func(project, name, app string) {
+		t.Helper()
+		obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, Labels: map[string]string{"app": app}}}
+		if err := s.Create(in(project), prefix+"/default/"+name, obj, &corev1.ConfigMap{}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("a", "a-one", "x")
+	put("b", "b-one", "x")
+	put("b", "b-other", "y")
+
+	ctx, cancel := context.WithCancel(request.WithUser(tenancy.WithTenant(context.Background(), tenancy.AllProjectsTenant), &user.DefaultInfo{Name: "service"}))
+	defer cancel()
+	pred := storage.Everything
+	pred.GetAttrs = storage.DefaultNamespaceScopedAttr
+	pred.Label = labels.SelectorFromSet(labels.Set{"app": "x"})
+	pred.AllowWatchBookmarks = true
+	w, err := s.Watch(ctx, prefix, storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: pred})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	next := func(want watch.EventType, name string) {
+		t.Helper()
+		timeout := time.After(30 * time.Second)
+		for {
+			select {
+			case e, ok := <-w.ResultChan():
+				if !ok {
+					t.Fatalf("the watch ended, waiting for %s %s", want, name)
+				}
+				if e.Type == watch.Bookmark {
+					continue
+				}
+				if e.Type != want || eventName(e) != name {
+					t.Fatalf("got %s %s, want %s %s", e.Type, eventName(e), want, name)
+				}
+				return
+			case <-timeout:
+				t.Fatalf("no %s %s", want, name)
+			}
+		}
+	}
+	next(watch.Added, "a-one")
+
+	// b's objects are shown from now on: its existing one the selector
+	// selects arrives, then its new events.
+	shown.set(idOf("b"), true)
+	next(watch.Added, "b-one")
+	put("b", "b-two", "x")
+	next(watch.Added, "b-two")
+
+	// a's are hidden: the client is told to forget them, and hears no more.
+	shown.set(idOf("a"), false)
+	next(watch.Deleted, "a-one")
+	put("a", "a-two", "x")
+	put("b", "b-three", "x")
+	next(watch.Added, "b-three")
+
+	w.Stop()
+	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return shown.subscribers() == 0, nil
+	}); err != nil {
+		t.Fatal("a stopped watch still listens for changes of what is shown")
 	}
 }

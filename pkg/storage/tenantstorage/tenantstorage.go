@@ -72,7 +72,7 @@ func Decorate(inner generic.StorageDecorator, o Options) generic.StorageDecorato
 		if o.Prefixes != nil {
 			o.Prefixes.add(config.Config.Prefix, resourcePrefix, config.GroupResource)
 		}
-		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: o.MaxListItems, shown: o.Shown, newList: newListFunc,
+		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: o.MaxListItems, shown: o.Shown, newFunc: newFunc, newList: newListFunc,
 			codec: config.Config.Codec}
 		if !unmetered[config.GroupResource] {
 			s.meter = o.Meter
@@ -111,6 +111,7 @@ type store struct {
 	// keyFunc is an object's key, with its tenant segment; newList makes an
 	// empty list of the resource.
 	keyFunc func(runtime.Object) (string, error)
+	newFunc func() runtime.Object
 	newList func() runtime.Object
 }
 
@@ -258,6 +259,7 @@ func (s *store) Delete(ctx context.Context, key string, out runtime.Object, prec
 }
 
 func (s *store) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	asked := opts
 	k, opts, err := s.readKey(ctx, key, opts)
 	if err != nil {
 		return nil, err
@@ -267,7 +269,7 @@ func (s *store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 		return nil, err
 	}
 	if shown := s.projectsShown(ctx); shown != nil {
-		w = newShownWatch(w, shown)
+		w = s.shownWatch(ctx, w, asked, shown)
 	}
 	return w, nil
 }
