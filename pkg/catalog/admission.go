@@ -16,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/warning"
 
 	servicesv1alpha1 "go.miloapis.com/milo/pkg/apis/services/v1alpha1"
+	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -71,6 +72,7 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	switch gr {
 	case tenancy.Catalog:
 		labelPhase(obj)
+		defaultRolesNamespace(obj)
 	case tenancy.Activations:
 		// The Service the activation enables is the one that exists when
 		// it is created, recorded by the server; the client's word is not
@@ -105,6 +107,25 @@ func labelPhase(obj *unstructured.Unstructured) {
 		}
 		labels[servicesv1alpha1.PhaseLabel] = phase
 		obj.SetLabels(labels)
+	}
+}
+
+// defaultRolesNamespace names the platform's namespace for a default Role
+// that names none.
+func defaultRolesNamespace(obj *unstructured.Unstructured) {
+	roles, found, _ := unstructured.NestedSlice(obj.Object, "spec", "defaultRoles")
+	if !found {
+		return
+	}
+	changed := false
+	for _, r := range roles {
+		if m, ok := r.(map[string]any); ok && (m["namespace"] == nil || m["namespace"] == "") {
+			m["namespace"] = evaluator.PlatformNamespace
+			changed = true
+		}
+	}
+	if changed {
+		_ = unstructured.SetNestedSlice(obj.Object, roles, "spec", "defaultRoles")
 	}
 }
 
@@ -146,6 +167,20 @@ func (p *plugin) validateService(a admission.Attributes) error {
 		if owner, ok := p.catalog.Owner(gr); ok && owner != svc.Name {
 			errs = append(errs, field.Duplicate(path, fmt.Sprintf("%s is listed by Service %s already", gr, owner)))
 		}
+	}
+	seen := map[string]bool{}
+	for i, r := range svc.Spec.DefaultRoles {
+		path := field.NewPath("spec", "defaultRoles").Index(i)
+		if r.Namespace != evaluator.PlatformNamespace {
+			// What a service offers every consumer must be a Role every
+			// consumer may bind: a PolicyBinding grants Roles of its own
+			// namespace or of the platform's only.
+			errs = append(errs, field.NotSupported(path.Child("namespace"), r.Namespace, []string{evaluator.PlatformNamespace}))
+		}
+		if seen[r.Name] {
+			errs = append(errs, field.Duplicate(path.Child("name"), r.Name))
+		}
+		seen[r.Name] = true
 	}
 	if len(errs) > 0 {
 		return apierrors.NewInvalid(servicesv1alpha1.SchemeGroupVersion.WithKind("Service").GroupKind(), svc.Name, errs)

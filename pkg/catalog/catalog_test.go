@@ -62,6 +62,13 @@ func service(name string, phase servicesv1alpha1.Phase, resources ...servicesv1a
 		Spec: servicesv1alpha1.ServiceSpec{DisplayName: name, Phase: phase, Resources: resources}}
 }
 
+// offering is a Draft Service offering one default Role of namespace.
+func offering(name, namespace string) servicesv1alpha1.Service {
+	s := service(name, servicesv1alpha1.Draft)
+	s.Spec.DefaultRoles = []servicesv1alpha1.RoleReference{{Name: "editor", Namespace: namespace}}
+	return s
+}
+
 func resource(group, plural string, ctx servicesv1alpha1.Context) servicesv1alpha1.ServiceResource {
 	return servicesv1alpha1.ServiceResource{Group: group, Resource: plural, Context: ctx}
 }
@@ -188,6 +195,8 @@ func TestAdmission(t *testing.T) {
 			serviceObj(service("rbac", servicesv1alpha1.Draft, resource("rbac.authorization.k8s.io", "roles", ""))), "rbac", true},
 		{"a Service listing Milo's projects", context.Background(), tenancy.Catalog,
 			serviceObj(service("rm", servicesv1alpha1.Draft, resource("resourcemanager.miloapis.com", "projects", ""))), "rm", true},
+		{"a Service offering a platform Role", context.Background(), tenancy.Catalog, serviceObj(offering("offers", "")), "offers", false},
+		{"a Service offering an organization's Role", context.Background(), tenancy.Catalog, serviceObj(offering("offers", "organization-acme")), "offers", true},
 		{"enabling a published service", projectCtx, tenancy.Activations, activation("widgets"), "widgets", false},
 		{"enabling a deprecated service", projectCtx, tenancy.Activations, activation("old"), "old", false},
 		{"enabling a draft", projectCtx, tenancy.Activations, activation("draft"), "draft", true},

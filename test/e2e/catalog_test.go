@@ -430,6 +430,53 @@ spec:
 		return err
 	})
 
+	// A service offers its consumers platform Roles: its Ready condition
+	// waits for them, and a consumer binds one in its project.
+	offered := fmt.Sprintf("catalog-e2e-gadget-reader-%d", n)
+	offering := fmt.Sprintf("offers-%d.catalog.e2e.example", n)
+	if r := m.kubectl(t, fmt.Sprintf(`apiVersion: services.miloapis.com/v1alpha1
+kind: Service
+metadata: {name: %s}
+spec:
+  displayName: Offers
+  defaultRoles: [{name: %s, namespace: organization-%s}]
+`, offering, offered, org), "apply", "-f", "-"); r.err == nil || !strings.Contains(r.stderr, "spec.defaultRoles[0].namespace") {
+		t.Fatalf("a Service offering a Role its consumers cannot bind: %v %s, want 422", r.err, r.stderr)
+	}
+	m.mustKubectl(t, fmt.Sprintf(`apiVersion: services.miloapis.com/v1alpha1
+kind: Service
+metadata: {name: %s}
+spec:
+  displayName: Offers
+  defaultRoles: [{name: %s}]
+`, offering, offered), "apply", "-f", "-")
+	t.Cleanup(func() {
+		m.kubectl(t, "", "delete", "services.services.miloapis.com/"+offering, "--ignore-not-found")
+		m.kubectl(t, "", "delete", "roles.iam.miloapis.com/"+offered, "-n", "milo-system", "--ignore-not-found")
+	})
+	if ns := m.mustKubectl(t, "", "get", "services.services.miloapis.com/"+offering, "-o", "jsonpath={.spec.defaultRoles[0].namespace}"); ns != "milo-system" {
+		t.Fatalf("a default Role named without a namespace is in %q, want milo-system", ns)
+	}
+	m.mustKubectl(t, "", "wait", "--for=condition=Ready=false", "--timeout=60s", "services.services.miloapis.com/"+offering)
+	if reason := m.mustKubectl(t, "", "get", "services.services.miloapis.com/"+offering, "-o", `jsonpath={.status.conditions[?(@.type=="Ready")].reason}`); reason != "DefaultRolesMissing" {
+		t.Fatalf("the Ready reason of a Service offering a missing Role: %q", reason)
+	}
+	if _, err := m.dynamic(t).Resource(rolesGVR).Namespace("milo-system").Create(ctx, role(offered, []string{"catalog.e2e.example/gadgets.get"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.mustKubectl(t, "", "wait", "--for=condition=Ready", "--timeout=60s", "services.services.miloapis.com/"+offering)
+	if _, err := aliceOrg.Resource(policyBindingsGVR).Namespace(tenancy.OrganizationNamespace(org)).Create(ctx, objectOf("PolicyBinding", "carol-reads-gadgets-"+a, map[string]any{
+		"roleRef":          map[string]any{"name": offered, "namespace": "milo-system"},
+		"subjects":         []any{map[string]any{"kind": "User", "name": "carol"}},
+		"resourceSelector": map[string]any{"resourceRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Project", "name": a}},
+	}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "carol reads gadgets in "+a+" through the offered Role", func() error {
+		_, err := m.dynamicAs(t, "carol-token", tenancy.ProjectPath(a)).Resource(gadgetsGVR).Namespace("default").Get(ctx, "before", metav1.GetOptions{})
+		return err
+	})
+
 	// Deprecated: enabling warns; Retired: enabling is refused.
 	m.mustKubectl(t, gadgetService("Deprecated"), "apply", "-f", "-")
 	eventually(t, "enabling a Deprecated service warns", func() error {

@@ -282,6 +282,14 @@ func TestWidgetsBinary(t *testing.T) {
 	}
 	m.mustKubectl(t, "", "apply", "-f", "../../examples/widgets/config/crd", "-f", "../../examples/widgets/config/protectedresource.yaml")
 	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/widgets.widgets.samples.miloapis.example", "--timeout=60s")
+	// The Roles the sample offers grant what its ProtectedResource
+	// registers, once IAM has read it.
+	eventually(t, "the sample's Roles apply", func() error {
+		if r := m.kubectl(t, "", "apply", "-f", "../../examples/widgets/config/roles.yaml"); r.err != nil {
+			return fmt.Errorf("%v: %s", r.err, r.stderr)
+		}
+		return nil
+	})
 	p := m.newProject(t, "widgets-bin")
 	var log bytes.Buffer
 	cmd := exec.Command(bin, "--kubeconfig", m.Kubeconfig, "--metrics-bind-address", "0")

@@ -1,12 +1,13 @@
 // Package servicecatalog reports, on every Service, whether the platform
 // serves what it lists: its Ready condition is true when each resource it
 // lists is served by an Established CRD of the platform (or, for a group an
-// aggregated APIService serves, when that APIService is Available) and each
-// ProtectedResource it names exists.
+// aggregated APIService serves, when that APIService is Available), each
+// ProtectedResource it names exists, and each default Role it offers exists
+// among the platform's Roles (milo-system), which every consumer may bind.
 //
-// Services, CRDs, APIServices and ProtectedResources are the platform's and
-// few: one informer each, and a change to any CRD, APIService or
-// ProtectedResource requeues every Service.
+// Services, CRDs, APIServices, ProtectedResources and the platform's Roles
+// are the platform's and few: one informer each, and a change to any CRD,
+// APIService, ProtectedResource or platform Role requeues every Service.
 package servicecatalog
 
 import (
@@ -31,6 +32,7 @@ import (
 	servicesv1alpha1 "go.miloapis.com/milo/pkg/apis/services/v1alpha1"
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/controllers/manager"
+	"go.miloapis.com/milo/pkg/iam/evaluator"
 )
 
 // Name is the controller's name in the registry of controllers.
@@ -47,11 +49,12 @@ func New(clients *allprojects.Clients) *Controller { return &Controller{clients:
 var (
 	apiServicesResource        = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 	protectedResourcesResource = iamv1alpha1.SchemeGroupVersion.WithResource("protectedresources")
+	rolesResource              = iamv1alpha1.SchemeGroupVersion.WithResource("roles")
 )
 
 type term struct {
 	client                                  dynamic.Interface
-	services, crds, apiServices, protecteds cache.SharedIndexInformer
+	services, crds, apiServices, protecteds, roles cache.SharedIndexInformer
 }
 
 // Run works until ctx ends.
@@ -69,7 +72,8 @@ func (ctl *Controller) Run(ctx context.Context, workers int) {
 		return dynamicinformer.NewFilteredDynamicInformer(client, gvr, "", 0, cache.Indexers{}, nil).Informer()
 	}
 	t := &term{client: client, services: informer(servicesv1alpha1.ServicesResource), crds: crds,
-		apiServices: informer(apiServicesResource), protecteds: informer(protectedResourcesResource)}
+		apiServices: informer(apiServicesResource), protecteds: informer(protectedResourcesResource),
+		roles: dynamicinformer.NewFilteredDynamicInformer(client, rolesResource, evaluator.PlatformNamespace, 0, cache.Indexers{}, nil).Informer()}
 	queue := manager.NewQueue[string](Name)
 	defer queue.ShutDown()
 	one := func(obj any) {
@@ -82,13 +86,13 @@ func (ctl *Controller) Run(ctx context.Context, workers int) {
 			queue.Add(key)
 		}
 	}
-	if !manager.StartInformers(ctx, Name, nil, t.crds, t.apiServices, t.protecteds) ||
+	if !manager.StartInformers(ctx, Name, nil, t.crds, t.apiServices, t.protecteds, t.roles) ||
 		!manager.StartInformers(ctx, Name, cache.ResourceEventHandlerFuncs{AddFunc: one, UpdateFunc: func(_, o any) { one(o) }}, t.services) {
 		return
 	}
 	// Registered once the Services are known: a change of what serves them
 	// requeues them all.
-	for _, inf := range []cache.SharedIndexInformer{t.crds, t.apiServices, t.protecteds} {
+	for _, inf := range []cache.SharedIndexInformer{t.crds, t.apiServices, t.protecteds, t.roles} {
 		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(_, o any) { all(o) }, DeleteFunc: all}); err != nil {
 			klog.FromContext(ctx).Error(err, "Registering event handler", "controller", Name)
 			return
@@ -126,6 +130,9 @@ func (t *term) sync(ctx context.Context, name string) error {
 	} else if missing := t.unregistered(svc); len(missing) > 0 {
 		cond.Status, cond.Reason = metav1.ConditionFalse, "ProtectedResourcesMissing"
 		cond.Message = "no such ProtectedResource: " + strings.Join(missing, ", ")
+	} else if missing := t.unoffered(svc); len(missing) > 0 {
+		cond.Status, cond.Reason = metav1.ConditionFalse, "DefaultRolesMissing"
+		cond.Message = "no such Role: " + strings.Join(missing, ", ")
 	}
 	status := *svc.Status.DeepCopy()
 	status.ObservedGeneration = svc.Generation
@@ -184,6 +191,17 @@ func (t *term) unregistered(svc *servicesv1alpha1.Service) []string {
 	for _, p := range svc.Spec.ProtectedResources {
 		if _, exists, _ := t.protecteds.GetStore().GetByKey(p.Name); !exists {
 			missing = append(missing, fmt.Sprintf("%q", p.Name))
+		}
+	}
+	return missing
+}
+
+// unoffered lists the default Roles svc offers that do not exist.
+func (t *term) unoffered(svc *servicesv1alpha1.Service) []string {
+	var missing []string
+	for _, r := range svc.Spec.DefaultRoles {
+		if _, exists, _ := t.roles.GetStore().GetByKey(r.Namespace + "/" + r.Name); !exists {
+			missing = append(missing, r.Namespace+"/"+r.Name)
 		}
 	}
 	return missing

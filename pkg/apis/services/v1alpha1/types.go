@@ -99,7 +99,9 @@ type ServiceSpec struct {
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
 	ProtectedResources []LocalReference `json:"protectedResources,omitempty"`
-	// DefaultRoles name the Roles the service offers its consumers.
+	// DefaultRoles name the Roles the service offers its consumers: Roles
+	// of the platform (milo-system), which every consumer may bind in its
+	// PolicyBindings. The Ready condition is False until each exists.
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=64
 	// +optional
@@ -140,7 +142,7 @@ type RoleReference struct {
 	// +kubebuilder:validation:MinLength=1
 	// +required
 	Name string `json:"name"`
-	// Namespace of the Role: milo-system for platform roles.
+	// Namespace of the Role: milo-system, the platform's (the default).
 	// +optional
 	Namespace string `json:"namespace,omitempty"`
 }
