@@ -53,7 +53,7 @@ var (
 )
 
 type term struct {
-	client                                  dynamic.Interface
+	client                                         dynamic.Interface
 	services, crds, apiServices, protecteds, roles cache.SharedIndexInformer
 }
 
