@@ -107,6 +107,7 @@ var (
 	organizations = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("organizations")
 	folders       = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("folders")
 	projects      = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projects")
+	suspensions   = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projectsuspensions")
 	// Memberships are OrganizationMemberships.
 	Memberships = resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("organizationmemberships")
 )

@@ -290,13 +290,21 @@ func (t *Tree) MembershipsOf(org string) []*unstructured.Unstructured {
 	return out
 }
 
-// OrganizationOf returns the organization label of a Folder or Project, and whether it exists.
+// OrganizationOf returns the organization label of a Folder, Project or
+// ProjectSuspension, and whether it exists.
 func (t *Tree) OrganizationOf(ctx context.Context, gr schema.GroupResource, name string) (string, bool, error) {
-	inf, gvr := t.projects, projects
-	if gr.Resource == folders.Resource {
-		inf, gvr = t.folders, folders
+	var obj *unstructured.Unstructured
+	var err error
+	switch {
+	case gr == tenancy.SuspensionsResource:
+		// Few, and asked for only by an organization's get or delete of
+		// one: read, not cached.
+		obj, err = t.client.Resource(suspensions).Get(ctx, name, metav1.GetOptions{})
+	case gr.Resource == folders.Resource:
+		obj, err = t.get(ctx, t.folders, folders, name)
+	default:
+		obj, err = t.get(ctx, t.projects, projects, name)
 	}
-	obj, err := t.get(ctx, inf, gvr, name)
 	switch {
 	case apierrors.IsNotFound(err):
 		return "", false, nil

@@ -122,7 +122,7 @@ func NewOptions() *Options {
 	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs, o.projectCRDs)
 	catalog.Register(cp.Admission.GenericAdmission.Plugins, o.catalog)
 	quota.Register(cp.Admission.GenericAdmission.Plugins, o.quota, tree)
-	suspension.Register(cp.Admission.GenericAdmission.Plugins, o.suspensions)
+	suspension.Register(cp.Admission.GenericAdmission.Plugins, o.suspensions, tree)
 	// Milo's own plugins run first: webhooks and policies see stamped objects.
 	cp.Admission.GenericAdmission.RecommendedPluginOrder = append([]string{tenantadmission.TenantAnnotationPlugin, hierarchy.PluginName, iamadmission.PluginName, projectcrds.PluginName, catalog.PluginName, suspension.PluginName},
 		cp.Admission.GenericAdmission.RecommendedPluginOrder...)

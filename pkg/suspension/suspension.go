@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 
@@ -95,27 +97,71 @@ func (x *Index) Of(project string) *resourcemanagerv1alpha1.ProjectSuspension {
 	return nil
 }
 
-// Register adds the plugin, which reads index, to plugins.
-func Register(plugins *admission.Plugins, index *Index) {
+// Register adds the plugin, which reads index, to plugins. It finds which
+// organization a suspended project belongs to with hierarchy.
+func Register(plugins *admission.Plugins, index *Index, hierarchy tenancy.HierarchyLookup) {
 	plugins.Register(PluginName, func(io.Reader) (admission.Interface, error) {
-		return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update), index: index}, nil
+		return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete), index: index, hierarchy: hierarchy}, nil
 	})
 }
 
 type plugin struct {
 	*admission.Handler
-	index *Index
+	index     *Index
+	hierarchy tenancy.HierarchyLookup
 }
 
-var _ admission.ValidationInterface = &plugin{}
+var (
+	_ admission.MutationInterface   = &plugin{}
+	_ admission.ValidationInterface = &plugin{}
+)
+
+var projectsResource = schema.GroupResource{Group: resourcemanagerv1alpha1.SchemeGroupVersion.Group, Resource: "projects"}
+
+// Admit labels a ProjectSuspension with the organization of the project it
+// names, whatever the client sent: the label is what an organization's
+// context serves it by. A suspension keeps the label it was created with
+// (its project cannot change).
+func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetResource().GroupResource() != tenancy.SuspensionsResource || a.GetSubresource() != "" || a.GetOperation() == admission.Delete {
+		return nil
+	}
+	obj, ok := a.GetObject().(*unstructured.Unstructured)
+	if !ok {
+		return nil
+	}
+	org := ""
+	if old, ok := a.GetOldObject().(*unstructured.Unstructured); ok && a.GetOperation() == admission.Update {
+		org = old.GetLabels()[tenancy.OrganizationLabel]
+	} else if project, _, _ := unstructured.NestedString(obj.Object, "spec", "projectRef", "name"); project != "" && p.hierarchy != nil {
+		var err error
+		if org, _, err = p.hierarchy.OrganizationOf(ctx, projectsResource, project); err != nil {
+			return apierrors.NewServiceUnavailable(fmt.Sprintf("cannot tell which organization project %q belongs to: %v", project, err))
+		}
+	}
+	labels := obj.GetLabels()
+	delete(labels, tenancy.OrganizationLabel)
+	if org != "" {
+		if labels == nil {
+			labels = map[string]string{}
+		}
+		labels[tenancy.OrganizationLabel] = org
+	}
+	obj.SetLabels(labels)
+	return nil
+}
 
 // Validate refuses a project's creates and updates while it is suspended,
 // whoever asks, platform administrators included. The server's own
 // controllers (the loopback identity) go on: they finish what deletions of
-// namespaces and of the project need.
+// namespaces and of the project need. In an organization's context, it
+// allows lifting (deleting) only a suspension the consumer may lift.
 func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	t := tenancy.From(ctx)
-	if t.Kind != tenancy.Project {
+	if t.Kind == tenancy.Organization && a.GetResource().GroupResource() == tenancy.SuspensionsResource && a.GetOperation() == admission.Delete {
+		return liftByConsumer(a)
+	}
+	if t.Kind != tenancy.Project || a.GetOperation() == admission.Delete {
 		return nil
 	}
 	if u := a.GetUserInfo(); u != nil && u.GetName() == user.APIServerUser {
@@ -132,4 +178,21 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(),
 		fmt.Errorf("project %q is suspended (ProjectSuspension %q, reason %s): creates and updates are refused until the suspension is lifted",
 			t.Name, s.Name, s.Spec.Reason))
+}
+
+// liftByConsumer allows an organization's delete of a suspension of one of
+// its projects (the router has checked that it is) only when its
+// reinstateAuthority is Consumer: one the platform's operators placed with
+// Operator authority stays until they lift it.
+func liftByConsumer(a admission.Attributes) error {
+	old, ok := a.GetOldObject().(*unstructured.Unstructured)
+	if !ok {
+		return apierrors.NewForbidden(tenancy.SuspensionsResource, a.GetName(), fmt.Errorf("the suspension to lift is unknown"))
+	}
+	authority, _, _ := unstructured.NestedString(old.Object, "spec", "reinstateAuthority")
+	if authority != string(resourcemanagerv1alpha1.AuthorityConsumer) {
+		return apierrors.NewForbidden(tenancy.SuspensionsResource, a.GetName(),
+			fmt.Errorf("its reinstateAuthority is %s: only the platform's operators lift it", authority))
+	}
+	return nil
 }

@@ -7,6 +7,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -57,5 +59,65 @@ func TestSuspendedProjectsRefuseWrites(t *testing.T) {
 	index.Set(lifted)
 	if err := write(tenancy.ProjectTenant("web"), "alice"); err != nil {
 		t.Fatalf("after both are lifted: %v", err)
+	}
+}
+
+// orgOf places project "web" in organization acme; any other project is missing.
+type orgOf struct{}
+
+func (orgOf) OrganizationExists(context.Context, string) (bool, error) { return true, nil }
+func (orgOf) OrganizationOf(_ context.Context, _ schema.GroupResource, name string) (string, bool, error) {
+	if name == "web" {
+		return "acme", true, nil
+	}
+	return "", false, nil
+}
+
+// A suspension is labelled with its project's organization, whatever the
+// client sent, and keeps the label; an organization lifts (deletes) only
+// one whose reinstateAuthority is Consumer.
+func TestSuspensionsBelongToTheirProjectsOrganization(t *testing.T) {
+	p := &plugin{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete), index: NewIndex(), hierarchy: orgOf{}}
+	gvr := resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projectsuspensions")
+	gvk := resourcemanagerv1alpha1.SchemeGroupVersion.WithKind("ProjectSuspension")
+	obj := func(project, authority, forged string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "s"},
+			"spec": map[string]any{"projectRef": map[string]any{"name": project}, "reinstateAuthority": authority}}}
+		if forged != "" {
+			u.SetLabels(map[string]string{tenancy.OrganizationLabel: forged})
+		}
+		return u
+	}
+	admit := func(o, old *unstructured.Unstructured, op admission.Operation) *unstructured.Unstructured {
+		t.Helper()
+		var oldObj runtime.Object
+		if old != nil {
+			oldObj = old
+		}
+		if err := p.Admit(context.Background(), admission.NewAttributesRecord(o, oldObj, gvk, "", "s", gvr, "", op, nil, false, nil), nil); err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	if got := admit(obj("web", "Operator", "forged"), nil, admission.Create).GetLabels()[tenancy.OrganizationLabel]; got != "acme" {
+		t.Errorf("a suspension of web is labelled %q, want acme", got)
+	}
+	if got, ok := admit(obj("missing", "Operator", "acme"), nil, admission.Create).GetLabels()[tenancy.OrganizationLabel]; ok {
+		t.Errorf("a suspension of a missing project claims organization %q", got)
+	}
+	old := obj("web", "Operator", "acme")
+	if got := admit(obj("web", "Operator", "other"), old, admission.Update).GetLabels()[tenancy.OrganizationLabel]; got != "acme" {
+		t.Errorf("an update relabels the suspension %q", got)
+	}
+
+	lift := func(authority string) error {
+		a := admission.NewAttributesRecord(nil, obj("web", authority, "acme"), gvk, "", "s", gvr, "", admission.Delete, nil, false, &user.DefaultInfo{Name: "alice"})
+		return p.Validate(tenancy.WithTenant(context.Background(), tenancy.OrganizationTenant("acme")), a, nil)
+	}
+	if err := lift("Consumer"); err != nil {
+		t.Errorf("an organization lifts a suspension of Consumer authority: %v", err)
+	}
+	if err := lift("Operator"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only the platform's operators") {
+		t.Errorf("an organization lifts a suspension of Operator authority: %v, want 403", err)
 	}
 }

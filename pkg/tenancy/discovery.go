@@ -261,12 +261,15 @@ func (v visibility) keepAggregatedGroup(item map[string]any) bool {
 	return true
 }
 
-// readOnly makes a discovery entry of the catalog of Services, read-only
-// in every tenant context, say so: get, list and watch only. (A controller
+// readOnly makes a discovery entry of a platform resource a tenant context
+// reads, say what the context allows: the catalog of Services get, list and
+// watch; ProjectSuspensions (an organization's) also delete. (A controller
 // emptying a project deletes what discovery says it can.)
 func readOnly(gr schema.GroupResource, name string, entry map[string]any) {
 	switch {
-	case gr != Catalog:
+	case gr != Catalog && gr != SuspensionsResource:
+	case name == gr.Resource && gr == SuspensionsResource:
+		entry["verbs"] = []any{"delete", "get", "list", "watch"}
 	case name == gr.Resource:
 		entry["verbs"] = []any{"get", "list", "watch"}
 	default: // its status

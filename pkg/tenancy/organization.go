@@ -18,8 +18,8 @@ const OrganizationLabel = "resourcemanager.miloapis.com/organization-name"
 type HierarchyLookup interface {
 	// OrganizationExists reports whether the named Organization exists.
 	OrganizationExists(ctx context.Context, name string) (bool, error)
-	// OrganizationOf returns the organization label of a Folder or Project, and
-	// whether the object exists.
+	// OrganizationOf returns the organization label of a Folder, Project or
+	// ProjectSuspension, and whether the object exists.
 	OrganizationOf(ctx context.Context, resource schema.GroupResource, name string) (string, bool, error)
 }
 
@@ -28,6 +28,10 @@ var (
 	projectsResource      = schema.GroupResource{Group: "resourcemanager.miloapis.com", Resource: "projects"}
 	foldersResource       = schema.GroupResource{Group: "resourcemanager.miloapis.com", Resource: "folders"}
 	namespacesResource    = schema.GroupResource{Resource: "namespaces"}
+	// SuspensionsResource is the resource of ProjectSuspensions: the
+	// platform's, read in an organization's context for its projects, and
+	// lifted there (deleted) when the consumer may lift them.
+	SuspensionsResource = schema.GroupResource{Group: "resourcemanager.miloapis.com", Resource: "projectsuspensions"}
 	// reviews ask the server about access or identity in the organization's
 	// context: they are answered there, and store nothing.
 	reviews = map[schema.GroupResource]bool{
@@ -59,7 +63,10 @@ func IsOrganizationScoped(gr schema.GroupResource) bool {
 //     found, and new ones are labelled by admission (TenantAnnotation);
 //   - access and identity reviews (kubectl auth can-i, kubectl auth whoami),
 //     answered for the organization;
-//   - the catalog of Services consumers may enable (get, list, watch).
+//   - the catalog of Services consumers may enable (get, list, watch);
+//   - the ProjectSuspensions of its projects, labelled with the organization
+//     by admission: get, list and watch, and delete, which admission allows
+//     for a suspension whose reinstateAuthority is Consumer.
 //
 // Everything else answers 404, as if it did not exist.
 func (r *Router) routeOrganization(w http.ResponseWriter, req *http.Request, info *request.RequestInfo, org string) *http.Request {
@@ -107,6 +114,17 @@ func (r *Router) routeOrganization(w http.ResponseWriter, req *http.Request, inf
 			return notFound(gr, info.Name)
 		}
 		return req
+	case gr == SuspensionsResource:
+		switch {
+		case info.Subresource != "" && info.Verb != "get":
+		case info.Verb == "list" || info.Verb == "watch":
+			return withLabelRequirement(req, OrganizationLabel+"="+org)
+		case info.Verb == "get" || info.Verb == "delete":
+			check.orgObject, check.name = &gr, info.Name
+			return req.WithContext(withExistenceCheck(req.Context(), check))
+		}
+		responsewriters.ErrorNegotiated(apierrors.NewMethodNotSupported(gr, info.Verb), r.Serializer, schema.GroupVersion{}, w, req)
+		return nil
 	case IsOrganizationScoped(gr):
 		switch info.Verb {
 		case "list", "watch":

@@ -73,7 +73,7 @@ var orgHiddenGroups = platformOnlyGroups.Clone().Delete("resourcemanager.miloapi
 // orgClusterResources are the cluster-scoped resources an organization's
 // context serves.
 var orgClusterResources = func() sets.Set[schema.GroupResource] {
-	s := sets.New(organizationsResource, namespacesResource, projectsResource, foldersResource, Catalog)
+	s := sets.New(organizationsResource, namespacesResource, projectsResource, foldersResource, Catalog, SuspensionsResource)
 	for gr := range reviews {
 		s.Insert(gr)
 	}

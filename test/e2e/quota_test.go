@@ -376,11 +376,59 @@ func TestProviderQuotas(t *testing.T) {
 		}
 		return nil
 	})
+	// The organization reads its projects' suspensions, and only those (a
+	// label naming it, forged on another's, is replaced by admission), but
+	// cannot lift one of Operator authority.
+	forged := suspension.DeepCopy()
+	forged.SetName(org + "-forged")
+	forged.SetLabels(map[string]string{tenancy.OrganizationLabel: org})
+	forged.Object["spec"].(map[string]any)["projectRef"] = map[string]any{"name": org + "-not-a-project"}
+	if _, err := admin.Resource(projectSuspensionsGVR).Create(ctx, forged, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Resource(projectSuspensionsGVR).Delete(ctx, forged.GetName(), metav1.DeleteOptions{}) })
+	orgSuspensions := aliceOrg.Resource(projectSuspensionsGVR)
+	suspended, err := orgSuspensions.List(ctx, metav1.ListOptions{})
+	if err != nil || len(suspended.Items) != 1 || suspended.Items[0].GetName() != web+"-billing" {
+		t.Fatalf("the organization's suspensions: %v %v, want %s-billing only", suspended.Items, err, web)
+	}
+	if _, err := orgSuspensions.Get(ctx, forged.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("a suspension of no project of the organization, read there: %v, want 404", err)
+	}
+	if err := orgSuspensions.Delete(ctx, web+"-billing", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "only the platform's operators") {
+		t.Fatalf("the organization lifts a suspension of Operator authority: %v, want 403", err)
+	}
+	if _, err := orgSuspensions.Create(ctx, forged, metav1.CreateOptions{}); !apierrors.IsMethodNotSupported(err) {
+		t.Fatalf("the organization creates a suspension: %v, want 405", err)
+	}
 	if err := admin.Resource(projectSuspensionsGVR).Delete(ctx, web+"-billing", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "writes restored once the suspension is lifted", func() error {
 		_, err := aliceWeb.CoreV1().ConfigMaps("default").Create(ctx, cm("after", false), metav1.CreateOptions{})
+		return err
+	})
+
+	// One of Consumer authority the organization's owner lifts herself,
+	// with kubectl in her organization's context.
+	consumer := suspension.DeepCopy()
+	consumer.SetName(web + "-unpaid")
+	consumer.Object["spec"].(map[string]any)["reinstateAuthority"] = "Consumer"
+	if _, err := admin.Resource(projectSuspensionsGVR).Create(ctx, consumer, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "writes refused under the consumer's suspension", func() error {
+		if _, err := aliceWeb.CoreV1().ConfigMaps("default").Create(ctx, cm("unpaid", false), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
+			return fmt.Errorf("create: %v", err)
+		}
+		return nil
+	})
+	orgKubeconfig := m.tokenKubeconfig(t, "alice-token", tenancy.OrganizationPath(org))
+	if r := m.kubectlWith(t, orgKubeconfig, "", "delete", "projectsuspension", web+"-unpaid"); r.err != nil {
+		t.Fatalf("alice lifts the consumer's suspension: %v %s", r.err, r.stderr)
+	}
+	eventually(t, "writes restored once the organization lifted it", func() error {
+		_, err := aliceWeb.CoreV1().ConfigMaps("default").Create(ctx, cm("paid", false), metav1.CreateOptions{})
 		return err
 	})
 
