@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -169,7 +170,13 @@ func (p *plugin) validateService(a admission.Attributes) error {
 		}
 	}
 	seen := map[string]bool{}
-	for i, r := range svc.Spec.DefaultRoles {
+	roles := svc.Spec.DefaultRoles
+	if old, ok := toService(a.GetOldObject()); ok && a.GetOperation() == admission.Update && slices.Equal(old.Spec.DefaultRoles, roles) {
+		// Stored before the rule: kept until its default Roles change,
+		// so that it can still be updated and deleted.
+		roles = nil
+	}
+	for i, r := range roles {
 		path := field.NewPath("spec", "defaultRoles").Index(i)
 		if r.Namespace != evaluator.PlatformNamespace {
 			// What a service offers every consumer must be a Role every

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -55,9 +56,18 @@ type Catalog struct {
 	// watch of a gated resource, nothing per project.
 	watches map[enablement]map[uint64]openWatch
 	// shownSubs are told when a project's enablement of a Service changes
-	// (OnShownChange): one per open all-projects watch of a gated resource.
+	// (OnShownChange): one per open all-projects watch.
 	shownSubs map[uint64]shownSub
 	nextID    uint64
+	// changedAt is the resource version at which what the all-projects
+	// view shows of a resource last changed (a project's enablement of its
+	// Service coming or going, its Service changing), as far as the catalog
+	// has seen: a watch from before it would miss the change. One entry per
+	// resource a Service ever listed.
+	changedAt map[schema.GroupResource]uint64
+	// activationRV and serviceRV are the newest resource versions seen of
+	// activations and of Services.
+	activationRV, serviceRV uint64
 }
 
 // openWatch is one open watch of a gated resource: it ends when the
@@ -251,11 +261,11 @@ func (c *Catalog) Watch(ctx context.Context, project string, gr schema.GroupReso
 }
 
 // OnShownChange calls changed, under the catalog's lock, with a project's
-// storage id whenever its enablement of the Service that lists gr comes or
-// goes, until the function it returns is called
-// (tenantstorage.Shown). The all-projects view's watches replay that
-// project's objects.
-func (c *Catalog) OnShownChange(gr schema.GroupResource, changed func(projectID string)) func() {
+// storage id whenever the project's enablement of the Service that lists gr
+// comes into effect or goes, until the function it returns is called
+// (tenantstorage.Shown); fresh is false when what the all-projects view
+// shows of gr changed after resource version since (when not 0).
+func (c *Catalog) OnShownChange(gr schema.GroupResource, since uint64, changed func(projectID string)) (func(), bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.shownSubs == nil {
@@ -268,7 +278,7 @@ func (c *Catalog) OnShownChange(gr schema.GroupResource, changed func(projectID 
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		delete(c.shownSubs, id)
-	}
+	}, since == 0 || c.changedAt[gr] <= since
 }
 
 // Enablements returns how many enablements the catalog holds.
@@ -299,14 +309,22 @@ func (c *Catalog) ProjectsShown(gr schema.GroupResource) func(projectID string) 
 // must have been started, or be started by the caller.
 func (c *Catalog) Run(ctx context.Context, services, crds, activations cache.SharedIndexInformer) bool {
 	c.services, c.crds = services.GetStore(), crds.GetStore()
-	rebuild := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.build() },
-		UpdateFunc: func(_, _ any) { c.build() },
-		DeleteFunc: func(any) { c.build() },
+	rebuild := func(service bool) cache.ResourceEventHandlerFuncs {
+		changed := func(obj any) {
+			if service {
+				c.noteServiceRV(obj)
+			}
+			c.build()
+		}
+		return cache.ResourceEventHandlerFuncs{
+			AddFunc:    changed,
+			UpdateFunc: func(_, obj any) { changed(obj) },
+			DeleteFunc: changed,
+		}
 	}
 	regs := []cache.ResourceEventHandlerRegistration{}
-	for _, inf := range []cache.SharedIndexInformer{services, crds} {
-		reg, err := inf.AddEventHandler(rebuild)
+	for i, inf := range []cache.SharedIndexInformer{services, crds} {
+		reg, err := inf.AddEventHandler(rebuild(i == 0))
 		if err != nil {
 			return false
 		}
@@ -348,9 +366,13 @@ func (c *Catalog) servesLocked(e enablement, s *snapshot) bool {
 }
 
 // keepsLocked reports whether the open watch w, opened under e, may go on
-// with the Services of s; the caller holds c.mu.
+// with the Services of s: its resource still the same Service's, served in
+// projects, out of Draft, and (for a project's) still enabled there; the
+// caller holds c.mu.
 func (c *Catalog) keepsLocked(e enablement, w openWatch, s *snapshot) bool {
-	return c.servesLocked(e, s) && s.gates[w.gr].service == e.service && s.uids[e.service] == w.uid
+	g, ok := s.gates[w.gr]
+	return ok && g.service == e.service && g.context == servicesv1alpha1.ContextProject && !g.draft &&
+		s.uids[e.service] == w.uid && c.servesLocked(e, s)
 }
 
 // endWatches ends the watches no longer served with the Services of s: a
@@ -376,8 +398,9 @@ func (c *Catalog) activation(obj any, present bool) {
 	if !ok || k.ID == "" {
 		return // a platform object: enables nothing
 	}
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
+	d := obj
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
 	}
 	m, ok := obj.(metav1.Object)
 	if !ok {
@@ -394,21 +417,33 @@ func (c *Catalog) activation(obj any, present bool) {
 	// The name is the Service's (validated at creation).
 	e := enablement{project: k.ID, service: k.Name}
 	was, had := c.enabled[e]
+	uid := ""
 	if present {
-		uid := m.GetAnnotations()[ServiceUIDAnnotation]
+		uid = m.GetAnnotations()[ServiceUIDAnnotation]
 		if had && uid == was {
 			return
 		}
 		e.service = strings.Clone(e.service)
 		c.enabled[e] = strings.Clone(uid)
-		c.shownChangedLocked(e)
+	} else {
+		if !had {
+			return
+		}
+		delete(c.enabled, e)
+	}
+	rv, _ := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+	if _, unknown := d.(cache.DeletedFinalStateUnknown); unknown || rv == 0 {
+		// When it went is not known: at the latest after everything seen.
+		rv = c.activationRV
+	}
+	c.activationRV = max(c.activationRV, rv)
+	current := c.current().uids[e.service]
+	if effective := func(present bool, uid string) bool { return present && uid != "" && uid == current }; effective(had, was) != effective(present, uid) {
+		c.shownChangedLocked(e, rv)
+	}
+	if present {
 		return
 	}
-	if !had {
-		return
-	}
-	delete(c.enabled, e)
-	c.shownChangedLocked(e)
 	// Watches served by this enablement end: their clients list again
 	// and find the resource gone.
 	for _, w := range c.watches[e] {
@@ -417,17 +452,42 @@ func (c *Catalog) activation(obj any, present bool) {
 	delete(c.watches, e)
 }
 
-// shownChangedLocked tells the all-projects view's watches of the Service's
-// resources that the project's enablement changed; the caller holds c.mu.
-func (c *Catalog) shownChangedLocked(e enablement) {
-	if len(c.shownSubs) == 0 {
-		return
-	}
+// shownChangedLocked records that the project's enablement of the Service
+// came into effect or went at resource version rv, and tells the
+// all-projects view's watches of the Service's resources; the caller holds
+// c.mu.
+func (c *Catalog) shownChangedLocked(e enablement, rv uint64) {
 	s := c.current()
+	for gr, g := range s.gates {
+		if g.service == e.service {
+			c.markChangedLocked(gr, rv)
+		}
+	}
 	for _, sub := range c.shownSubs {
 		if s.gates[sub.gr].service == e.service {
 			sub.changed(e.project)
 		}
+	}
+}
+
+func (c *Catalog) markChangedLocked(gr schema.GroupResource, rv uint64) {
+	if c.changedAt == nil {
+		c.changedAt = map[schema.GroupResource]uint64{}
+	}
+	c.changedAt[gr] = max(c.changedAt[gr], rv)
+}
+
+// noteServiceRV records the resource version of a Service's event: the
+// point at which the snapshot built next changed.
+func (c *Catalog) noteServiceRV(obj any) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if m, ok := obj.(metav1.Object); ok {
+		rv, _ := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+		c.mu.Lock()
+		c.serviceRV = max(c.serviceRV, rv)
+		c.mu.Unlock()
 	}
 }
 
@@ -505,8 +565,27 @@ func (c *Catalog) build() {
 			rs.Insert(crd.Spec.Names.Plural)
 		}
 	}
+	old := c.current()
 	c.snap.Store(s)
+	c.markServiceChanges(old, s)
 	c.endWatches(s)
+}
+
+// markServiceChanges records, for every resource whose Service, serving
+// context, phase or registration differs between old and s, that what the
+// all-projects view shows of it changed at the newest Service event.
+func (c *Catalog) markServiceChanges(old, s *snapshot) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, snap := range []*snapshot{old, s} {
+		for gr := range snap.gates {
+			a, inOld := old.gates[gr]
+			b, inNew := s.gates[gr]
+			if inOld != inNew || a != b || old.uids[a.service] != s.uids[b.service] {
+				c.markChangedLocked(gr, c.serviceRV)
+			}
+		}
+	}
 }
 
 // toService converts an informer's object to a Service.

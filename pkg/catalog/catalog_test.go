@@ -354,16 +354,31 @@ func TestAllProjectsWatchesFollowEnablements(t *testing.T) {
 	c := catalogOf(t, []servicesv1alpha1.Service{widgetsSvc,
 		service("billing", servicesv1alpha1.Published, resource(billing.Group, billing.Resource, servicesv1alpha1.ContextProject))}, nil, nil)
 	var heard []string
-	stop := c.OnShownChange(widgets, func(project string) { heard = append(heard, project) })
+	stop, fresh := c.OnShownChange(widgets, 0, func(project string) { heard = append(heard, project) })
+	if !fresh {
+		t.Fatal("a watch from now is refused")
+	}
 	c.activation(activationOf("id-a", "widgets", "uid-widgets"), true)
-	c.activation(activationOf("id-a", "widgets", "uid-widgets"), true) // unchanged: nothing to tell
-	c.activation(activationOf("id-b", "billing", "uid-billing"), true) // another Service's
+	c.activation(activationOf("id-a", "widgets", "uid-widgets"), true)           // unchanged: nothing to tell
+	c.activation(activationOf("id-b", "billing", "uid-billing"), true)           // another Service's
+	c.activation(activationOf("id-d", "widgets", "uid-of-an-old-widgets"), true) // for a Service gone: not in effect
+	c.activation(activationOf("id-d", "widgets", "uid-of-an-old-widgets"), false)
 	c.activation(activationOf("id-a", "widgets", "uid-widgets"), false)
 	c.activation(activationOf("id-c", "widgets", "uid-widgets"), false) // never enabled
 	if fmt.Sprint(heard) != "[id-a id-a]" {
 		t.Fatalf("the all-projects view heard of %v, want id-a enabling and disabling", heard)
 	}
 	stop()
+	// The activations changed at resource version 7: a watch from before
+	// would miss it, one from then would not; billing's gizmos are not
+	// widgets'.
+	for since, want := range map[uint64]bool{6: false, 7: true, 0: true} {
+		stop, fresh := c.OnShownChange(widgets, since, func(string) {})
+		stop()
+		if fresh != want {
+			t.Errorf("a watch of widgets from %d: fresh %v, want %v", since, fresh, want)
+		}
+	}
 	c.activation(activationOf("id-a", "widgets", "uid-widgets"), true)
 	if len(heard) != 2 {
 		t.Fatal("a subscription goes on after it was stopped")

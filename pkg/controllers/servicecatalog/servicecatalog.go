@@ -200,8 +200,12 @@ func (t *term) unregistered(svc *servicesv1alpha1.Service) []string {
 func (t *term) unoffered(svc *servicesv1alpha1.Service) []string {
 	var missing []string
 	for _, r := range svc.Spec.DefaultRoles {
-		if _, exists, _ := t.roles.GetStore().GetByKey(r.Namespace + "/" + r.Name); !exists {
-			missing = append(missing, r.Namespace+"/"+r.Name)
+		ns := r.Namespace
+		if ns == "" { // stored before admission named the platform's namespace
+			ns = evaluator.PlatformNamespace
+		}
+		if _, exists, _ := t.roles.GetStore().GetByKey(ns + "/" + r.Name); !exists {
+			missing = append(missing, ns+"/"+r.Name)
 		}
 	}
 	return missing

@@ -9,10 +9,12 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/klog/v2"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -24,9 +26,17 @@ type Shown interface {
 	// its storage id; nil when every project's are.
 	ProjectsShown(gr schema.GroupResource) func(projectID string) bool
 	// OnShownChange calls changed with a project's storage id whenever
-	// whether its objects of gr are shown may have changed, until the
-	// function it returns is called. changed must not block.
-	OnShownChange(gr schema.GroupResource, changed func(projectID string)) (stop func())
+	// whether its objects of gr are shown changes, until the function it
+	// returns is called; changed must not block. fresh is false when what
+	// is shown changed after resource version since (when not 0): a watch
+	// from since would miss it.
+	OnShownChange(gr schema.GroupResource, since uint64, changed func(projectID string)) (stop func(), fresh bool)
+}
+
+// errShownChanged ends, or refuses, an all-projects watch that cannot show a
+// change of which projects it shows: its client lists again.
+func errShownChanged(why string) *apierrors.StatusError {
+	return apierrors.NewResourceExpired("the projects this view shows changed " + why + "; list again")
 }
 
 // projectsShown returns, for an all-projects read by anyone but a superuser,
@@ -38,49 +48,61 @@ func (s *store) projectsShown(ctx context.Context) func(string) bool {
 	return s.shown.ProjectsShown(s.resource)
 }
 
-// shownWatch wraps an all-projects watch of what shown allows; asked are the
-// options the client asked with, which a replay of a project's objects
-// keeps (its selectors).
-func (s *store) shownWatch(ctx context.Context, inner watch.Interface, asked storage.ListOptions, shown func(string) bool) watch.Interface {
-	w := newShownWatch(inner, shown)
-	w.replay = func(projectID string) ([]runtime.Object, uint64, error) {
-		return s.projectObjects(ctx, projectID, asked)
+// watchShown opens an all-projects watch of what shown allows (nil: every
+// project), at asked, the options the client asked with, which a replay of
+// a project's objects keeps (its selectors). A watch from a resource version
+// older than a change of what is shown is refused (410): it would miss it.
+func (s *store) watchShown(ctx context.Context, key string, opts, asked storage.ListOptions, shown func(string) bool) (watch.Interface, error) {
+	since, _ := strconv.ParseUint(asked.ResourceVersion, 10, 64)
+	w := &shownWatch{shown: shown, result: make(chan watch.Event), done: make(chan struct{}), wake: make(chan struct{}, 1),
+		maxReplay: s.maxListItems}
+	if w.maxReplay <= 0 {
+		w.maxReplay = DefaultMaxListItems
 	}
-	w.bookmark = func(rv uint64) (runtime.Object, bool) {
-		if !asked.Predicate.AllowWatchBookmarks || s.newFunc == nil {
-			return nil, false
-		}
-		obj := s.newFunc()
-		if err := (storage.APIObjectVersioner{}).UpdateObject(obj, rv); err != nil {
-			return nil, false
-		}
-		return obj, true
+	if since > 0 && (asked.SendInitialEvents == nil || !*asked.SendInitialEvents) {
+		// Events follow since: the stream is there from the start.
+		w.at = since
 	}
-	w.start(func(changed func(string)) func() { return s.shown.OnShownChange(s.resource, changed) })
-	return w
+	// Subscribed before the watch starts: a change after since, before or
+	// after it opens, is either refused here or replayed.
+	stop, fresh := s.shown.OnShownChange(s.resource, since, w.changedProject)
+	if !fresh {
+		stop()
+		return nil, errShownChanged("since resource version " + asked.ResourceVersion)
+	}
+	inner, err := s.Interface.Watch(ctx, key, opts)
+	if err != nil || shown == nil {
+		// Every project shown: nothing to replay.
+		stop()
+		return inner, err
+	}
+	w.inner, w.unsubscribe = inner, stop
+	w.replay = func(projectID string, rv uint64) ([]runtime.Object, error) {
+		return s.projectObjects(ctx, projectID, asked, rv, w.maxReplay)
+	}
+	go w.run()
+	return w, nil
 }
 
-// projectObjects lists one project's objects that opts select, from the
-// watch cache as it is now: at a resource version not older than any event
-// the cache has sent its watchers.
-func (s *store) projectObjects(ctx context.Context, projectID string, opts storage.ListOptions) ([]runtime.Object, uint64, error) {
+// projectObjects lists one project's objects that opts select, as they were
+// at resource version rv: at most max of them.
+func (s *store) projectObjects(ctx context.Context, projectID string, opts storage.ListOptions, rv uint64, max int64) ([]runtime.Object, error) {
 	ctx = ServerRead(tenancy.WithTenant(ctx, tenancy.Tenant{Kind: tenancy.Project, ID: projectID}))
 	p := opts.Predicate
-	p.Limit, p.Continue = 0, ""
+	p.Limit, p.Continue = max+1, ""
 	list := s.newList()
-	if err := s.GetList(ctx, s.prefix, storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: p}, list); err != nil {
-		return nil, 0, err
+	if err := s.GetList(ctx, s.prefix, storage.ListOptions{ResourceVersion: strconv.FormatUint(rv, 10), ResourceVersionMatch: metav1.ResourceVersionMatchExact,
+		Recursive: true, Predicate: p}, list); err != nil {
+		return nil, err
 	}
 	items, err := meta.ExtractListWithAlloc(list)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	l, err := meta.ListAccessor(list)
-	if err != nil {
-		return nil, 0, err
+	if int64(len(items)) > max {
+		return nil, fmt.Errorf("more than %d objects to replay", max)
 	}
-	rv, err := strconv.ParseUint(l.GetResourceVersion(), 10, 64)
-	return items, rv, err
+	return items, nil
 }
 
 // shownList serves an all-projects LIST of the objects shown allows. Pages
@@ -155,12 +177,13 @@ func (s *store) shownList(ctx context.Context, key string, opts storage.ListOpti
 
 // shownWatch passes on the events of objects shown allows. A project whose
 // objects become shown while the watch is open (its project enabled the
-// service) has its objects sent as ADDED, as they are then; one whose objects
-// become hidden has them sent as DELETED: a client's cache holds exactly the
-// shown projects' objects without listing again. Events the watch had not yet
-// passed on when a project changed are judged against that replay: older
-// than it, they are dropped (an ADDED replay holds them), except deletions of
-// a project just hidden, which the client may hold.
+// service) has its objects sent as ADDED, and one whose objects become
+// hidden has them sent as DELETED, as they were at the point of the stream
+// the watch has reached: the events after it follow as usual, so a client's
+// cache holds exactly the shown projects' objects without listing again.
+// Before the watch knows its point in the stream (a watch from "now" that
+// has seen no bookmark yet), or when a replay cannot be read, it ends with
+// 410 and its client lists again.
 type shownWatch struct {
 	inner  watch.Interface
 	shown  func(string) bool
@@ -169,11 +192,13 @@ type shownWatch struct {
 	stop   sync.Once
 	// unsubscribe ends the notices of changes of what is shown.
 	unsubscribe func()
-	// replay lists a project's objects as the watch would show them, at a
-	// resource version not older than any event the watch has received;
-	// bookmark makes a bookmark event at a resource version.
-	replay   func(projectID string) ([]runtime.Object, uint64, error)
-	bookmark func(rv uint64) (runtime.Object, bool)
+	// replay lists a project's objects as the watch shows them, as they
+	// were at a resource version; maxReplay bounds how many.
+	replay    func(projectID string, rv uint64) ([]runtime.Object, error)
+	maxReplay int64
+	// at is the resource version the stream has reached (0: not known),
+	// read and written by run only.
+	at uint64
 
 	mu sync.Mutex
 	// changed holds the projects whose showing changed, not yet replayed;
@@ -182,26 +207,7 @@ type shownWatch struct {
 	wake    chan struct{}
 }
 
-// replayed is what the watch sent for a project when its showing changed.
-type replayed struct {
-	rv    uint64
-	shown bool
-}
-
-func newShownWatch(inner watch.Interface, shown func(string) bool) *shownWatch {
-	return &shownWatch{inner: inner, shown: shown, result: make(chan watch.Event), done: make(chan struct{}), wake: make(chan struct{}, 1)}
-}
-
-// start runs the watch; subscribe registers for notices of what is shown
-// (the function it is given must not block) and returns how to end them.
-func (w *shownWatch) start(subscribe func(changed func(projectID string)) func()) {
-	if subscribe != nil {
-		w.unsubscribe = subscribe(w.changedProject)
-	}
-	go w.run()
-}
-
-// changedProject records that whether a project's objects are shown may have
+// changedProject records that whether a project's objects are shown
 // changed. It never blocks: it is called under the catalog's lock.
 func (w *shownWatch) changedProject(projectID string) {
 	w.mu.Lock()
@@ -218,77 +224,75 @@ func (w *shownWatch) changedProject(projectID string) {
 
 func (w *shownWatch) run() {
 	defer close(w.result)
-	defer func() {
-		if w.unsubscribe != nil {
-			w.unsubscribe()
-		}
-	}()
-	replays := map[string]replayed{}
-	send := func(e watch.Event) bool {
-		select {
-		case w.result <- e:
-			return true
-		case <-w.done:
-			return false
-		}
-	}
+	defer w.unsubscribe()
 	for {
-		var e watch.Event
-		var ok bool
 		select {
-		case e, ok = <-w.inner.ResultChan():
+		case e, ok := <-w.inner.ResultChan():
 			if !ok {
 				return
 			}
+			// Changes recorded before this event are replayed before it,
+			// at the point the stream has reached; one recorded after
+			// judging it is replayed after it.
+			if !w.replayChanged() {
+				return
+			}
+			switch e.Type {
+			case watch.Added, watch.Modified, watch.Deleted:
+				if w.shown(segmentOf(e.Object)) && !w.send(e) {
+					return
+				}
+				if w.at != 0 {
+					// (Before a known point, these may be the initial
+					// state's objects, whose versions are no point of
+					// the stream.)
+					w.at = max(w.at, resourceVersionOf(e.Object))
+				}
+			case watch.Bookmark:
+				if !w.send(e) {
+					return
+				}
+				w.at = max(w.at, resourceVersionOf(e.Object))
+			default:
+				if !w.send(e) {
+					return
+				}
+			}
 		case <-w.wake:
-			if !w.replayChanged(replays, send) {
+			if !w.replayChanged() {
 				return
 			}
-			continue
-		}
-		if e.Type != watch.Added && e.Type != watch.Modified && e.Type != watch.Deleted {
-			if !send(e) {
-				return
-			}
-			continue
-		}
-		// Judged before the changes are replayed: a change recorded after
-		// this judgement has a replay that covers the event.
-		project := segmentOf(e.Object)
-		shown := w.shown(project)
-		if !w.replayChanged(replays, send) {
-			return
-		}
-		rv := resourceVersionOf(e.Object)
-		if r, ok := replays[project]; ok && rv <= r.rv {
-			shown = !r.shown && e.Type == watch.Deleted
-		}
-		// Once the stream is past a replay, later events are judged as usual.
-		for p, r := range replays {
-			if rv > r.rv {
-				delete(replays, p)
-			}
-		}
-		if shown && !send(e) {
-			return
 		}
 	}
 }
 
+func (w *shownWatch) send(e watch.Event) bool {
+	select {
+	case w.result <- e:
+		return true
+	case <-w.done:
+		return false
+	}
+}
+
 // replayChanged sends, for every project whose showing changed, its objects
-// as ADDED or DELETED, and records the replay; false when the watch ends.
-func (w *shownWatch) replayChanged(replays map[string]replayed, send func(watch.Event) bool) bool {
+// as ADDED or DELETED, as they were where the stream is; false when the
+// watch ends.
+func (w *shownWatch) replayChanged() bool {
 	w.mu.Lock()
 	changed := w.changed
 	w.changed = nil
 	w.mu.Unlock()
 	for project := range changed {
+		if w.at == 0 {
+			w.send(watch.Event{Type: watch.Error, Object: &errShownChanged("before this watch reached a known resource version").ErrStatus})
+			return false
+		}
 		shown := w.shown(project)
-		objs, rv, err := w.replay(project)
+		objs, err := w.replay(project, w.at)
 		if err != nil {
-			// The client lists again, as after a compaction.
-			send(watch.Event{Type: watch.Error, Object: &apierrors.NewResourceExpired(
-				fmt.Sprintf("the projects this watch shows changed and could not be replayed (%v); list again", err)).ErrStatus})
+			klog.V(2).InfoS("Ending an all-projects watch: a project's objects could not be replayed", "err", err)
+			w.send(watch.Event{Type: watch.Error, Object: &errShownChanged("and could not be replayed").ErrStatus})
 			return false
 		}
 		typ := watch.Added
@@ -296,18 +300,10 @@ func (w *shownWatch) replayChanged(replays map[string]replayed, send func(watch.
 			typ = watch.Deleted
 		}
 		for _, obj := range objs {
-			if !send(watch.Event{Type: typ, Object: obj}) {
+			if !w.send(watch.Event{Type: typ, Object: obj}) {
 				return false
 			}
 		}
-		if b, ok := w.bookmark(rv); ok && len(objs) > 0 {
-			// Back to the stream's resource version, which the replayed
-			// objects' older ones would otherwise set back.
-			if !send(watch.Event{Type: watch.Bookmark, Object: b}) {
-				return false
-			}
-		}
-		replays[project] = replayed{rv: rv, shown: shown}
 	}
 	return true
 }

@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/base64"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -30,15 +32,18 @@ func (s shownOnly) ProjectsShown(schema.GroupResource) func(string) bool {
 	return func(id string) bool { return id == s.id }
 }
 
-func (shownOnly) OnShownChange(schema.GroupResource, func(string)) func() { return func() {} }
+func (shownOnly) OnShownChange(schema.GroupResource, uint64, func(string)) (func(), bool) {
+	return func() {}, true
+}
 
 // switchable shows the projects it is told to, and tells its subscribers
 // when that changes, as the catalog does when a project enables a service.
 type switchable struct {
-	mu   sync.Mutex
-	ids  map[string]bool
-	subs map[int]func(string)
-	next int
+	mu        sync.Mutex
+	ids       map[string]bool
+	subs      map[int]func(string)
+	next      int
+	changedAt uint64
 }
 
 func (s *switchable) ProjectsShown(schema.GroupResource) func(string) bool {
@@ -49,7 +54,7 @@ func (s *switchable) ProjectsShown(schema.GroupResource) func(string) bool {
 	}
 }
 
-func (s *switchable) OnShownChange(_ schema.GroupResource, changed func(string)) func() {
+func (s *switchable) OnShownChange(_ schema.GroupResource, since uint64, changed func(string)) (func(), bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.next++
@@ -59,13 +64,15 @@ func (s *switchable) OnShownChange(_ schema.GroupResource, changed func(string))
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		delete(s.subs, id)
-	}
+	}, since == 0 || s.changedAt <= since
 }
 
-func (s *switchable) set(id string, shown bool) {
+// set shows or hides a project's objects, a change made at resource version rv.
+func (s *switchable) set(id string, shown bool, rv uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.ids[id] = shown
+	s.changedAt = rv
 	for _, changed := range s.subs {
 		changed(id)
 	}
@@ -181,8 +188,10 @@ func TestAllProjectsPagesNameShownObjectsOnly(t *testing.T) {
 
 // A project whose objects become shown while an all-projects watch is open
 // has them sent as ADDED (those the watch's selector selects), and one whose
-// objects become hidden has them sent as DELETED; later events follow what is
-// shown, and the watch stops listening for changes when it ends.
+// objects become hidden has them sent as DELETED, as they were where the
+// stream is; later events follow what is shown. A watch from before a change
+// is refused (410), and one that does not know where its stream is ends
+// (410) at a change; a watch stops listening for changes when it ends.
 func TestAllProjectsWatchReplaysWhatBecomesShown(t *testing.T) {
 	shown := &switchable{ids: map[string]bool{idOf("a"): true}, subs: map[int]func(string){}}
 	s, _ := newShownStorage(t, "replayedconfigmaps", shown)
@@ -203,13 +212,22 @@ func TestAllProjectsWatchReplaysWhatBecomesShown(t *testing.T) {
 	pred := storage.Everything
 	pred.GetAttrs = storage.DefaultNamespaceScopedAttr
 	pred.Label = labels.SelectorFromSet(labels.Set{"app": "x"})
-	pred.AllowWatchBookmarks = true
-	w, err := s.Watch(ctx, prefix, storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: pred})
+	now := func() string {
+		t.Helper()
+		l := &corev1.ConfigMapList{}
+		if err := s.GetList(ctx, prefix, storage.ListOptions{Recursive: true, Predicate: pred}, l); err != nil {
+			t.Fatal(err)
+		}
+		return l.ResourceVersion
+	}
+	// As an informer does: list, then watch from the list.
+	listed := now()
+	w, err := s.Watch(ctx, prefix, storage.ListOptions{ResourceVersion: listed, Recursive: true, Predicate: pred})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	next := func(want watch.EventType, name string) {
+	next := func(w watch.Interface, want watch.EventType, name string) {
 		t.Helper()
 		timeout := time.After(30 * time.Second)
 		for {
@@ -221,8 +239,8 @@ func TestAllProjectsWatchReplaysWhatBecomesShown(t *testing.T) {
 				if e.Type == watch.Bookmark {
 					continue
 				}
-				if e.Type != want || eventName(e) != name {
-					t.Fatalf("got %s %s, want %s %s", e.Type, eventName(e), want, name)
+				if e.Type != want || (name != "" && eventName(e) != name) {
+					t.Fatalf("got %s %s %v, want %s %s", e.Type, eventName(e), e.Object, want, name)
 				}
 				return
 			case <-timeout:
@@ -230,21 +248,56 @@ func TestAllProjectsWatchReplaysWhatBecomesShown(t *testing.T) {
 			}
 		}
 	}
-	next(watch.Added, "a-one")
+	rvOf := func(v string) uint64 {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
 
 	// b's objects are shown from now on: its existing one the selector
 	// selects arrives, then its new events.
-	shown.set(idOf("b"), true)
-	next(watch.Added, "b-one")
+	shown.set(idOf("b"), true, rvOf(now()))
+	next(w, watch.Added, "b-one")
 	put("b", "b-two", "x")
-	next(watch.Added, "b-two")
+	next(w, watch.Added, "b-two")
 
 	// a's are hidden: the client is told to forget them, and hears no more.
-	shown.set(idOf("a"), false)
-	next(watch.Deleted, "a-one")
+	shown.set(idOf("a"), false, rvOf(now()))
+	next(w, watch.Deleted, "a-one")
 	put("a", "a-two", "x")
 	put("b", "b-three", "x")
-	next(watch.Added, "b-three")
+	next(w, watch.Added, "b-three")
+
+	// A watch from the first list would miss both changes.
+	if _, err := s.Watch(ctx, prefix, storage.ListOptions{ResourceVersion: listed, Recursive: true, Predicate: pred}); !apierrors.IsResourceExpired(err) {
+		t.Fatalf("a watch from before a change of what is shown: %v, want 410", err)
+	}
+	// A watch from "now" knows where its stream is only at a bookmark.
+	fromNow, err := s.Watch(ctx, prefix, storage.ListOptions{ResourceVersion: "0", Recursive: true, Predicate: pred})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fromNow.Stop()
+	next(fromNow, watch.Added, "b-one")
+	shown.set(idOf("a"), true, rvOf(now()))
+	for ended := false; !ended; {
+		select {
+		case e, ok := <-fromNow.ResultChan():
+			if !ok {
+				t.Fatal("the watch from now ended without an error")
+			}
+			if status, isStatus := e.Object.(*metav1.Status); e.Type == watch.Error {
+				if !isStatus || status.Code != 410 {
+					t.Fatalf("the watch from now ended with %v, want 410", e.Object)
+				}
+				ended = true
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("the watch from now goes on after a change it cannot place")
+		}
+	}
 
 	w.Stop()
 	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {

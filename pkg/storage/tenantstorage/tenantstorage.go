@@ -72,7 +72,7 @@ func Decorate(inner generic.StorageDecorator, o Options) generic.StorageDecorato
 		if o.Prefixes != nil {
 			o.Prefixes.add(config.Config.Prefix, resourcePrefix, config.GroupResource)
 		}
-		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: o.MaxListItems, shown: o.Shown, newFunc: newFunc, newList: newListFunc,
+		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: o.MaxListItems, shown: o.Shown, newList: newListFunc,
 			codec: config.Config.Codec}
 		if !unmetered[config.GroupResource] {
 			s.meter = o.Meter
@@ -111,7 +111,6 @@ type store struct {
 	// keyFunc is an object's key, with its tenant segment; newList makes an
 	// empty list of the resource.
 	keyFunc func(runtime.Object) (string, error)
-	newFunc func() runtime.Object
 	newList func() runtime.Object
 }
 
@@ -264,14 +263,10 @@ func (s *store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 	if err != nil {
 		return nil, err
 	}
-	w, err := s.Interface.Watch(ctx, k, opts)
-	if err != nil {
-		return nil, err
+	if s.shown != nil && tenancy.From(ctx).Kind == tenancy.AllProjects && !tenancy.Superuser(ctx) {
+		return s.watchShown(ctx, k, opts, asked, s.shown.ProjectsShown(s.resource))
 	}
-	if shown := s.projectsShown(ctx); shown != nil {
-		w = s.shownWatch(ctx, w, asked, shown)
-	}
-	return w, nil
+	return s.Interface.Watch(ctx, k, opts)
 }
 
 func (s *store) Get(ctx context.Context, key string, opts storage.GetOptions, objPtr runtime.Object) error {
