@@ -224,13 +224,15 @@ func (c *Catalog) Enabled(project, service string) bool {
 // there, and a function to call when the watch ends. With no project (the
 // all-projects view), the context ends when gr stops being served there:
 // its Service deleted, registered again or back in Draft, or gr passed to
-// another Service.
+// another Service. A watch of a resource no Service lists ends when one
+// comes to.
 func (c *Catalog) Watch(ctx context.Context, project string, gr schema.GroupResource) (context.Context, func()) {
 	s := c.current()
 	g, ok := s.gates[gr]
-	if !ok {
-		return ctx, func() {}
+	if !ok && Reserved(gr.Group) {
+		return ctx, func() {} // never a Service's
 	}
+	// A resource no Service lists yet: the watch ends if one comes to.
 	ctx, cancel := context.WithCancel(ctx)
 	e := enablement{project, g.service}
 	w := openWatch{cancel: cancel, gr: gr, uid: s.uids[g.service]}
@@ -371,6 +373,9 @@ func (c *Catalog) servesLocked(e enablement, s *snapshot) bool {
 // caller holds c.mu.
 func (c *Catalog) keepsLocked(e enablement, w openWatch, s *snapshot) bool {
 	g, ok := s.gates[w.gr]
+	if e.service == "" {
+		return !ok
+	}
 	return ok && g.service == e.service && g.context == servicesv1alpha1.ContextProject && !g.draft &&
 		s.uids[e.service] == w.uid && c.servesLocked(e, s)
 }

@@ -424,4 +424,37 @@ func TestAllProjectsWatchesFollowEnablements(t *testing.T) {
 	if billingWatch.Err() == nil {
 		t.Fatal("an all-projects watch goes on after its Service returned to Draft")
 	}
+
+	// Watches of a resource no Service lists end when one comes to; those
+	// of Kubernetes' resources are never held.
+	freeWatch, freeDone := c.Watch(context.Background(), "", ungated)
+	defer freeDone()
+	projectFree, projectFreeDone := c.Watch(context.Background(), "id-a", ungated)
+	defer projectFreeDone()
+	c.Watch(context.Background(), "id-a", schema.GroupResource{Resource: "configmaps"})
+	claims := service("things", servicesv1alpha1.Draft, resource(ungated.Group, ungated.Resource, servicesv1alpha1.ContextProject))
+	if obj, err = runtime.DefaultUnstructuredConverter.ToUnstructured(&claims); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.services.Add(&unstructured.Unstructured{Object: obj}); err != nil {
+		t.Fatal(err)
+	}
+	if freeWatch.Err() != nil || projectFree.Err() != nil {
+		t.Fatal("ended before a Service listed the resource")
+	}
+	c.build()
+	if freeWatch.Err() == nil || projectFree.Err() == nil {
+		t.Fatal("watches of a resource go on after a Service listed it")
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for e := range c.watches {
+		if e.service == "" && e.project == "id-a" {
+			for _, w := range c.watches[e] {
+				if w.gr.Resource == "configmaps" {
+					t.Fatal("a watch of ConfigMaps is held by the catalog")
+				}
+			}
+		}
+	}
 }
