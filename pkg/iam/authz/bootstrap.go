@@ -46,7 +46,8 @@ func permissions(group string, resources, verbs []string) []string {
 func BootstrapRoles() []iamv1alpha1.Role {
 	hierarchy := []string{"organizations", "folders", "projects"}
 	contents := []string{"configmaps", "namespaces", "serviceaccounts", "events", "limitranges", "resourcequotas"}
-	viewer := append(permissions("resourcemanager.miloapis.com", hierarchy, readVerbs), permissions("core", contents, readVerbs)...)
+	// Suspensions of the organization's projects say why writes there fail.
+	viewer := append(permissions("resourcemanager.miloapis.com", append(hierarchy, "projectsuspensions"), readVerbs), permissions("core", contents, readVerbs)...)
 	viewer = append(viewer, permissions("coordination.k8s.io", []string{"leases"}, readVerbs)...)
 	viewer = append(viewer, permissions("events.k8s.io", []string{"events"}, readVerbs)...)
 	// The catalog of services, and which ones a project enabled; enabling
