@@ -386,7 +386,9 @@ func TestProviderQuotas(t *testing.T) {
 	if _, err := admin.Resource(projectSuspensionsGVR).Create(ctx, forged, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = admin.Resource(projectSuspensionsGVR).Delete(ctx, forged.GetName(), metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = admin.Resource(projectSuspensionsGVR).Delete(ctx, forged.GetName(), metav1.DeleteOptions{})
+	})
 	orgSuspensions := aliceOrg.Resource(projectSuspensionsGVR)
 	suspended, err := orgSuspensions.List(ctx, metav1.ListOptions{})
 	if err != nil || len(suspended.Items) != 1 || suspended.Items[0].GetName() != web+"-billing" {
