@@ -5,9 +5,9 @@
 // The router asks it, for every request in a tenant context, whether the
 // resource is served there (tenancy.ServiceGates), and the all-projects view
 // asks it which projects' objects of a resource to show. Every answer is a
-// lookup in memory. It is fed by three shared informers — Services and CRDs
-// of the platform, ServiceActivations of every project (metadata only) —
-// with one event handler each: an enablement costs one map entry and the
+// lookup in memory. It is fed by four shared informers — Services, CRDs and
+// APIServices of the platform, ServiceActivations of every project
+// (metadata only) — with one event handler each: an enablement costs one map entry and the
 // informer's slim copy of its metadata, never a goroutine, watch or timer.
 package catalog
 
@@ -45,6 +45,8 @@ type Catalog struct {
 	rebuild  sync.Mutex
 	services cache.Store
 	crds     cache.Store
+	// apiServices, if set, tell which groups an aggregated server serves.
+	apiServices cache.Store
 
 	mu sync.RWMutex
 	// enabled holds one entry per ServiceActivation: a project's storage id
@@ -59,12 +61,16 @@ type Catalog struct {
 	// (OnShownChange): one per open all-projects watch.
 	shownSubs map[uint64]shownSub
 	nextID    uint64
-	// changedAt is the resource version at which what the all-projects
-	// view shows of a resource last changed (a project's enablement of its
-	// Service coming or going, its Service changing), as far as the catalog
-	// has seen: a watch from before it would miss the change. One entry per
-	// resource a Service ever listed.
+	// changedAt is the resource version at which the Service serving a
+	// resource last changed (registered, deleted, into or out of Draft or
+	// the Project context, the resource passed on), as far as the catalog
+	// has seen: a watch of the all-projects view from before it would miss
+	// the change. One entry per resource a Service ever listed.
 	changedAt map[schema.GroupResource]uint64
+	// changes are, per Service, the latest enablements that came into
+	// effect or went, with their resource versions: an all-projects watch
+	// from a resource version they reach back to replays those after it.
+	changes map[string]*changeLog
 	// activationRV and serviceRV are the newest resource versions seen of
 	// activations and of Services.
 	activationRV, serviceRV uint64
@@ -109,9 +115,13 @@ type snapshot struct {
 	// phases and UIDs of every Service, by name.
 	phases map[string]servicesv1alpha1.Phase
 	uids   map[string]string
+	// aggregated are the groups an aggregated server serves, whose
+	// resources the catalog does not know all of.
+	aggregated sets.Set[string]
 }
 
-var empty = &snapshot{gates: map[schema.GroupResource]gate{}, groups: map[string]sets.Set[string]{}, phases: map[string]servicesv1alpha1.Phase{}, uids: map[string]string{}}
+var empty = &snapshot{gates: map[schema.GroupResource]gate{}, groups: map[string]sets.Set[string]{}, phases: map[string]servicesv1alpha1.Phase{}, uids: map[string]string{},
+	aggregated: sets.New[string]()}
 
 func (c *Catalog) current() *snapshot {
 	if s := c.snap.Load(); s != nil {
@@ -153,7 +163,9 @@ func (c *Catalog) servedBy(g gate, t tenancy.Tenant) bool {
 func (c *Catalog) GroupHidden(t tenancy.Tenant, group string) bool {
 	s := c.current()
 	resources, ok := s.groups[group]
-	if !ok {
+	if !ok || s.aggregated.Has(group) {
+		// An aggregated server's group may serve resources no Service
+		// lists: only its resources are hidden, never the group.
 		return false
 	}
 	for r := range resources {
@@ -265,11 +277,21 @@ func (c *Catalog) Watch(ctx context.Context, project string, gr schema.GroupReso
 // OnShownChange calls changed, under the catalog's lock, with a project's
 // storage id whenever the project's enablement of the Service that lists gr
 // comes into effect or goes, until the function it returns is called
-// (tenantstorage.Shown); fresh is false when what the all-projects view
-// shows of gr changed after resource version since (when not 0).
+// (tenantstorage.Shown). From since (when not 0), it first calls changed
+// for every project whose enablement changed after since; fresh is false
+// when that cannot be told (the Service changed after since, or so many
+// enablements did that the catalog no longer holds them all).
 func (c *Catalog) OnShownChange(gr schema.GroupResource, since uint64, changed func(projectID string)) (func(), bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if since > 0 {
+		if c.changedAt[gr] > since {
+			return func() {}, false
+		}
+		if g, ok := c.current().gates[gr]; ok && !c.changes[g.service].after(since, changed) {
+			return func() {}, false
+		}
+	}
 	if c.shownSubs == nil {
 		c.shownSubs = map[uint64]shownSub{}
 	}
@@ -280,7 +302,54 @@ func (c *Catalog) OnShownChange(gr schema.GroupResource, since uint64, changed f
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		delete(c.shownSubs, id)
-	}, since == 0 || c.changedAt[gr] <= since
+	}, true
+}
+
+// changeLogSize bounds the enablement changes kept per Service: a watch
+// from a resource version before the oldest of them lists again. At 1,000
+// changes a second it reaches back 4 s, far beyond an informer's list and
+// watch.
+const changeLogSize = 4096
+
+// changeLog holds a Service's latest enablement changes.
+type changeLog struct {
+	entries []change
+	next    int
+	// floor is the newest resource version of a change no longer held:
+	// the log holds every change after it.
+	floor uint64
+}
+
+type change struct {
+	rv      uint64
+	project string
+}
+
+func (l *changeLog) add(c change) {
+	if len(l.entries) < changeLogSize {
+		l.entries = append(l.entries, c)
+		return
+	}
+	l.floor = max(l.floor, l.entries[l.next].rv)
+	l.entries[l.next] = c
+	l.next = (l.next + 1) % changeLogSize
+}
+
+// after calls each with the project of every change after rv; false when
+// the log no longer holds them all. A nil log holds no change.
+func (l *changeLog) after(rv uint64, each func(string)) bool {
+	if l == nil {
+		return true
+	}
+	if rv < l.floor {
+		return false
+	}
+	for _, c := range l.entries {
+		if c.rv > rv {
+			each(c.project)
+		}
+	}
+	return true
 }
 
 // Enablements returns how many enablements the catalog holds.
@@ -309,8 +378,8 @@ func (c *Catalog) ProjectsShown(gr schema.GroupResource) func(projectID string) 
 // all-projects view, qualified: package allprojects), until ctx ends. It
 // returns once they have synced, false if ctx ended first. The informers
 // must have been started, or be started by the caller.
-func (c *Catalog) Run(ctx context.Context, services, crds, activations cache.SharedIndexInformer) bool {
-	c.services, c.crds = services.GetStore(), crds.GetStore()
+func (c *Catalog) Run(ctx context.Context, services, crds, apiServices, activations cache.SharedIndexInformer) bool {
+	c.services, c.crds, c.apiServices = services.GetStore(), crds.GetStore(), apiServices.GetStore()
 	rebuild := func(service bool) cache.ResourceEventHandlerFuncs {
 		changed := func(obj any) {
 			if service {
@@ -325,7 +394,7 @@ func (c *Catalog) Run(ctx context.Context, services, crds, activations cache.Sha
 		}
 	}
 	regs := []cache.ResourceEventHandlerRegistration{}
-	for i, inf := range []cache.SharedIndexInformer{services, crds} {
+	for i, inf := range []cache.SharedIndexInformer{services, crds, apiServices} {
 		reg, err := inf.AddEventHandler(rebuild(i == 0))
 		if err != nil {
 			return false
@@ -463,11 +532,13 @@ func (c *Catalog) activation(obj any, present bool) {
 // c.mu.
 func (c *Catalog) shownChangedLocked(e enablement, rv uint64) {
 	s := c.current()
-	for gr, g := range s.gates {
-		if g.service == e.service {
-			c.markChangedLocked(gr, rv)
-		}
+	if c.changes == nil {
+		c.changes = map[string]*changeLog{}
 	}
+	if c.changes[e.service] == nil {
+		c.changes[e.service] = &changeLog{}
+	}
+	c.changes[e.service].add(change{rv: rv, project: e.project})
 	for _, sub := range c.shownSubs {
 		if s.gates[sub.gr].service == e.service {
 			sub.changed(e.project)
@@ -522,7 +593,8 @@ func (c *Catalog) build() {
 	if c.services == nil || c.crds == nil {
 		return
 	}
-	s := &snapshot{gates: map[schema.GroupResource]gate{}, groups: map[string]sets.Set[string]{}, phases: map[string]servicesv1alpha1.Phase{}, uids: map[string]string{}}
+	s := &snapshot{gates: map[schema.GroupResource]gate{}, groups: map[string]sets.Set[string]{}, phases: map[string]servicesv1alpha1.Phase{}, uids: map[string]string{},
+		aggregated: sets.New[string]()}
 	var services []*servicesv1alpha1.Service
 	for _, obj := range c.services.List() {
 		if svc, ok := toService(obj); ok {
@@ -559,6 +631,18 @@ func (c *Catalog) build() {
 				s.groups[r.Group] = sets.New[string]()
 			}
 			s.groups[r.Group].Insert(r.Resource)
+		}
+	}
+	if c.apiServices != nil {
+		for _, obj := range c.apiServices.List() {
+			u, ok := obj.(*unstructured.Unstructured)
+			if !ok {
+				continue
+			}
+			group, _, _ := unstructured.NestedString(u.Object, "spec", "group")
+			if svc, found, _ := unstructured.NestedMap(u.Object, "spec", "service"); found && svc != nil {
+				s.aggregated.Insert(group)
+			}
 		}
 	}
 	for _, obj := range c.crds.List() {

@@ -370,14 +370,22 @@ func TestAllProjectsWatchesFollowEnablements(t *testing.T) {
 	}
 	stop()
 	// The activations changed at resource version 7: a watch from before
-	// would miss it, one from then would not; billing's gizmos are not
-	// widgets'.
-	for since, want := range map[uint64]bool{6: false, 7: true, 0: true} {
-		stop, fresh := c.OnShownChange(widgets, since, func(string) {})
+	// is told of id-a at once, one from then of nothing.
+	for since, want := range map[uint64]string{6: "[id-a id-a]", 7: "[]", 0: "[]"} {
+		var told []string
+		stop, fresh := c.OnShownChange(widgets, since, func(p string) { told = append(told, p) })
 		stop()
-		if fresh != want {
-			t.Errorf("a watch of widgets from %d: fresh %v, want %v", since, fresh, want)
+		if !fresh || fmt.Sprint(told) != want {
+			t.Errorf("a watch of widgets from %d: fresh %v, told of %v, want %s", since, fresh, told, want)
 		}
+	}
+	// So many changes later that the catalog no longer holds them all, a
+	// watch from 6 cannot be told: it lists again.
+	for i := range changeLogSize {
+		c.activation(activationOf(fmt.Sprintf("id-many-%d", i), "widgets", "uid-widgets"), true)
+	}
+	if _, fresh := c.OnShownChange(widgets, 6, func(string) {}); fresh {
+		t.Error("a watch from before the changes the catalog holds is told it is fresh")
 	}
 	c.activation(activationOf("id-a", "widgets", "uid-widgets"), true)
 	if len(heard) != 2 {
@@ -456,5 +464,25 @@ func TestAllProjectsWatchesFollowEnablements(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A group an aggregated server serves may hold resources no Service lists:
+// the group stays in discovery, only the resources Services hide are hidden.
+func TestAggregatedGroupsAreNeverHiddenWhole(t *testing.T) {
+	samples := schema.GroupResource{Group: "metrics.example.com", Resource: "samples"}
+	c := catalogOf(t, []servicesv1alpha1.Service{service("metrics", servicesv1alpha1.Published,
+		resource(samples.Group, samples.Resource, servicesv1alpha1.ContextProject))}, nil, nil)
+	if !c.GroupHidden(other, samples.Group) {
+		t.Fatal("a group whose every known resource is hidden is shown")
+	}
+	c.apiServices = cache.NewStore(cache.MetaNamespaceKeyFunc)
+	if err := c.apiServices.Add(&unstructured.Unstructured{Object: map[string]any{"metadata": map[string]any{"name": "v1." + samples.Group},
+		"spec": map[string]any{"group": samples.Group, "version": "v1", "service": map[string]any{"name": "metrics", "namespace": "metrics"}}}}); err != nil {
+		t.Fatal(err)
+	}
+	c.build()
+	if c.GroupHidden(other, samples.Group) || c.Served(other, samples) {
+		t.Fatal("an aggregated group: want it shown and the resource its Service lists hidden")
 	}
 }

@@ -19,6 +19,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -191,14 +192,15 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if !crdsInstalled.wait(ctx) {
 				return nil
 			}
-			services, activations, err := catalogInformers(loopback)
+			services, apiServices, activations, err := catalogInformers(loopback)
 			if err != nil {
 				return err
 			}
 			crds := apiExtensions.Informers.Apiextensions().V1().CustomResourceDefinitions().Informer()
 			go services.RunWithContext(ctx)
+			go apiServices.RunWithContext(ctx)
 			go activations.RunWithContext(ctx)
-			if !c.Catalog.Run(ctx, services, crds, activations) && ctx.Err() == nil {
+			if !c.Catalog.Run(ctx, services, crds, apiServices, activations) && ctx.Err() == nil {
 				return errors.New("the service catalog's informers did not sync")
 			}
 			return nil
@@ -409,22 +411,24 @@ func announceReady(ctx context.Context, opts CompletedOptions, loopback *rest.Co
 // catalogInformers are the informers the service catalog's index reads:
 // Services of the platform (whole: they are few), and ServiceActivations of
 // every project (metadata only: one per enablement).
-func catalogInformers(loopback *rest.Config) (services, activations cache.SharedIndexInformer, err error) {
+func catalogInformers(loopback *rest.Config) (services, apiServices, activations cache.SharedIndexInformer, err error) {
 	dyn, err := dynamic.NewForConfig(loopback)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	services = dynamicinformer.NewFilteredDynamicInformer(dyn, servicesv1alpha1.ServicesResource, "", 0, cache.Indexers{}, nil).Informer()
+	apiServices = dynamicinformer.NewFilteredDynamicInformer(dyn, schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"},
+		"", 0, cache.Indexers{}, nil).Informer()
 	clients, err := allprojects.NewClients(loopback)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	meta, err := metadata.NewForConfigAndClient(clients.AllProjectsConfig(), clients.HTTPClient())
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	activations = metadatainformer.NewFilteredMetadataInformer(meta, servicesv1alpha1.ActivationsResource, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
-	return services, activations, activations.SetTransform(catalog.SlimActivation)
+	return services, apiServices, activations, activations.SetTransform(catalog.SlimActivation)
 }
 
 // controllerIdentity is the lease identity of the in-process controllers,

@@ -270,7 +270,8 @@ func TestAllProjectsWatchReplaysWhatBecomesShown(t *testing.T) {
 	put("b", "b-three", "x")
 	next(w, watch.Added, "b-three")
 
-	// A watch from the first list would miss both changes.
+	// A watch from the first list, where Shown cannot tell it what changed
+	// since, is refused.
 	if _, err := s.Watch(ctx, prefix, storage.ListOptions{ResourceVersion: listed, Recursive: true, Predicate: pred}); !apierrors.IsResourceExpired(err) {
 		t.Fatalf("a watch from before a change of what is shown: %v, want 410", err)
 	}
