@@ -74,6 +74,12 @@ type Catalog struct {
 	// activationRV and serviceRV are the newest resource versions seen of
 	// activations and of Services.
 	activationRV, serviceRV uint64
+	// floor is the oldest resource version from which the catalog can
+	// tell an all-projects watch every change: where it loaded, or where
+	// its informer last learned of a deletion only by listing again.
+	floor uint64
+	// lastSync is the activations informer's last resource version.
+	lastSync func() string
 }
 
 // openWatch is one open watch of a gated resource: it ends when the
@@ -285,7 +291,7 @@ func (c *Catalog) OnShownChange(gr schema.GroupResource, since uint64, changed f
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if since > 0 {
-		if c.changedAt[gr] > since {
+		if c.changedAt[gr] > since || since < c.floor {
 			return func() {}, false
 		}
 		if g, ok := c.current().gates[gr]; ok && !c.changes[g.service].after(since, changed) {
@@ -381,16 +387,16 @@ func (c *Catalog) ProjectsShown(gr schema.GroupResource) func(projectID string) 
 func (c *Catalog) Run(ctx context.Context, services, crds, apiServices, activations cache.SharedIndexInformer) bool {
 	c.services, c.crds, c.apiServices = services.GetStore(), crds.GetStore(), apiServices.GetStore()
 	rebuild := func(service bool) cache.ResourceEventHandlerFuncs {
-		changed := func(obj any) {
+		changed := func(old, obj any) {
 			if service {
-				c.noteServiceRV(obj)
+				c.serviceChanged(old, obj)
 			}
 			c.build()
 		}
 		return cache.ResourceEventHandlerFuncs{
-			AddFunc:    changed,
-			UpdateFunc: func(_, obj any) { changed(obj) },
-			DeleteFunc: changed,
+			AddFunc:    func(obj any) { changed(nil, obj) },
+			UpdateFunc: changed,
+			DeleteFunc: func(obj any) { changed(obj, obj) },
 		}
 	}
 	regs := []cache.ResourceEventHandlerRegistration{}
@@ -418,8 +424,19 @@ func (c *Catalog) Run(ctx context.Context, services, crds, apiServices, activati
 		return false
 	}
 	c.build()
+	// What changed before the catalog had loaded is not known: a watch
+	// from before then lists again.
+	c.mu.Lock()
+	c.lastSync = activations.LastSyncResourceVersion
+	c.floor = max(c.floor, parseRV(c.lastSync()))
+	c.mu.Unlock()
 	c.synced.Store(true)
 	return true
+}
+
+func parseRV(v string) uint64 {
+	rv, _ := strconv.ParseUint(v, 10, 64)
+	return rv
 }
 
 // servesLocked reports whether the enablement e is in effect with the
@@ -505,10 +522,15 @@ func (c *Catalog) activation(obj any, present bool) {
 		}
 		delete(c.enabled, e)
 	}
-	rv, _ := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+	rv := parseRV(m.GetResourceVersion())
 	if _, unknown := d.(cache.DeletedFinalStateUnknown); unknown || rv == 0 {
-		// When it went is not known: at the latest after everything seen.
+		// When it went is not known, only that it was before the list
+		// that found it gone: no watch from before that can be told.
 		rv = c.activationRV
+		if c.lastSync != nil {
+			rv = max(rv, parseRV(c.lastSync()))
+		}
+		c.floor = max(c.floor, rv)
 	}
 	c.activationRV = max(c.activationRV, rv)
 	current := c.current().uids[e.service]
@@ -553,17 +575,43 @@ func (c *Catalog) markChangedLocked(gr schema.GroupResource, rv uint64) {
 	c.changedAt[gr] = max(c.changedAt[gr], rv)
 }
 
-// noteServiceRV records the resource version of a Service's event: the
-// point at which the snapshot built next changed.
-func (c *Catalog) noteServiceRV(obj any) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = d.Obj
+// serviceChanged records, at the resource version of a Service's event,
+// that what the all-projects view shows of the resources it lists (before
+// and after) changed, when its registration, phase or resources did.
+func (c *Catalog) serviceChanged(old, obj any) {
+	rvOf := func(o any) uint64 {
+		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			o = d.Obj
+		}
+		if m, ok := o.(metav1.Object); ok {
+			return parseRV(m.GetResourceVersion())
+		}
+		return 0
 	}
-	if m, ok := obj.(metav1.Object); ok {
-		rv, _ := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
-		c.mu.Lock()
-		c.serviceRV = max(c.serviceRV, rv)
-		c.mu.Unlock()
+	svcOf := func(o any) *servicesv1alpha1.Service {
+		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
+			o = d.Obj
+		}
+		if s, ok := toService(o); ok {
+			return s
+		}
+		return &servicesv1alpha1.Service{}
+	}
+	rv := rvOf(obj)
+	before, after := svcOf(old), svcOf(obj)
+	draft := func(s *servicesv1alpha1.Service) bool {
+		return s.Spec.Phase == "" || s.Spec.Phase == servicesv1alpha1.Draft
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.serviceRV = max(c.serviceRV, rv)
+	if old != nil && obj != nil && old != obj && before.UID == after.UID && draft(before) == draft(after) && slices.Equal(before.Spec.Resources, after.Spec.Resources) {
+		return
+	}
+	for _, s := range []*servicesv1alpha1.Service{before, after} {
+		for _, r := range s.Spec.Resources {
+			c.markChangedLocked(schema.GroupResource{Group: r.Group, Resource: r.Resource}, rv)
+		}
 	}
 }
 
@@ -655,8 +703,9 @@ func (c *Catalog) build() {
 		}
 	}
 	old := c.current()
-	c.snap.Store(s)
+	// Recorded before anyone can see the new gates.
 	c.markServiceChanges(old, s)
+	c.snap.Store(s)
 	c.endWatches(s)
 }
 

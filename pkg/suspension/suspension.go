@@ -121,7 +121,8 @@ var projectsResource = schema.GroupResource{Group: resourcemanagerv1alpha1.Schem
 // Admit labels a ProjectSuspension with the organization of the project it
 // names, whatever the client sent: the label is what an organization's
 // context serves it by. A suspension keeps the label it was created with
-// (its project cannot change).
+// (its project cannot change); one stored without it (before it existed)
+// gets it at its next update.
 func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if a.GetResource().GroupResource() != tenancy.SuspensionsResource || a.GetSubresource() != "" || a.GetOperation() == admission.Delete {
 		return nil
@@ -131,7 +132,7 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 		return nil
 	}
 	org := ""
-	if old, ok := a.GetOldObject().(*unstructured.Unstructured); ok && a.GetOperation() == admission.Update {
+	if old, ok := a.GetOldObject().(*unstructured.Unstructured); ok && a.GetOperation() == admission.Update && old.GetLabels()[tenancy.OrganizationLabel] != "" {
 		org = old.GetLabels()[tenancy.OrganizationLabel]
 	} else if project, _, _ := unstructured.NestedString(obj.Object, "spec", "projectRef", "name"); project != "" && p.hierarchy != nil {
 		var err error
@@ -159,7 +160,7 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	t := tenancy.From(ctx)
 	if t.Kind == tenancy.Organization && a.GetResource().GroupResource() == tenancy.SuspensionsResource && a.GetOperation() == admission.Delete {
-		return liftByConsumer(a)
+		return liftByConsumer(a, t.Name)
 	}
 	if t.Kind != tenancy.Project || a.GetOperation() == admission.Delete {
 		return nil
@@ -184,10 +185,12 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 // its projects (the router has checked that it is) only when its
 // reinstateAuthority is Consumer: one the platform's operators placed with
 // Operator authority stays until they lift it.
-func liftByConsumer(a admission.Attributes) error {
+func liftByConsumer(a admission.Attributes, org string) error {
 	old, ok := a.GetOldObject().(*unstructured.Unstructured)
-	if !ok {
-		return apierrors.NewForbidden(tenancy.SuspensionsResource, a.GetName(), fmt.Errorf("the suspension to lift is unknown"))
+	if !ok || old.GetLabels()[tenancy.OrganizationLabel] != org {
+		// (The router found it the organization's; checked again on
+		// the object being deleted.)
+		return apierrors.NewNotFound(tenancy.SuspensionsResource, a.GetName())
 	}
 	authority, _, _ := unstructured.NestedString(old.Object, "spec", "reinstateAuthority")
 	if authority != string(resourcemanagerv1alpha1.AuthorityConsumer) {

@@ -244,7 +244,7 @@ func (v visibility) keepAggregatedGroup(item map[string]any) bool {
 			gr := schema.GroupResource{Group: group, Resource: name}
 			if !v.platformOnly(gr) && !v.hiddenInScope(gr, res["scope"] != "Cluster") {
 				readOnly(gr, name, res)
-				if subresources, ok := res["subresources"].([]any); ok && gr == Catalog {
+				if subresources, ok := res["subresources"].([]any); ok && (gr == Catalog || gr == SuspensionsResource) {
 					for _, sub := range subresources {
 						if m, ok := sub.(map[string]any); ok {
 							readOnly(gr, name+"/"+fmt.Sprint(m["subresource"]), m)

@@ -59,10 +59,12 @@ func (s *store) watchShown(ctx context.Context, key string, opts, asked storage.
 	if w.maxReplay <= 0 {
 		w.maxReplay = DefaultMaxListItems
 	}
-	if since > 0 && (asked.SendInitialEvents == nil || !*asked.SendInitialEvents) {
-		// Events follow since: the stream is there from the start.
-		w.at = since
+	if asked.SendInitialEvents != nil && *asked.SendInitialEvents {
+		// The initial state is what is shown now: nothing before it to tell.
+		since = 0
 	}
+	// Events follow since: the stream is there from the start.
+	w.at = since
 	// Subscribed before the watch starts: a change after since, before or
 	// after it opens, is either refused here or replayed.
 	stop, fresh := s.shown.OnShownChange(s.resource, since, w.changedProject)
@@ -80,16 +82,22 @@ func (s *store) watchShown(ctx context.Context, key string, opts, asked storage.
 	w.replay = func(projectID string, rv uint64) ([]runtime.Object, error) {
 		return s.projectObjects(ctx, projectID, asked, rv, w.maxReplay)
 	}
+	if asked.Predicate.AllowWatchBookmarks && s.newFunc != nil {
+		w.bookmark = func(rv uint64) (runtime.Object, bool) {
+			obj := s.newFunc()
+			return obj, (storage.APIObjectVersioner{}).UpdateObject(obj, rv) == nil
+		}
+	}
 	go w.run()
 	return w, nil
 }
 
 // projectObjects lists one project's objects that opts select, as they were
 // at resource version rv: at most max of them.
-func (s *store) projectObjects(ctx context.Context, projectID string, opts storage.ListOptions, rv uint64, max int64) ([]runtime.Object, error) {
+func (s *store) projectObjects(ctx context.Context, projectID string, opts storage.ListOptions, rv uint64, most int64) ([]runtime.Object, error) {
 	ctx = ServerRead(tenancy.WithTenant(ctx, tenancy.Tenant{Kind: tenancy.Project, ID: projectID}))
 	p := opts.Predicate
-	p.Limit, p.Continue = max+1, ""
+	p.Limit, p.Continue = most+1, ""
 	list := s.newList()
 	if err := s.GetList(ctx, s.prefix, storage.ListOptions{ResourceVersion: strconv.FormatUint(rv, 10), ResourceVersionMatch: metav1.ResourceVersionMatchExact,
 		Recursive: true, Predicate: p}, list); err != nil {
@@ -99,8 +107,8 @@ func (s *store) projectObjects(ctx context.Context, projectID string, opts stora
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(items)) > max {
-		return nil, fmt.Errorf("more than %d objects to replay", max)
+	if int64(len(items)) > most {
+		return nil, fmt.Errorf("more than %d objects to replay", most)
 	}
 	return items, nil
 }
@@ -196,6 +204,9 @@ type shownWatch struct {
 	// were at a resource version; maxReplay bounds how many.
 	replay    func(projectID string, rv uint64) ([]runtime.Object, error)
 	maxReplay int64
+	// bookmark, when the client asked for bookmarks, makes one at a
+	// resource version.
+	bookmark func(rv uint64) (runtime.Object, bool)
 	// at is the resource version the stream has reached (0: not known),
 	// read and written by run only.
 	at uint64
@@ -232,14 +243,25 @@ func (w *shownWatch) run() {
 				return
 			}
 			// Changes recorded before this event are replayed before it,
-			// at the point the stream has reached; one recorded after
-			// judging it is replayed after it.
+			// at the point the stream has reached.
 			if !w.replayChanged() {
 				return
 			}
 			switch e.Type {
 			case watch.Added, watch.Modified, watch.Deleted:
-				if w.shown(segmentOf(e.Object)) && !w.send(e) {
+				project := segmentOf(e.Object)
+				shown := w.shown(project)
+				for w.pending(project) {
+					// Its showing changed while this event was judged
+					// (the catalog records the change before anyone can
+					// see it): replayed before the event, which is judged
+					// again.
+					if !w.replayChanged() {
+						return
+					}
+					shown = w.shown(project)
+				}
+				if shown && !w.send(e) {
 					return
 				}
 				if w.at != 0 {
@@ -264,6 +286,13 @@ func (w *shownWatch) run() {
 			}
 		}
 	}
+}
+
+// pending reports whether a change of the project's showing waits to be replayed.
+func (w *shownWatch) pending(project string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changed[project]
 }
 
 func (w *shownWatch) send(e watch.Event) bool {
@@ -301,6 +330,13 @@ func (w *shownWatch) replayChanged() bool {
 		}
 		for _, obj := range objs {
 			if !w.send(watch.Event{Type: typ, Object: obj}) {
+				return false
+			}
+		}
+		if w.bookmark != nil && len(objs) > 0 {
+			// Back to where the stream is: the replayed objects' older
+			// versions would otherwise be where its client resumes.
+			if b, ok := w.bookmark(w.at); ok && !w.send(watch.Event{Type: watch.Bookmark, Object: b}) {
 				return false
 			}
 		}

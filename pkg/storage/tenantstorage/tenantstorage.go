@@ -72,7 +72,7 @@ func Decorate(inner generic.StorageDecorator, o Options) generic.StorageDecorato
 		if o.Prefixes != nil {
 			o.Prefixes.add(config.Config.Prefix, resourcePrefix, config.GroupResource)
 		}
-		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: o.MaxListItems, shown: o.Shown, newList: newListFunc,
+		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: o.MaxListItems, shown: o.Shown, newFunc: newFunc, newList: newListFunc,
 			codec: config.Config.Codec}
 		if !unmetered[config.GroupResource] {
 			s.meter = o.Meter
@@ -111,6 +111,7 @@ type store struct {
 	// keyFunc is an object's key, with its tenant segment; newList makes an
 	// empty list of the resource.
 	keyFunc func(runtime.Object) (string, error)
+	newFunc func() runtime.Object
 	newList func() runtime.Object
 }
 
