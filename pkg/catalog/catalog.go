@@ -55,7 +55,8 @@ type Catalog struct {
 	// nowhere.
 	enabled map[enablement]string
 	// watches end when what served them goes (Watch): one entry per open
-	// watch of a gated resource, nothing per project.
+	// watch of a resource a Service lists or may come to list, nothing per
+	// project.
 	watches map[enablement]map[uint64]openWatch
 	// shownSubs are told when a project's enablement of a Service changes
 	// (OnShownChange): one per open all-projects watch.
@@ -71,9 +72,8 @@ type Catalog struct {
 	// effect or went, with their resource versions: an all-projects watch
 	// from a resource version they reach back to replays those after it.
 	changes map[string]*changeLog
-	// activationRV and serviceRV are the newest resource versions seen of
-	// activations and of Services.
-	activationRV, serviceRV uint64
+	// activationRV is the newest resource version seen of activations.
+	activationRV uint64
 	// floor is the oldest resource version from which the catalog can
 	// tell an all-projects watch every change: where it loaded, or where
 	// its informer last learned of a deletion only by listing again.
@@ -82,9 +82,10 @@ type Catalog struct {
 	lastSync func() string
 }
 
-// openWatch is one open watch of a gated resource: it ends when the
-// enablement it was opened under goes, or when gr is no longer that
-// Service's, or the Service is no longer the one it was opened under.
+// openWatch is one open watch: it ends when the enablement it was opened
+// under goes, when gr is no longer that Service's (or, opened under none,
+// when a Service comes to list it), or when the Service is no longer the
+// one it was opened under.
 type openWatch struct {
 	cancel context.CancelFunc
 	gr     schema.GroupResource
@@ -283,7 +284,8 @@ func (c *Catalog) Watch(ctx context.Context, project string, gr schema.GroupReso
 // OnShownChange calls changed, under the catalog's lock, with a project's
 // storage id whenever the project's enablement of the Service that lists gr
 // comes into effect or goes, until the function it returns is called
-// (tenantstorage.Shown). From since (when not 0), it first calls changed
+// (tenantstorage.Shown); with changed nil, it only checks since. From since
+// (when not 0), it first calls changed
 // for every project whose enablement changed after since; fresh is false
 // when that cannot be told (the Service changed after since, or so many
 // enablements did that the catalog no longer holds them all).
@@ -291,12 +293,17 @@ func (c *Catalog) OnShownChange(gr schema.GroupResource, since uint64, changed f
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if since > 0 {
-		if c.changedAt[gr] > since || since < c.floor {
+		// A resource no Service ever listed has nothing to tell.
+		g, gated := c.current().gates[gr]
+		if c.changedAt[gr] > since || (gated && since < c.floor) {
 			return func() {}, false
 		}
-		if g, ok := c.current().gates[gr]; ok && !c.changes[g.service].after(since, changed) {
+		if gated && !c.changes[g.service].after(since, changed) {
 			return func() {}, false
 		}
+	}
+	if changed == nil {
+		return func() {}, true
 	}
 	if c.shownSubs == nil {
 		c.shownSubs = map[uint64]shownSub{}
@@ -577,7 +584,9 @@ func (c *Catalog) markChangedLocked(gr schema.GroupResource, rv uint64) {
 
 // serviceChanged records, at the resource version of a Service's event,
 // that what the all-projects view shows of the resources it lists (before
-// and after) changed, when its registration, phase or resources did.
+// and after) changed, when its registration, phase or resources did. It
+// runs before the snapshot with the change is built, so no watch sees the
+// new gates with the old record.
 func (c *Catalog) serviceChanged(old, obj any) {
 	rvOf := func(o any) uint64 {
 		if d, ok := o.(cache.DeletedFinalStateUnknown); ok {
@@ -604,7 +613,6 @@ func (c *Catalog) serviceChanged(old, obj any) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.serviceRV = max(c.serviceRV, rv)
 	if old != nil && obj != nil && old != obj && before.UID == after.UID && draft(before) == draft(after) && slices.Equal(before.Spec.Resources, after.Spec.Resources) {
 		return
 	}
@@ -702,28 +710,8 @@ func (c *Catalog) build() {
 			rs.Insert(crd.Spec.Names.Plural)
 		}
 	}
-	old := c.current()
-	// Recorded before anyone can see the new gates.
-	c.markServiceChanges(old, s)
 	c.snap.Store(s)
 	c.endWatches(s)
-}
-
-// markServiceChanges records, for every resource whose Service, serving
-// context, phase or registration differs between old and s, that what the
-// all-projects view shows of it changed at the newest Service event.
-func (c *Catalog) markServiceChanges(old, s *snapshot) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, snap := range []*snapshot{old, s} {
-		for gr := range snap.gates {
-			a, inOld := old.gates[gr]
-			b, inNew := s.gates[gr]
-			if inOld != inNew || a != b || old.uids[a.service] != s.uids[b.service] {
-				c.markChangedLocked(gr, c.serviceRV)
-			}
-		}
-	}
 }
 
 // toService converts an informer's object to a Service.

@@ -387,6 +387,29 @@ func TestAllProjectsWatchesFollowEnablements(t *testing.T) {
 	if _, fresh := c.OnShownChange(widgets, 6, func(string) {}); fresh {
 		t.Error("a watch from before the changes the catalog holds is told it is fresh")
 	}
+	// A Service's change is recorded at its event: a watch of its
+	// resources from before it cannot be told; a resource no Service ever
+	// listed has nothing to tell, whatever the catalog's floor.
+	c.floor = 5
+	changedSvc := widgetsSvc
+	changedSvc.ResourceVersion = "9000"
+	changedSvc.Spec.Phase = servicesv1alpha1.Draft
+	c.serviceChanged(&widgetsSvc, &changedSvc)
+	for since, want := range map[uint64]bool{8999: false, 9000: true} {
+		if _, fresh := c.OnShownChange(widgets, since, nil); fresh != want {
+			t.Errorf("a watch of widgets from %d after its Service changed at 9000: fresh %v, want %v", since, fresh, want)
+		}
+	}
+	if _, fresh := c.OnShownChange(ungated, 1, nil); !fresh {
+		t.Error("a watch of a resource no Service lists is refused")
+	}
+	unchanged := widgetsSvc
+	unchanged.ResourceVersion = "9500"
+	unchanged.Spec.Description = "only the description"
+	c.serviceChanged(&widgetsSvc, &unchanged)
+	if _, fresh := c.OnShownChange(widgets, 9000, nil); !fresh {
+		t.Error("a Service's description changed what a watch must be told")
+	}
 	c.activation(activationOf("id-a", "widgets", "uid-widgets"), true)
 	if len(heard) != 2 {
 		t.Fatal("a subscription goes on after it was stopped")

@@ -213,7 +213,7 @@ func filterDiscovery(body []byte, v visibility) ([]byte, bool) {
 			name, _ := item["name"].(string)
 			resource, _, _ := strings.Cut(name, "/")
 			gr := schema.GroupResource{Group: group, Resource: resource}
-			readOnly(gr, name, item)
+			tenantVerbs(gr, name, item)
 			namespaced, _ := item["namespaced"].(bool)
 			return !v.platformOnly(gr) && !v.hiddenInScope(gr, namespaced)
 		})
@@ -243,11 +243,11 @@ func (v visibility) keepAggregatedGroup(item map[string]any) bool {
 			name, _ := res["resource"].(string)
 			gr := schema.GroupResource{Group: group, Resource: name}
 			if !v.platformOnly(gr) && !v.hiddenInScope(gr, res["scope"] != "Cluster") {
-				readOnly(gr, name, res)
+				tenantVerbs(gr, name, res)
 				if subresources, ok := res["subresources"].([]any); ok && (gr == Catalog || gr == SuspensionsResource) {
 					for _, sub := range subresources {
 						if m, ok := sub.(map[string]any); ok {
-							readOnly(gr, name+"/"+fmt.Sprint(m["subresource"]), m)
+							tenantVerbs(gr, name+"/"+fmt.Sprint(m["subresource"]), m)
 						}
 					}
 				}
@@ -261,11 +261,11 @@ func (v visibility) keepAggregatedGroup(item map[string]any) bool {
 	return true
 }
 
-// readOnly makes a discovery entry of a platform resource a tenant context
+// tenantVerbs makes a discovery entry of a platform resource a tenant context
 // reads, say what the context allows: the catalog of Services get, list and
 // watch; ProjectSuspensions (an organization's) also delete. (A controller
 // emptying a project deletes what discovery says it can.)
-func readOnly(gr schema.GroupResource, name string, entry map[string]any) {
+func tenantVerbs(gr schema.GroupResource, name string, entry map[string]any) {
 	switch {
 	case gr != Catalog && gr != SuspensionsResource:
 	case name == gr.Resource && gr == SuspensionsResource:

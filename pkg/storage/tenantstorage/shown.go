@@ -39,10 +39,16 @@ func errShownChanged(why string) *apierrors.StatusError {
 	return apierrors.NewResourceExpired("the projects this view shows changed " + why + "; list again")
 }
 
-// projectsShown returns, for an all-projects read by anyone but a superuser,
-// which projects' objects it shows; nil for all.
+// narrowed reports whether an all-projects read is narrowed by Shown: one
+// by anyone but a superuser, on a server with a catalog.
+func (s *store) narrowed(ctx context.Context) bool {
+	return s.shown != nil && tenancy.From(ctx).Kind == tenancy.AllProjects && !tenancy.Superuser(ctx)
+}
+
+// projectsShown returns, for a narrowed read, which projects' objects it
+// shows; nil for all.
 func (s *store) projectsShown(ctx context.Context) func(string) bool {
-	if s.shown == nil || tenancy.From(ctx).Kind != tenancy.AllProjects || tenancy.Superuser(ctx) {
+	if !s.narrowed(ctx) {
 		return nil
 	}
 	return s.shown.ProjectsShown(s.resource)
@@ -50,8 +56,9 @@ func (s *store) projectsShown(ctx context.Context) func(string) bool {
 
 // watchShown opens an all-projects watch of what shown allows (nil: every
 // project), at asked, the options the client asked with, which a replay of
-// a project's objects keeps (its selectors). A watch from a resource version
-// older than a change of what is shown is refused (410): it would miss it.
+// a project's objects keeps (its selectors). The changes of what is shown
+// since the client's resource version are replayed first; a watch from a
+// version whose changes Shown cannot tell is refused (410).
 func (s *store) watchShown(ctx context.Context, key string, opts, asked storage.ListOptions, shown func(string) bool) (watch.Interface, error) {
 	since, _ := strconv.ParseUint(asked.ResourceVersion, 10, 64)
 	w := &shownWatch{shown: shown, result: make(chan watch.Event), done: make(chan struct{}), wake: make(chan struct{}, 1),
@@ -66,8 +73,13 @@ func (s *store) watchShown(ctx context.Context, key string, opts, asked storage.
 	// Events follow since: the stream is there from the start.
 	w.at = since
 	// Subscribed before the watch starts: a change after since, before or
-	// after it opens, is either refused here or replayed.
-	stop, fresh := s.shown.OnShownChange(s.resource, since, w.changedProject)
+	// after it opens, is either refused here or replayed. Every project
+	// shown (no filter), only since is checked.
+	changed := w.changedProject
+	if shown == nil {
+		changed = nil
+	}
+	stop, fresh := s.shown.OnShownChange(s.resource, since, changed)
 	if !fresh {
 		stop()
 		return nil, errShownChanged("since resource version " + asked.ResourceVersion)

@@ -264,7 +264,7 @@ func (s *store) Watch(ctx context.Context, key string, opts storage.ListOptions)
 	if err != nil {
 		return nil, err
 	}
-	if s.shown != nil && tenancy.From(ctx).Kind == tenancy.AllProjects && !tenancy.Superuser(ctx) {
+	if s.narrowed(ctx) {
 		return s.watchShown(ctx, k, opts, asked, s.shown.ProjectsShown(s.resource))
 	}
 	return s.Interface.Watch(ctx, k, opts)
