@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/initializer"
@@ -21,6 +22,7 @@ import (
 	api "k8s.io/kubernetes/pkg/apis/core"
 
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
+	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -32,8 +34,8 @@ const PluginName = "MiloQuota"
 //
 //   - claims, for each create a ClaimCreationPolicy matches, the units its
 //     consumer's buckets hold, and refuses the create (403) when one would
-//     be exceeded; the claim is stored before the object, named after the
-//     policy and the object's uid;
+//     be exceeded; the claim is stored with the object, in its transaction
+//     (on etcd), or before it, named after the policy and the object's uid;
 //   - asks the ledger to check the claims of an object whose delete it
 //     admits (and of every object of a Project being deleted);
 //   - keeps the quota objects the platform's: they are written at the
@@ -203,6 +205,27 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 		p.ledger.ReleaseObject(trigger.ObjectKey())
 		return nil
 	}
+	release := func(plans []ClaimPlan) {
+		for _, plan := range plans {
+			p.ledger.Release(plan.Namespace, plan.Name)
+		}
+		p.ledger.ReleaseObject(trigger.ObjectKey())
+	}
+	if len(reserved) == 0 {
+		return nil
+	}
+	// On etcd the claims are stored in the object's own transaction: one
+	// durable write, and a create that fails stores no claim.
+	if joint := tenantstorage.JointFrom(ctx); joint != nil {
+		companions, err := claimObjects(reserved)
+		if err != nil {
+			release(reserved)
+			return apierrors.NewInternalError(err)
+		}
+		if joint.Add(accessor.GetUID(), companions, func() { release(reserved) }) {
+			return nil
+		}
+	}
 	for i, plan := range reserved {
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(plan.Object())
 		if err == nil {
@@ -211,14 +234,30 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			// The claims stored so far are checked, found without their
 			// object, and deleted by the quota controller.
-			for _, rest := range reserved[i:] {
-				p.ledger.Release(rest.Namespace, rest.Name)
-			}
-			p.ledger.ReleaseObject(trigger.ObjectKey())
+			release(reserved[i:])
 			return apierrors.NewInternalError(fmt.Errorf("storing the quota claim of %s %s: %w", trigger.Kind, trigger.Name, err))
 		}
 	}
 	return nil
+}
+
+// claimObjects are the claims of plans as they are stored: the fields the
+// server sets on a create (uid, creation time, generation) set.
+func claimObjects(plans []ClaimPlan) ([]tenantstorage.Companion, error) {
+	now := metav1.Now()
+	out := make([]tenantstorage.Companion, 0, len(plans))
+	for _, plan := range plans {
+		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(plan.Object())
+		if err != nil {
+			return nil, err
+		}
+		claim := &unstructured.Unstructured{Object: u}
+		claim.SetUID(uuid.NewUUID())
+		claim.SetCreationTimestamp(now)
+		claim.SetGeneration(1)
+		out = append(out, tenantstorage.Companion{Resource: quotav1alpha1.ClaimsResource.GroupResource(), Object: claim})
+	}
+	return out, nil
 }
 
 // objectNamespace is the namespace of the object a request is for: a

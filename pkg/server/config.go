@@ -77,6 +77,9 @@ type Tenancy struct {
 	// Usage meters what projects store, for the built-in objects and bytes
 	// per project quotas; the storage of every resource tells it of writes.
 	Usage *quota.StorageMeter
+	// Joints stores a create's quota claims in the object's own etcd
+	// transaction (nil on SQL storage, which cannot).
+	Joints *tenantstorage.Joints
 	// Top names the heaviest projects (nil with --top-projects=0).
 	Top *telemetry.TopProjects
 }
@@ -158,6 +161,9 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		Prefixes: prefixes, Tenant: tenant, RBAC: projectrbac.NewStorage(tenant), Keys: keys,
 		IAM: opts.IAM, Users: users.NewRecorder(), Catalog: opts.Catalog,
 	}}
+	if opts.SQL == nil {
+		c.Joints = tenantstorage.NewJoints(etcdClient)
+	}
 	if c.Catalog == nil {
 		c.Catalog = &catalog.Catalog{}
 	}

@@ -32,6 +32,7 @@ type tenantRESTOptions struct {
 	uncached bool
 	shown    tenantstorage.Shown
 	meter    tenantstorage.Meter
+	joints   *tenantstorage.Joints
 }
 
 func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
@@ -42,7 +43,7 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 	if g.uncached || uncachedResources.Has(resource) {
 		opts.Decorator = generic.UndecoratedStorage
 	}
-	opts.Decorator = tenantstorage.Decorate(opts.Decorator, tenantstorage.Options{Prefixes: g.prefixes, MaxListItems: g.maxList, Shown: g.shown, Meter: g.meter})
+	opts.Decorator = tenantstorage.Decorate(opts.Decorator, tenantstorage.Options{Prefixes: g.prefixes, MaxListItems: g.maxList, Shown: g.shown, Meter: g.meter, Joints: g.joints})
 	return opts, nil
 }
 
@@ -62,7 +63,7 @@ func makeStorageTenantKeyed(c *Config, prefixes *tenantstorage.Prefixes) {
 		if g == nil {
 			return nil
 		}
-		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems, uncached: uncached, shown: c.Catalog, meter: meterOf(c)}
+		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems, uncached: uncached, shown: c.Catalog, meter: meterOf(c), joints: c.Joints}
 	}
 	c.ControlPlane.Generic.RESTOptionsGetter = wrap(c.ControlPlane.Generic.RESTOptionsGetter, false)
 	// CustomResourceDefinitions themselves have no watch cache: it would
@@ -173,8 +174,9 @@ func routeTenants(c *Config, tree *hierarchy.Tree) error {
 		issuers := satokens.NewDiscovery(sa.ServiceAccountIssuerURL, sa.ServiceAccountJWKSURI, sa.ServiceAccountPublicKeysGetter, gc.Serializer)
 		// Outermost: route by URL. Innermost, after authentication and
 		// authorization: check the project or organization exists, then
-		// that the tenant is served what it asks for.
-		chain := genericapiserver.DefaultBuildHandlerChain(router.CheckExistence(router.CheckServices(issuers.Wrap(apiHandler))), gc)
+		// that the tenant is served what it asks for, and give a create
+		// its joint transaction.
+		chain := genericapiserver.DefaultBuildHandlerChain(router.CheckExistence(router.CheckServices(issuers.Wrap(c.Joints.Wrap(apiHandler)))), gc)
 		return router.Wrap(chain)
 	}
 	return nil

@@ -147,7 +147,7 @@ func (s *store) meteredCreate(ctx context.Context, w MeteredWrite, key string, o
 	if err := w.Charge(1, size, refusable(ctx, nil, obj)); err != nil {
 		return s.refused(key, err)
 	}
-	err = s.Interface.Create(ctx, key, obj, out, ttl)
+	err = s.create(ctx, key, obj, out, ttl)
 	stored = err == nil
 	return err
 }

@@ -21,6 +21,7 @@ package tenantstorage
 import (
 	"context"
 	"fmt"
+	"path"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,6 +35,7 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/client-go/tools/cache"
 
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -55,6 +57,8 @@ type Options struct {
 	Shown Shown
 	// Meter, if not nil, is told of every write of a project's objects.
 	Meter Meter
+	// Joints, if not nil, stores companions with creates (etcd only).
+	Joints *Joints
 }
 
 // Decorate returns a storage decorator that makes inner's storage tenant-keyed.
@@ -73,7 +77,11 @@ func Decorate(inner generic.StorageDecorator, o Options) generic.StorageDecorato
 			o.Prefixes.add(config.Config.Prefix, resourcePrefix, config.GroupResource)
 		}
 		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: o.MaxListItems, shown: o.Shown, newFunc: newFunc, newList: newListFunc,
-			codec: config.Config.Codec}
+			codec: config.Config.Codec, joints: o.Joints, transformer: transformerOf(config.Config.Transformer)}
+		s.pathPrefix = path.Join("/", config.Config.Prefix)
+		if !strings.HasSuffix(s.pathPrefix, "/") {
+			s.pathPrefix += "/"
+		}
 		if !unmetered[config.GroupResource] {
 			s.meter = o.Meter
 		}
@@ -93,6 +101,7 @@ func Decorate(inner generic.StorageDecorator, o Options) generic.StorageDecorato
 			return nil, destroy, err
 		}
 		s.Interface = inner
+		o.Joints.add(config.GroupResource, s)
 		return s, destroy, nil
 	}
 }
@@ -108,6 +117,11 @@ type store struct {
 	// resource not metered); codec encodes them as storage does, to measure them.
 	meter Meter
 	codec runtime.Codec
+	// joints stores companions with a create; pathPrefix and transformer
+	// are the etcd store's, to write as it does.
+	joints      *Joints
+	pathPrefix  string
+	transformer value.Transformer
 	// keyFunc is an object's key, with its tenant segment; newList makes an
 	// empty list of the resource.
 	keyFunc func(runtime.Object) (string, error)
@@ -225,6 +239,18 @@ func (s *store) Create(ctx context.Context, key string, obj, out runtime.Object,
 	}
 	if w != nil {
 		return s.meteredCreate(ctx, w, k, obj, out, ttl)
+	}
+	return s.create(ctx, k, obj, out, ttl)
+}
+
+// create stores obj at k (its tenant's key), with the companions the
+// request's Joint holds for it.
+func (s *store) create(ctx context.Context, k string, obj, out runtime.Object, ttl uint64) error {
+	if s.joints != nil && ttl == 0 {
+		j := JointFrom(ctx)
+		if companions := j.take(obj); companions != nil {
+			return s.jointCreate(ctx, k, obj, out, companions, j)
+		}
 	}
 	return s.Interface.Create(ctx, k, obj, out, ttl)
 }

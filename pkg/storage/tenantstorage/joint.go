@@ -1,0 +1,256 @@
+package tenantstorage
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path"
+	"strings"
+	"sync"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/etcd3"
+	"k8s.io/apiserver/pkg/storage/value"
+	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// Joints stores objects together with a create, in one etcd transaction:
+// the create and its companions (a quota claim of the object) are all
+// stored or none is, with one durable write. It knows the stores of every
+// resource decorated, to encode a companion as its own storage would.
+//
+// Only etcd commits several keys in one transaction: on SQL storage (kine
+// accepts one key per transaction) a server has no Joints, and callers
+// store companions with writes of their own.
+type Joints struct {
+	kv     clientv3.KV
+	mu     sync.RWMutex
+	stores map[schema.GroupResource]*store
+}
+
+// NewJoints returns the joint writer over kv, the server's etcd.
+func NewJoints(kv clientv3.KV) *Joints {
+	return &Joints{kv: kv, stores: map[schema.GroupResource]*store{}}
+}
+
+func (j *Joints) add(gr schema.GroupResource, s *store) {
+	if j == nil {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.stores[gr] = s // the latest: a custom resource's storage is rebuilt when its definition changes
+}
+
+func (j *Joints) storeOf(gr schema.GroupResource) *store {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	return j.stores[gr]
+}
+
+// Companion is an object to store with a create: a platform object, its
+// namespace, name and uid set.
+type Companion struct {
+	Resource schema.GroupResource
+	Object   runtime.Object
+}
+
+// Joint is what one create request may store with its object. The
+// request's handler holds one (Wrap); an admission plugin adds companions
+// to it, and the object's create stores them.
+type Joint struct {
+	joints     *Joints
+	mu         sync.Mutex
+	uid        types.UID
+	companions []Companion
+	release    func()
+	// tried: the create ran its transaction (stored, refused, or failed
+	// with its outcome unknown); whatever happened, release is not for
+	// the request's end to call.
+	tried bool
+}
+
+type jointKey struct{}
+
+// Wrap gives every create of an object (a POST, not of a subresource) a
+// Joint, and at the end of the request releases companions no create
+// stored. A server without Joints gives none.
+func (j *Joints) Wrap(handler http.Handler) http.Handler {
+	if j == nil {
+		return handler
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		info, ok := request.RequestInfoFrom(req.Context())
+		if !ok || !info.IsResourceRequest || info.Verb != "create" || info.Subresource != "" {
+			handler.ServeHTTP(w, req)
+			return
+		}
+		joint := &Joint{joints: j}
+		defer joint.finish()
+		handler.ServeHTTP(w, req.WithContext(context.WithValue(req.Context(), jointKey{}, joint)))
+	})
+}
+
+// JointFrom returns the request's Joint, or nil where companions cannot be
+// stored with the create (SQL storage, a request that is not a create).
+func JointFrom(ctx context.Context) *Joint {
+	j, _ := ctx.Value(jointKey{}).(*Joint)
+	return j
+}
+
+// Add asks that companions be stored with the create of the object with
+// uid; release is called when they were certainly not stored (the create
+// failed or never reached storage). It reports false, and adds nothing,
+// when the request carries companions already or a companion's storage is
+// not built yet: the caller then stores them itself.
+func (j *Joint) Add(uid types.UID, companions []Companion, release func()) bool {
+	for _, c := range companions {
+		if j.joints.storeOf(c.Resource) == nil {
+			return false
+		}
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.uid != "" || uid == "" {
+		return false
+	}
+	j.uid, j.companions, j.release = uid, companions, release
+	return true
+}
+
+// take returns the companions to store with obj's create, once, or nil.
+func (j *Joint) take(obj runtime.Object) []Companion {
+	if j == nil {
+		return nil
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return nil
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.tried || j.uid == "" || m.GetUID() != j.uid {
+		return nil
+	}
+	j.tried = true
+	return j.companions
+}
+
+// failed releases the companions of a create that certainly stored nothing.
+func (j *Joint) failed() {
+	if j.release != nil {
+		j.release()
+	}
+}
+
+// finish releases companions whose create never ran.
+func (j *Joint) finish() {
+	j.mu.Lock()
+	release := j.release
+	if j.tried || j.uid == "" {
+		release = nil
+	}
+	j.tried = true
+	j.mu.Unlock()
+	if release != nil {
+		release()
+	}
+}
+
+// etcdKey is key as the etcd store writes it, under the storage prefix.
+func (s *store) etcdKey(key string) string {
+	return s.pathPrefix + strings.TrimPrefix(key, "/")
+}
+
+// encodeForStorage is obj as the etcd store writes it at key: without a
+// resource version, encoded by the resource's codec and transformed.
+func (s *store) encodeForStorage(ctx context.Context, key string, obj runtime.Object) (plain, stored []byte, err error) {
+	if rv, err := versioner.ObjectResourceVersion(obj); err == nil && rv != 0 {
+		return nil, nil, storage.ErrResourceVersionSetOnCreate
+	}
+	if err := versioner.PrepareObjectForStorage(obj); err != nil {
+		return nil, nil, fmt.Errorf("PrepareObjectForStorage failed: %w", err)
+	}
+	plain, err = runtime.Encode(s.codec, obj)
+	if err != nil {
+		return nil, nil, err
+	}
+	stored, err = s.transformer.TransformToStorage(ctx, plain, value.DefaultContext(key))
+	return plain, stored, err
+}
+
+// companionOp is the put of c, at the platform, and its key.
+func (j *Joints) companionOp(ctx context.Context, c Companion) (string, clientv3.Op, error) {
+	s := j.storeOf(c.Resource)
+	if s == nil {
+		return "", clientv3.Op{}, fmt.Errorf("no storage of %s is built yet", c.Resource)
+	}
+	m, err := meta.Accessor(c.Object)
+	if err != nil {
+		return "", clientv3.Op{}, err
+	}
+	tenancy.Stamp(m, tenancy.PlatformTenant)
+	key, err := s.keyFunc(c.Object)
+	if err != nil {
+		return "", clientv3.Op{}, err
+	}
+	key = s.etcdKey(key)
+	_, data, err := s.encodeForStorage(ctx, key, c.Object)
+	if err != nil {
+		return "", clientv3.Op{}, err
+	}
+	return key, clientv3.OpPut(key, string(data)), nil
+}
+
+// jointCreate stores obj at key (its tenant's) with companions, in one
+// transaction that requires every key to be new; it answers as the etcd
+// store's Create does.
+func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Object, companions []Companion, j *Joint) error {
+	full := s.etcdKey(key)
+	ifs := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", 0)}
+	var thens []clientv3.Op
+	for _, c := range companions {
+		k, op, err := s.joints.companionOp(ctx, c)
+		if err != nil {
+			j.failed()
+			return apierrors.NewInternalError(fmt.Errorf("storing %s with the object: %w", c.Resource, err))
+		}
+		ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(k), "=", 0))
+		thens = append(thens, op)
+	}
+	plain, data, err := s.encodeForStorage(ctx, full, obj)
+	if err != nil {
+		j.failed()
+		return err
+	}
+	thens = append([]clientv3.Op{clientv3.OpPut(full, string(data))}, thens...)
+	resp, err := s.joints.kv.Txn(ctx).If(ifs...).Then(thens...).Else(clientv3.OpGet(full, clientv3.WithCountOnly())).Commit()
+	if err != nil {
+		return err // stored or not, unknown: the companions' reader settles it
+	}
+	if !resp.Succeeded {
+		j.failed()
+		if r := resp.Responses[0].GetResponseRange(); r != nil && r.Count > 0 {
+			return storage.NewKeyExistsError(full, 0)
+		}
+		return apierrors.NewConflict(s.resource, path.Base(key), fmt.Errorf("what is stored with the object exists already"))
+	}
+	return etcd3.NewDefaultDecoder(s.codec, versioner).Decode(plain, out, resp.Header.Revision)
+}
+
+// transformerOf is the transformer the etcd store uses for a resource.
+func transformerOf(t value.Transformer) value.Transformer {
+	if t == nil {
+		return identity.NewEncryptCheckTransformer()
+	}
+	return t
+}
