@@ -9,6 +9,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	apivalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -216,13 +217,10 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 	}
 	// On etcd the claims are stored in the object's own transaction: one
 	// durable write, and a create that fails stores no claim.
+	// Claims whose metadata the API would refuse (a policy's template made
+	// them) are stored through it instead, to answer its error.
 	if joint := tenantstorage.JointFrom(ctx); joint != nil {
-		companions, err := claimObjects(reserved)
-		if err != nil {
-			release(reserved)
-			return apierrors.NewInternalError(err)
-		}
-		if joint.Add(accessor.GetUID(), companions, func() { release(reserved) }) {
+		if companions, ok := claimObjects(reserved); ok && joint.Add(accessor.GetUID(), companions, func() { release(reserved) }) {
 			return nil
 		}
 	}
@@ -242,22 +240,26 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 }
 
 // claimObjects are the claims of plans as they are stored: the fields the
-// server sets on a create (uid, creation time, generation) set.
-func claimObjects(plans []ClaimPlan) ([]tenantstorage.Companion, error) {
+// server sets on a create (uid, creation time, generation) set. False when
+// one's metadata is not valid.
+func claimObjects(plans []ClaimPlan) ([]tenantstorage.Companion, bool) {
 	now := metav1.Now()
 	out := make([]tenantstorage.Companion, 0, len(plans))
 	for _, plan := range plans {
 		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(plan.Object())
 		if err != nil {
-			return nil, err
+			return nil, false
 		}
 		claim := &unstructured.Unstructured{Object: u}
+		if errs := apivalidation.ValidateObjectMetaAccessor(claim, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata")); len(errs) > 0 {
+			return nil, false
+		}
 		claim.SetUID(uuid.NewUUID())
 		claim.SetCreationTimestamp(now)
 		claim.SetGeneration(1)
 		out = append(out, tenantstorage.Companion{Resource: quotav1alpha1.ClaimsResource.GroupResource(), Object: claim})
 	}
-	return out, nil
+	return out, true
 }
 
 // objectNamespace is the namespace of the object a request is for: a

@@ -18,6 +18,7 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
+	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
 	"go.miloapis.com/milo/pkg/catalog"
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/hierarchy"
@@ -162,7 +163,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		IAM: opts.IAM, Users: users.NewRecorder(), Catalog: opts.Catalog,
 	}}
 	if opts.SQL == nil {
-		c.Joints = tenantstorage.NewJoints(etcdClient)
+		c.Joints = tenantstorage.NewJoints(etcdClient, quotav1alpha1.ClaimsResource.GroupResource())
 	}
 	if c.Catalog == nil {
 		c.Catalog = &catalog.Catalog{}

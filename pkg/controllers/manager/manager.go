@@ -247,10 +247,16 @@ func Work[K comparable](ctx context.Context, name string, queue workqueue.TypedR
 }
 
 // NewQueue returns a rate-limited work queue named for its controller (the
-// name labels its metrics).
+// name labels its metrics). Keys that name their tenant (Tenanted) are
+// served tenant by tenant in turn (fairQueue), so that one project's backlog
+// does not hold up another's work; others first in, first out.
 func NewQueue[K comparable](name string) workqueue.TypedRateLimitingInterface[K] {
-	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[K](),
-		workqueue.TypedRateLimitingQueueConfig[K]{Name: name})
+	config := workqueue.TypedRateLimitingQueueConfig[K]{Name: name}
+	if tenantOf, ok := tenantOrder[K](); ok {
+		config.DelayingQueue = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{Name: name,
+			Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[K]{Name: name, Queue: newFairQueue(tenantOf)})})
+	}
+	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[K](), config)
 }
 
 // StartInformers registers handler on each informer, runs them until ctx ends

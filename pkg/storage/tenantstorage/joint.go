@@ -2,6 +2,7 @@ package tenantstorage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"path"
@@ -9,6 +10,8 @@ import (
 	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,25 +28,31 @@ import (
 
 // Joints stores objects together with a create, in one etcd transaction:
 // the create and its companions (a quota claim of the object) are all
-// stored or none is, with one durable write. It knows the stores of every
-// resource decorated, to encode a companion as its own storage would.
+// stored or none is, with one durable write. It knows the stores of the
+// resources companions are of, to encode them as their own storage would.
 //
 // Only etcd commits several keys in one transaction: on SQL storage (kine
 // accepts one key per transaction) a server has no Joints, and callers
 // store companions with writes of their own.
 type Joints struct {
-	kv     clientv3.KV
-	mu     sync.RWMutex
-	stores map[schema.GroupResource]*store
+	kv        clientv3.KV
+	resources map[schema.GroupResource]bool
+	mu        sync.RWMutex
+	stores    map[schema.GroupResource]*store
 }
 
-// NewJoints returns the joint writer over kv, the server's etcd.
-func NewJoints(kv clientv3.KV) *Joints {
-	return &Joints{kv: kv, stores: map[schema.GroupResource]*store{}}
+// NewJoints returns the joint writer over kv, the server's etcd, for
+// companions of the resources named.
+func NewJoints(kv clientv3.KV, resources ...schema.GroupResource) *Joints {
+	j := &Joints{kv: kv, resources: map[schema.GroupResource]bool{}, stores: map[schema.GroupResource]*store{}}
+	for _, gr := range resources {
+		j.resources[gr] = true
+	}
+	return j
 }
 
 func (j *Joints) add(gr schema.GroupResource, s *store) {
-	if j == nil {
+	if j == nil || !j.resources[gr] {
 		return
 	}
 	j.mu.Lock()
@@ -70,20 +79,30 @@ type Companion struct {
 type Joint struct {
 	joints     *Joints
 	mu         sync.Mutex
+	state      jointState
 	uid        types.UID
 	companions []Companion
 	release    func()
-	// tried: the create ran its transaction (stored, refused, or failed
-	// with its outcome unknown); whatever happened, release is not for
-	// the request's end to call.
-	tried bool
 }
+
+type jointState int
+
+const (
+	// empty: nothing held; companions may be added.
+	empty jointState = iota
+	// held: companions wait for the create of the object with uid.
+	held
+	// taken: a create is storing them, or stored them, or cannot tell.
+	taken
+	// ended: the request is over; nothing more may be added.
+	ended
+)
 
 type jointKey struct{}
 
 // Wrap gives every create of an object (a POST, not of a subresource) a
 // Joint, and at the end of the request releases companions no create
-// stored. A server without Joints gives none.
+// took. A server without Joints gives none.
 func (j *Joints) Wrap(handler http.Handler) http.Handler {
 	if j == nil {
 		return handler
@@ -110,8 +129,8 @@ func JointFrom(ctx context.Context) *Joint {
 // Add asks that companions be stored with the create of the object with
 // uid; release is called when they were certainly not stored (the create
 // failed or never reached storage). It reports false, and adds nothing,
-// when the request carries companions already or a companion's storage is
-// not built yet: the caller then stores them itself.
+// when the request holds companions already, has ended, or a companion's
+// storage is not built yet: the caller then stores them itself.
 func (j *Joint) Add(uid types.UID, companions []Companion, release func()) bool {
 	for _, c := range companions {
 		if j.joints.storeOf(c.Resource) == nil {
@@ -120,10 +139,10 @@ func (j *Joint) Add(uid types.UID, companions []Companion, release func()) bool 
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.uid != "" || uid == "" {
+	if j.state != empty || uid == "" {
 		return false
 	}
-	j.uid, j.companions, j.release = uid, companions, release
+	j.state, j.uid, j.companions, j.release = held, uid, companions, release
 	return true
 }
 
@@ -138,32 +157,54 @@ func (j *Joint) take(obj runtime.Object) []Companion {
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.tried || j.uid == "" || m.GetUID() != j.uid {
+	if j.state != held || m.GetUID() != j.uid {
 		return nil
 	}
-	j.tried = true
+	j.state = taken
 	return j.companions
 }
 
-// failed releases the companions of a create that certainly stored nothing.
+// failed releases the companions of a create that certainly stored
+// nothing. The request may try again (the server retries a create too
+// large to store without its managed fields): its admission may add anew.
 func (j *Joint) failed() {
-	if j.release != nil {
-		j.release()
-	}
-}
-
-// finish releases companions whose create never ran.
-func (j *Joint) finish() {
 	j.mu.Lock()
 	release := j.release
-	if j.tried || j.uid == "" {
+	if j.state == taken {
+		j.state, j.uid, j.companions, j.release = empty, "", nil, nil
+	} else {
 		release = nil
 	}
-	j.tried = true
 	j.mu.Unlock()
 	if release != nil {
 		release()
 	}
+}
+
+// finish ends the request: companions no create took are released.
+func (j *Joint) finish() {
+	j.mu.Lock()
+	release := j.release
+	if j.state != held {
+		release = nil
+	}
+	j.state = ended
+	j.mu.Unlock()
+	if release != nil {
+		release()
+	}
+}
+
+// notApplied reports whether err, from a transaction, says etcd refused it
+// before applying anything: a request too large or malformed, or one the
+// client could not send.
+func notApplied(err error) bool {
+	var coded interface{ Code() codes.Code }
+	if errors.As(err, &coded) && coded.Code() == codes.InvalidArgument {
+		return true
+	}
+	st, ok := status.FromError(err)
+	return ok && (st.Code() == codes.InvalidArgument || st.Code() == codes.ResourceExhausted)
 }
 
 // etcdKey is key as the etcd store writes it, under the storage prefix.
@@ -211,31 +252,45 @@ func (j *Joints) companionOp(ctx context.Context, c Companion) (string, clientv3
 	return key, clientv3.OpPut(key, string(data)), nil
 }
 
+// companionOps are the puts of companions, each on the condition that its
+// key is new.
+func (j *Joints) companionOps(ctx context.Context, companions []Companion) ([]clientv3.Cmp, []clientv3.Op, error) {
+	var ifs []clientv3.Cmp
+	var thens []clientv3.Op
+	for _, c := range companions {
+		k, op, err := j.companionOp(ctx, c)
+		if err != nil {
+			return nil, nil, apierrors.NewInternalError(fmt.Errorf("storing %s with the object: %w", c.Resource, err))
+		}
+		ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(k), "=", 0))
+		thens = append(thens, op)
+	}
+	return ifs, thens, nil
+}
+
 // jointCreate stores obj at key (its tenant's) with companions, in one
 // transaction that requires every key to be new; it answers as the etcd
 // store's Create does.
 func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Object, companions []Companion, j *Joint) error {
 	full := s.etcdKey(key)
-	ifs := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", 0)}
-	var thens []clientv3.Op
-	for _, c := range companions {
-		k, op, err := s.joints.companionOp(ctx, c)
-		if err != nil {
-			j.failed()
-			return apierrors.NewInternalError(fmt.Errorf("storing %s with the object: %w", c.Resource, err))
-		}
-		ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(k), "=", 0))
-		thens = append(thens, op)
+	ifs, thens, err := s.joints.companionOps(ctx, companions)
+	if err != nil {
+		j.failed()
+		return err
 	}
 	plain, data, err := s.encodeForStorage(ctx, full, obj)
 	if err != nil {
 		j.failed()
 		return err
 	}
+	ifs = append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", 0)}, ifs...)
 	thens = append([]clientv3.Op{clientv3.OpPut(full, string(data))}, thens...)
 	resp, err := s.joints.kv.Txn(ctx).If(ifs...).Then(thens...).Else(clientv3.OpGet(full, clientv3.WithCountOnly())).Commit()
 	if err != nil {
-		return err // stored or not, unknown: the companions' reader settles it
+		if notApplied(err) {
+			j.failed()
+		} // else stored or not, unknown: the companions' reader settles it
+		return err
 	}
 	if !resp.Succeeded {
 		j.failed()
@@ -245,6 +300,30 @@ func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Ob
 		return apierrors.NewConflict(s.resource, path.Base(key), fmt.Errorf("what is stored with the object exists already"))
 	}
 	return etcd3.NewDefaultDecoder(s.codec, versioner).Decode(plain, out, resp.Header.Revision)
+}
+
+// companionsFirst stores companions in a transaction of their own, before
+// an object the joint transaction cannot write (one that expires: etcd
+// leases are the store's own). A create that then fails leaves them to
+// their reader, as a companion stored by its own request would be.
+func (s *store) companionsFirst(ctx context.Context, companions []Companion, j *Joint) error {
+	ifs, thens, err := s.joints.companionOps(ctx, companions)
+	if err != nil {
+		j.failed()
+		return err
+	}
+	resp, err := s.joints.kv.Txn(ctx).If(ifs...).Then(thens...).Commit()
+	if err != nil {
+		if notApplied(err) {
+			j.failed()
+		}
+		return err
+	}
+	if !resp.Succeeded {
+		j.failed()
+		return apierrors.NewConflict(s.resource, "", fmt.Errorf("what is stored with the object exists already"))
+	}
+	return nil
 }
 
 // transformerOf is the transformer the etcd store uses for a resource.

@@ -2,8 +2,10 @@ package tenantstorage
 
 import (
 	"context"
+	"crypto/aes"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/storage"
+	aesvalue "k8s.io/apiserver/pkg/storage/value/encrypt/aes"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -48,7 +51,7 @@ func object(name string, uid types.UID) *corev1.ConfigMap {
 }
 
 func TestJointCreateStoresCompanionsInOneTransaction(t *testing.T) {
-	joints := NewJoints(etcdClient)
+	joints := NewJoints(etcdClient, corev1.Resource("jointclaims"))
 	objects, _ := newStorage(t, "jointobjects", Options{Joints: joints})
 	claims, _ := newStorage(t, "jointclaims", Options{Joints: joints})
 	released := 0
@@ -168,5 +171,106 @@ func TestJointCreateStoresCompanionsInOneTransaction(t *testing.T) {
 	}
 	if resp.Count != 1 {
 		t.Fatalf("%d companions stored, want 1", resp.Count)
+	}
+}
+
+func TestJointCreateWritesAsTheStoreDoes(t *testing.T) {
+	// Encrypted at rest: each value is sealed with its own key as
+	// authenticated data, and reads back only through the same transformer.
+	block, err := aes.NewCipher([]byte("0123456789abcdef0123456789abcdef"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	transformer, err := aesvalue.NewGCMTransformer(block)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := etcdConfig
+	c.Transformer = transformer
+	joints := NewJoints(etcdClient, corev1.Resource("sealedclaims"))
+	objects, _ := newStorageOf(t, "sealedobjects", Options{Joints: joints}, c)
+	claims, _ := newStorageOf(t, "sealedclaims", Options{Joints: joints}, c)
+	inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
+		claim := []Companion{{Resource: corev1.Resource("sealedclaims"), Object: &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s", UID: "claim-s"}, Data: map[string]string{"for": "s"}}}}
+		if !JointFrom(ctx).Add("uid-s", claim, func() { t.Error("a stored companion was released") }) {
+			t.Fatal("refused")
+		}
+		obj := object("s", "uid-s")
+		obj.Data = map[string]string{"secret": "value"}
+		if err := objects.Create(ctx, "/sealedobjects/default/s", obj, &corev1.ConfigMap{}, 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for _, key := range []string{"/registry/sealedobjects/" + tenancy.ProjectID("uid-of-web") + "/default/s", "/registry/sealedclaims/_platform/default/s"} {
+		resp, err := etcdClient.Get(context.Background(), key)
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("%s: %v %v", key, resp, err)
+		}
+		if v := string(resp.Kvs[0].Value); strings.Contains(v, "default") {
+			t.Fatalf("%s is stored in the clear: %q", key, v)
+		}
+	}
+	got := &corev1.ConfigMap{}
+	if err := objects.Get(in("web"), "/sealedobjects/default/s", storage.GetOptions{}, got); err != nil || got.Data["secret"] != "value" {
+		t.Fatalf("the object reads back as %v: %v", got.Data, err)
+	}
+	if err := claims.Get(context.Background(), "/sealedclaims/default/s", storage.GetOptions{}, got); err != nil || got.Data["for"] != "s" {
+		t.Fatalf("the companion reads back as %v: %v", got.Data, err)
+	}
+}
+
+func TestJointLifecycle(t *testing.T) {
+	joints := NewJoints(etcdClient, corev1.Resource("lifeclaims"))
+	objects, _ := newStorage(t, "lifeobjects", Options{Joints: joints})
+	newStorage(t, "lifeclaims", Options{Joints: joints})
+	claim := func(name string) []Companion {
+		return []Companion{{Resource: corev1.Resource("lifeclaims"), Object: object(name, types.UID("claim-"+name))}}
+	}
+	released := 0
+	release := func() { released++ }
+
+	// A create that expires (an Event's lease) stores its companions
+	// first, in a transaction of their own.
+	inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
+		JointFrom(ctx).Add("uid-e", claim("e"), release)
+		if err := objects.Create(ctx, "/lifeobjects/default/e", object("e", "uid-e"), &corev1.ConfigMap{}, 3600); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if modRevision(t, "/registry/lifeclaims/_platform/default/e") == 0 || released != 0 {
+		t.Fatalf("the companion of an expiring create: stored %v, released %d times", modRevision(t, "/registry/lifeclaims/_platform/default/e") != 0, released)
+	}
+
+	// A transaction etcd refuses before applying it (too large) releases
+	// at once, and the request may add its companions again for a retry.
+	inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
+		j := JointFrom(ctx)
+		j.Add("uid-big", claim("big"), release)
+		big := object("big", "uid-big")
+		big.Data = map[string]string{"v": strings.Repeat("x", 2<<20)}
+		if err := objects.Create(ctx, "/lifeobjects/default/big", big, &corev1.ConfigMap{}, 0); err == nil {
+			t.Fatal("a 2 MiB create was stored")
+		}
+		if released != 1 {
+			t.Fatalf("a refused transaction released %d times, want 1", released)
+		}
+		if !j.Add("uid-big2", claim("big2"), release) {
+			t.Fatal("after a refused transaction the request cannot add again")
+		}
+		if err := objects.Create(ctx, "/lifeobjects/default/big2", object("big2", "uid-big2"), &corev1.ConfigMap{}, 0); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if released != 1 || modRevision(t, "/registry/lifeclaims/_platform/default/big2") == 0 || modRevision(t, "/registry/lifeclaims/_platform/default/big") != 0 {
+		t.Fatalf("after the retry: released %d times; big2's companion stored %v; big's %v", released,
+			modRevision(t, "/registry/lifeclaims/_platform/default/big2") != 0, modRevision(t, "/registry/lifeclaims/_platform/default/big") != 0)
+	}
+
+	// Once the request has ended nothing more is added.
+	var j *Joint
+	inRequest(t, joints, "create", "", "web", func(ctx context.Context) { j = JointFrom(ctx) })
+	if j.Add("uid-late", claim("late"), release) {
+		t.Fatal("a joint took companions after its request ended")
 	}
 }

@@ -246,10 +246,15 @@ func (s *store) Create(ctx context.Context, key string, obj, out runtime.Object,
 // create stores obj at k (its tenant's key), with the companions the
 // request's Joint holds for it.
 func (s *store) create(ctx context.Context, k string, obj, out runtime.Object, ttl uint64) error {
-	if s.joints != nil && ttl == 0 {
+	if s.joints != nil {
 		j := JointFrom(ctx)
 		if companions := j.take(obj); companions != nil {
-			return s.jointCreate(ctx, k, obj, out, companions, j)
+			if ttl == 0 {
+				return s.jointCreate(ctx, k, obj, out, companions, j)
+			}
+			if err := s.companionsFirst(ctx, companions, j); err != nil {
+				return err
+			}
 		}
 	}
 	return s.Interface.Create(ctx, k, obj, out, ttl)

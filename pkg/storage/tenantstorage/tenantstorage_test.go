@@ -105,9 +105,15 @@ func newShownStorage(t testing.TB, resource string, shown Shown) (storage.Interf
 // newStorage is newConfigMapStorage with options o (its Prefixes made here).
 func newStorage(t testing.TB, resource string, o Options) (storage.Interface, *Prefixes) {
 	t.Helper()
+	return newStorageOf(t, resource, o, etcdConfig)
+}
+
+// newStorageOf is newStorage over the storage config c.
+func newStorageOf(t testing.TB, resource string, o Options, c storagebackend.Config) (storage.Interface, *Prefixes) {
+	t.Helper()
 	o.Prefixes = NewPrefixes()
 	prefix := "/" + resource
-	cfg := &storagebackend.ConfigForResource{Config: etcdConfig, GroupResource: corev1.Resource(resource)}
+	cfg := &storagebackend.ConfigForResource{Config: c, GroupResource: corev1.Resource(resource)}
 	s, destroy, err := Decorate(registry.StorageWithCacher(), o)(cfg, prefix,
 		func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(prefix+"/", obj) },
 		func() runtime.Object { return &corev1.ConfigMap{} },

@@ -1,0 +1,97 @@
+package manager
+
+import "k8s.io/client-go/util/workqueue"
+
+// fairQueue orders a work queue's keys so that tenants take turns: every
+// project (or organization) with work waiting has one key served in each
+// round, whatever the others have queued, and its own keys stay in the order
+// they came. A project that queues ten thousand keys (a namespace of ten
+// thousand objects deleted) delays another project's one key by at most one
+// key of each other tenant with work waiting, where a first-in-first-out
+// queue made it wait for all ten thousand.
+//
+// It holds state only for tenants with keys waiting: a map entry and a slot
+// in the round, dropped when their last key is taken. No goroutine or timer.
+// It implements workqueue.Queue, which client-go's queue calls under its
+// own lock (dirty and processing sets, metrics and rate limits stay its own).
+type fairQueue[T comparable] struct {
+	tenantOf func(T) string
+	waiting  map[string]*fifo[T]
+	round    fifo[string]
+	n        int
+}
+
+var _ workqueue.Queue[string] = &fairQueue[string]{}
+
+func newFairQueue[T comparable](tenantOf func(T) string) *fairQueue[T] {
+	return &fairQueue[T]{tenantOf: tenantOf, waiting: map[string]*fifo[T]{}}
+}
+
+// Touch keeps a key added again where it is: its tenant's turn is not lost.
+func (q *fairQueue[T]) Touch(T) {}
+
+// Push queues item behind its tenant's other keys; a tenant with none joins
+// the end of the round.
+func (q *fairQueue[T]) Push(item T) {
+	t := q.tenantOf(item)
+	w, ok := q.waiting[t]
+	if !ok {
+		w = &fifo[T]{}
+		q.waiting[t] = w
+		q.round.push(t)
+	}
+	w.push(item)
+	q.n++
+}
+
+func (q *fairQueue[T]) Len() int { return q.n }
+
+// Pop takes the next key of the tenant whose turn it is; a tenant with more
+// goes to the end of the round.
+func (q *fairQueue[T]) Pop() T {
+	t := q.round.pop()
+	w := q.waiting[t]
+	item := w.pop()
+	q.n--
+	if w.len() > 0 {
+		q.round.push(t)
+	} else {
+		delete(q.waiting, t)
+	}
+	return item
+}
+
+// fifo is a first-in-first-out slice: popped slots are cleared so that what
+// they held can be collected, and the slice is reallocated by append as it
+// grows, leaving its popped prefix behind.
+type fifo[T any] struct{ items []T }
+
+func (f *fifo[T]) push(item T) { f.items = append(f.items, item) }
+
+func (f *fifo[T]) pop() T {
+	var zero T
+	item := f.items[0]
+	f.items[0] = zero
+	f.items = f.items[1:]
+	return item
+}
+
+func (f *fifo[T]) len() int { return len(f.items) }
+
+// tenantOrder returns how a queue of K orders its keys by tenant, or false
+// when K's keys name no tenant (they are served first in, first out).
+func tenantOrder[K comparable]() (func(K) string, bool) {
+	var zero K
+	if _, ok := any(zero).(Tenanted); !ok {
+		return nil, false
+	}
+	// A project and an organization of the same name share a turn: it
+	// costs them a little of their share, and a key no allocation.
+	return func(k K) string {
+		project, org := any(k).(Tenanted).TenantKeys()
+		if project != "" {
+			return project
+		}
+		return org // the organization's, or the platform's ("")
+	}, true
+}
