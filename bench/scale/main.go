@@ -97,6 +97,9 @@ type options struct {
 }
 
 func main() {
+	if runProbeIfAsked() {
+		return
+	}
 	var o options
 	var steps, systems, miloArgs string
 	flag.IntVar(&o.Max, "max", 100000, "largest number of projects")
@@ -121,6 +124,7 @@ func main() {
 	flag.BoolVar(&o.Noisy, "noisy", true, "after the last step, measure a quiet project's GETs while another project floods the server, with and without per-project flows (Milo only)")
 	flag.StringVar(&miloArgs, "milo-args", "", "flags added to every `milo start`, separated by spaces (e.g. --project-list-concurrency=4)")
 	noisyProfiles := flag.Bool("noisy-profiles", false, "keep a CPU profile of the server over each noisy-neighbour phase and an execution trace of a few seconds of it (noisy-{configuration}-{phase}.cpu.pprof and .trace)")
+	probeInProcess := flag.Bool("noisy-probe-in-process", false, "run the quiet project's GETs in the harness's own process, beside the flood's clients, as before (default: a process of its own, one core)")
 	probeRate := flag.Int("noisy-probe-rate", -1, "the quiet project's GETs per second in the noisy-neighbour measurement (-1: the default, 100; 0: back to back)")
 	flag.IntVar(&o.CRDs.Projects, "crd-projects", 0, "after the last step, this many projects each define --crd-per-project CRDs of the same schemas and one instance of each (Milo, with --project-crds); 0: not measured")
 	flag.IntVar(&o.CRDs.PerProject, "crd-per-project", 10, "CRDs each of --crd-projects defines")
@@ -132,6 +136,7 @@ func main() {
 	flag.IntVar(&o.Quota.Projects, "quota-projects", 0, "after the last step, this many projects get a grant (and a bucket) each, and ConfigMap creates and project creation are timed with and without quota (Milo); 0: not measured")
 	flag.IntVar(&o.Quota.Created, "quota-created", 2000, "projects created in an organization with and in one without a projects quota")
 	flag.IntVar(&o.Quota.Samples, "quota-samples", 400, "ConfigMap creates timed per series")
+	flag.BoolVar(&o.Quota.Profiles, "quota-profiles", false, "keep a CPU profile of the server over each timed series of ConfigMap creates (quota-{off,metered,uncharged,charged}.cpu.pprof)")
 	flag.StringVar(&o.Service, "service", "", "run the sample service with this provider (shared: pkg/mcprovider with the builder's watches; sources: pkg/mcprovider's Sources, projects not engaged; naive: a cluster per project) and measure it at each step: one Widget per project (Milo only)")
 	flag.IntVar(&o.ServiceSamples, "service-samples", 100, "Widgets timed from create to Ready per step")
 	flag.IntVar(&o.ServiceNaiveMax, "service-naive-max", 0, "with --service, also measure the naive provider (a cluster per project) at each step up to this many projects, in the same run: the service stopped meanwhile")
@@ -156,6 +161,7 @@ func main() {
 	if *probeRate >= 0 {
 		o.NoisyOptions.ProbeRate = *probeRate
 	}
+	o.NoisyOptions.ProbeInProcess = *probeInProcess
 	if *smoke {
 		o.Max, o.LatencySamples, o.WatchSamples, o.Settle, o.DeletionSamples = min(o.Max, 1000), 100, 50, 0, min(o.DeletionSamples, 10)
 		o.Delete = min(o.Delete, 300)

@@ -54,6 +54,10 @@ type noisyOptions struct {
 	// sends them back to back (the quiet project then keeps a core busy
 	// itself, which is no longer quiet).
 	ProbeRate int
+	// ProbeInProcess runs the quiet project's GETs in the harness's own
+	// process (its goroutine among the flood's clients); otherwise in a
+	// process of their own (probeApart).
+	ProbeInProcess bool
 	// Profiles keeps a CPU profile of the server over each phase and an
 	// execution trace of a few seconds of it, noisy-{configuration}-{phase}.cpu.pprof
 	// and .trace beside the report.
@@ -362,11 +366,22 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, config, phase
 	began := time.Now()
 	cpuBefore := s.cpuSeconds()
 	var gets latencies
+	var probeCPU float64
 	var pace <-chan time.Time
 	if o.ProbeRate > 0 {
 		t := time.NewTicker(time.Second / time.Duration(o.ProbeRate))
 		defer t.Stop()
 		pace = t.C
+	}
+	if !o.ProbeInProcess {
+		deadline, _ := phaseCtx.Deadline()
+		gets, out.QuietErrors, probeCPU, err = s.probeApart(ctx, o, time.Until(deadline))
+		if err != nil {
+			stop()
+			wg.Wait()
+			return out, err
+		}
+		<-phaseCtx.Done()
 	}
 	for phaseCtx.Err() == nil {
 		if pace != nil {
@@ -391,7 +406,7 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, config, phase
 	cpuAfter := s.cpuSeconds()
 	out.ServerCores = (cpuAfter[0] - cpuBefore[0]) / elapsed.Seconds()
 	out.ControllerCores = (cpuAfter[1] - cpuBefore[1]) / elapsed.Seconds()
-	out.HarnessCores = (cpuAfter[2] - cpuBefore[2]) / elapsed.Seconds()
+	out.HarnessCores = (cpuAfter[2] - cpuBefore[2] + probeCPU) / elapsed.Seconds()
 	if body, err := s.get(ctx, "/metrics"); err == nil {
 		out.ChargeRatio = parseMetrics(string(body)).max("milo_tenant_budget_cpu_per_handler_second")
 	}

@@ -26,6 +26,9 @@ type quotaOptions struct {
 	Created int
 	// Samples ConfigMap creates are timed per series.
 	Samples int
+	// Profiles keeps a CPU profile of the server over each timed series,
+	// quota-{series}.cpu.pprof beside the report.
+	Profiles bool `json:",omitempty"`
 }
 
 // quotaResult is the measurement of provider quotas.
@@ -78,8 +81,19 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 	}
 	ns := s.namespaceOf(first)
 	series := 0
+	seriesNames := []string{"warm-up", "off", "metered", "uncharged", "charged"}
 	timeCreates := func() (quantiles, error) {
 		series++
+		if o.Profiles && series <= len(seriesNames) && series > 1 {
+			// About the series' length: a create takes a few milliseconds.
+			d := time.Duration(o.Samples) * 2 * time.Millisecond
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				s.profile(ctx, "/debug/pprof/profile", d, "quota-"+seriesNames[series-1]+".cpu.pprof")
+			}()
+			defer func() { <-done }()
+		}
 		var l latencies
 		for i := range o.Samples {
 			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quota-%d-%d", series, i)}, Data: map[string]string{"payload": kib}}
@@ -173,9 +187,16 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 	// The new bucket claims the ConfigMaps the project holds already (the
 	// series above made hundreds): the charged series is timed once that
 	// recount is done, not while its claims are being stored.
-	held, err := user.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
+	held, cont := 0, ""
+	for {
+		page, err := user.CoreV1().ConfigMaps(metav1.NamespaceAll).List(ctx, metav1.ListOptions{Limit: 500, Continue: cont})
+		if err != nil {
+			return nil, err
+		}
+		held += len(page.Items)
+		if cont = page.Continue; cont == "" {
+			break
+		}
 	}
 	if err := poll(ctx, 5*time.Minute, func() (bool, error) {
 		list, err := buckets.List(ctx, metav1.ListOptions{FieldSelector: "spec.consumerRef.name=" + first + ",spec.resourceType=" + resourceType})
@@ -183,9 +204,9 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 			return false, nil
 		}
 		allocated, _, _ := unstructured.NestedInt64(list.Items[0].Object, "status", "allocated")
-		return allocated >= int64(len(held.Items)), nil
+		return allocated >= int64(held), nil
 	}); err != nil {
-		return nil, fmt.Errorf("the bucket of %s never claimed its %d ConfigMaps: %w", first, len(held.Items), err)
+		return nil, fmt.Errorf("the bucket of %s never claimed its %d ConfigMaps: %w", first, held, err)
 	}
 	if r.CreateCharged, err = timeCreates(); err != nil {
 		return nil, err

@@ -445,14 +445,18 @@ func (s *systemResult) noisySection(projects int) string {
 	if o.ProbeRate > 0 {
 		probe = fmt.Sprintf("%d times a second, one request at a time", o.ProbeRate)
 	}
-	fmt.Fprintf(&b, "One client GETs a ConfigMap of project `%s`, %s, for %s while project `%s` floods the server: "+
+	client := "One client, a process of its own (one core at most), GETs"
+	if o.ProbeInProcess {
+		client = "One client, in the harness's process beside the flood's, GETs"
+	}
+	fmt.Fprintf(&b, "%s a ConfigMap of project `%s`, %s, for %s while project `%s` floods the server: "+
 		"**writes** (%d ConfigMap creates/s of 1 KiB from %d clients), **lists** (%d lists/s, from up to %d clients, of %d ConfigMaps of %d KiB without a limit), "+
 		"**watches** (%d watches on one ConfigMap, updated %d times/s). Both projects are used by the same ordinary user (one identity in many "+
 		"projects, which upstream's per-user flows cannot tell apart). \"Project flows\" is Milo's default (`--project-flows`: one APF flow per "+
 		"project); without, the apiserver's own FlowSchemas classify. \"Tenant budget\" is Milo's default `--tenant-concurrency` (each project's requests "+
 		"in flight at once) and `--tenant-cpu-share` (the part of the server's CPUs each project may use); without, both 0. RSS: the server's, "+
-		"before the phase and at its peak. Cores: the CPU the server, the controller manager and the harness used during the phase.\n\n",
-		quietProject, probe, o.Phase, noisyProject, o.WriteRate, o.WriteWorkers, o.ListRate, o.ListWorkers, o.ListObjects, o.ListObjectBytes>>10, o.Watches, o.WatchedWrites)
+		"before the phase and at its peak. Cores: the CPU the server, the controller manager and the harness (its prober too) used during the phase.\n\n",
+		client, quietProject, probe, o.Phase, noisyProject, o.WriteRate, o.WriteWorkers, o.ListRate, o.ListWorkers, o.ListObjects, o.ListObjectBytes>>10, o.Watches, o.WatchedWrites)
 	if w := s.Noisy[0].Phases["watches"].WatchesOpen; w > 0 && w < o.Watches {
 		fmt.Fprintf(&b, "The server let the noisy project open %d of the %d watches (`--max-project-watches`).\n\n", w, o.Watches)
 	}

@@ -10,6 +10,14 @@ import (
 	"testing"
 )
 
+// TestMain lets the test binary be the harness's prober process too.
+func TestMain(m *testing.M) {
+	if runProbeIfAsked() {
+		return
+	}
+	os.Exit(m.Run())
+}
+
 // TestSmoke runs the harness as `--smoke` does, on both systems up to 1,000
 // projects, and checks that it measured everything and wrote its report. The
 // numbers themselves are read from a full run's report, not asserted here.

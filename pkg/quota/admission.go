@@ -221,6 +221,7 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 	// them) are stored through it instead, to answer its error.
 	if joint := tenantstorage.JointFrom(ctx); joint != nil {
 		if companions, ok := claimObjects(reserved); ok && joint.Add(accessor.GetUID(), companions, func() { release(reserved) }) {
+			p.ledger.StoredWithObject(reserved)
 			return nil
 		}
 	}

@@ -83,6 +83,11 @@ type claim struct {
 type pendingClaim struct {
 	amounts map[BucketKey]int64
 	expires time.Time
+	// withObject: the claim is stored in its object's own transaction, so
+	// when it is seen its object was stored too and need not be looked up,
+	// unless a delete of the object (or its project's) came first (going).
+	withObject, going bool
+	trigger, project  string
 }
 
 // Ledger is the quota system's state. Its methods are safe for concurrent use.
@@ -110,6 +115,7 @@ type Ledger struct {
 	changed func(BucketKey)
 	verify  func(claimKey string)
 	going   func(claimKey string)
+	seen    func(claimKey string)
 }
 
 // NewLedger returns an empty ledger.
@@ -136,6 +142,29 @@ func (l *Ledger) Notify(changed func(BucketKey), verify, going func(claimKey str
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.changed, l.verify, l.going = changed, verify, going
+}
+
+// NotifySeen sets what the ledger calls, in place of verify, for a new
+// claim stored in its object's own transaction: its object is known to
+// have been stored. Called as Notify's functions are.
+func (l *Ledger) NotifySeen(seen func(claimKey string)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = seen
+}
+
+// StoredWithObject records that the reserved claims of plans are stored in
+// their object's own transaction (see pendingClaim.withObject).
+func (l *Ledger) StoredWithObject(plans []ClaimPlan) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range plans {
+		key := Key(p.Namespace, p.Name)
+		if pc, ok := l.pending[key]; ok {
+			pc.withObject, pc.trigger, pc.project = true, p.Trigger.Key(), p.Trigger.Project
+			l.pending[key] = pc
+		}
+	}
 }
 
 // MarkSynced records that every informer feeding the ledger has synced.
@@ -361,6 +390,7 @@ func (l *Ledger) SetClaim(c *quotav1alpha1.ResourceClaim, check bool) {
 	if old, ok := l.claims[key]; ok {
 		l.uncountLocked(key, old)
 	}
+	pc, wasPending := l.pending[key]
 	l.dropPendingLocked(key)
 	l.claims[key] = nc
 	for t, amount := range nc.requests {
@@ -378,7 +408,11 @@ func (l *Ledger) SetClaim(c *quotav1alpha1.ResourceClaim, check bool) {
 		}
 		l.byProject[nc.project][key] = struct{}{}
 	}
-	if check && l.verify != nil {
+	switch {
+	case !check:
+	case wasPending && pc.withObject && !pc.going && l.seen != nil:
+		l.seen(key)
+	case l.verify != nil:
 		l.verify(key)
 	}
 }
@@ -667,8 +701,9 @@ func (l *Ledger) Buckets() []BucketKey {
 // TriggerDeleted asks for the claims of the object trigger to be checked:
 // a delete of it was admitted.
 func (l *Ledger) TriggerDeleted(trigger string) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pendingGoingLocked(func(pc pendingClaim) bool { return pc.trigger == trigger })
 	if l.going == nil {
 		return
 	}
@@ -677,10 +712,23 @@ func (l *Ledger) TriggerDeleted(trigger string) {
 	}
 }
 
+// pendingGoingLocked marks the pending claims stored with their object
+// that match as going: when seen, their object is looked up after all
+// (the delete may have come before the ledger saw them).
+func (l *Ledger) pendingGoingLocked(match func(pendingClaim) bool) {
+	for key, pc := range l.pending {
+		if pc.withObject && !pc.going && match(pc) {
+			pc.going = true
+			l.pending[key] = pc
+		}
+	}
+}
+
 // ProjectDeleted asks for the claims of every object of project to be checked.
 func (l *Ledger) ProjectDeleted(project string) {
-	l.mu.RLock()
-	defer l.mu.RUnlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pendingGoingLocked(func(pc pendingClaim) bool { return pc.project == project })
 	if l.going == nil {
 		return
 	}

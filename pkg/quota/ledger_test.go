@@ -296,3 +296,52 @@ func TestMeteredTypesCountWithoutClaims(t *testing.T) {
 		t.Fatalf("after a project went: %+v", got)
 	}
 }
+
+// TestClaimsStoredWithTheirObjectAreNotLookedUp: a claim stored in its
+// object's own transaction is taken as seen when it appears; one stored
+// apart, or whose object (or project) a delete was admitted for before the
+// claim appeared, has its object looked up.
+func TestClaimsStoredWithTheirObjectAreNotLookedUp(t *testing.T) {
+	l := NewLedger()
+	l.SetRegistration(registrationOf("cms", "count", quotav1alpha1.TypeEntity, KindOrganization, configMaps))
+	l.SetGrant(grantOf("organization-acme", "g", acme, map[string][]int64{"count": {10}}))
+	var verified, seen []string
+	l.Notify(func(BucketKey) {}, func(k string) { verified = append(verified, k) }, func(string) {})
+	l.NotifySeen(func(k string) { seen = append(seen, k) })
+	reserve := func(name, project string, joint bool) ClaimPlan {
+		t.Helper()
+		p := plan(name, acme, configMaps, map[string]int64{"count": 1})
+		p.Trigger.Project, p.Trigger.Namespace = project, "default"
+		reserved, err := l.Reserve([]ClaimPlan{p})
+		if err != nil || len(reserved) != 1 {
+			t.Fatalf("reserving %s: %v %v", name, reserved, err)
+		}
+		if joint {
+			l.StoredWithObject(reserved)
+		}
+		return p
+	}
+	joint, apart := reserve("joint", "web", true), reserve("apart", "web", false)
+	deleted, projectGone := reserve("deleted", "web", true), reserve("gone", "api", true)
+	l.TriggerDeleted(deleted.Trigger.Key())
+	l.ProjectDeleted("api")
+	for _, p := range []ClaimPlan{joint, apart, deleted, projectGone} {
+		l.SetClaim(p.Object(), true)
+	}
+	if fmt.Sprint(seen) != fmt.Sprint([]string{Key(joint.Namespace, joint.Name)}) {
+		t.Errorf("taken as seen: %v", seen)
+	}
+	want := []string{Key(apart.Namespace, apart.Name), Key(deleted.Namespace, deleted.Name), Key(projectGone.Namespace, projectGone.Name)}
+	if fmt.Sprint(verified) != fmt.Sprint(want) {
+		t.Errorf("looked up: %v, want %v", verified, want)
+	}
+	// A resync checks every claim again.
+	verified = nil
+	l.SetClaim(joint.Object(), true)
+	if len(verified) != 1 {
+		t.Errorf("a resync looked up %v", verified)
+	}
+	if b := l.Bucket(BucketKey{acme, "count"}); b.Allocated != 4 {
+		t.Errorf("bucket %+v, want 4 allocated", b)
+	}
+}

@@ -116,6 +116,9 @@ func New(ledger *quota.Ledger, clients *allprojects.Clients, hierarchy tenancy.H
 	ledger.Notify(func(k quota.BucketKey) { c.queue.AddAfter(bucketItem(k), BucketDelay) },
 		func(claim string) { c.queue.Add("claim\x00" + claim) },
 		c.going)
+	// A claim stored in its object's own transaction: its object was
+	// stored, nothing to look up.
+	ledger.NotifySeen(c.markSeen)
 	on := func(inf cache.SharedIndexInformer, prefix string, namespaced, updates bool) error {
 		h := cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) { c.enqueue(prefix, obj, namespaced) }}
 		if updates {
