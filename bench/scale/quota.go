@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -42,6 +43,10 @@ type quotaResult struct {
 	// CreateMetered times the same create with the project's objects and
 	// stored bytes metered by the storage layer (the built-in grants).
 	CreateMetered quantiles
+	// PairedUncharged and PairedCharged time creates taken in turn in a
+	// project without a grant and in the one charged, under the same
+	// policy: the claim's own cost, free of the drift between series.
+	PairedUncharged, PairedCharged quantiles
 	// Before and Granted are the server before and after Projects grants (and their buckets and claims).
 	Before, Granted resources
 	// ProjectsPerSecondOff and ProjectsPerSecondOn are Project creations
@@ -211,6 +216,34 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 	if r.CreateCharged, err = timeCreates(); err != nil {
 		return nil, err
 	}
+	// In turn: a create in a project without a grant (the policy matches,
+	// nothing is charged), then one in the charged project.
+	other := projectName(1)
+	otherUser, err := s.writerClient(other)
+	if err != nil {
+		return nil, err
+	}
+	var plain, charged latencies
+	for i := range o.Samples {
+		for _, c := range []struct {
+			client kubernetes.Interface
+			ns     string
+			into   *latencies
+		}{{otherUser, s.namespaceOf(other), &plain}, {user, ns, &charged}} {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quota-paired-%d", i)}, Data: map[string]string{"payload": kib}}
+			began := time.Now()
+			if _, err := c.client.CoreV1().ConfigMaps(c.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				return nil, err
+			}
+			*c.into = append(*c.into, time.Since(began))
+		}
+	}
+	slices.Sort(plain)
+	slices.Sort(charged)
+	r.PairedUncharged = quantiles{P50: ms(plain.quantile(0.5)), P99: ms(plain.quantile(0.99))}
+	r.PairedCharged = quantiles{P50: ms(charged.quantile(0.5)), P99: ms(charged.quantile(0.99))}
+	progress("[milo] ConfigMap creates in turn, p50/p99: %.2f/%.2f ms not charged, %.2f/%.2f ms charged (%.2f×)",
+		r.PairedUncharged.P50, r.PairedUncharged.P99, r.PairedCharged.P50, r.PairedCharged.P99, r.PairedCharged.P50/max(r.PairedUncharged.P50, 0.001))
 	progress("[milo] ConfigMap create p50/p99: %.2f/%.2f ms without quota, %.2f/%.2f ms objects and bytes metered, %.2f/%.2f ms under a policy without a grant, %.2f/%.2f ms charged",
 		r.CreateOff.P50, r.CreateOff.P99, r.CreateMetered.P50, r.CreateMetered.P99, r.CreateUncharged.P50, r.CreateUncharged.P99, r.CreateCharged.P50, r.CreateCharged.P99)
 
@@ -345,6 +378,10 @@ func (q *quotaResult) section() string {
 	}{{"no claim policy", q.CreateOff}, {"objects and stored bytes metered (built-in grants)", q.CreateMetered},
 		{"a policy, no grant (not charged)", q.CreateUncharged}, {"charged (a claim stored)", q.CreateCharged}} {
 		fmt.Fprintf(&b, "| %s | %.2f ms (%.2f×) | %.2f ms (%.2f×) |\n", row.name, row.q.P50, row.q.P50/max(q.CreateOff.P50, 0.001), row.q.P99, row.q.P99/max(q.CreateOff.P99, 0.001))
+	}
+	if q.PairedCharged.P50 > 0 {
+		fmt.Fprintf(&b, "\nTaken in turn, a create in %s (a policy, no grant) then one in %s (charged), %d each: p50 %.2f ms against %.2f ms (%.2f×), p99 %.2f ms against %.2f ms.\n",
+			projectName(1), projectName(0), o.Samples, q.PairedCharged.P50, q.PairedUncharged.P50, q.PairedCharged.P50/max(q.PairedUncharged.P50, 0.001), q.PairedCharged.P99, q.PairedUncharged.P99)
 	}
 	fmt.Fprintf(&b, "\n| | heap | goroutines |\n|---|---|---|\n| before the grants | %.0f MiB | %.0f |\n| %d grants and buckets | %.0f MiB | %.0f |\n",
 		q.Before.HeapBytes/(1<<20), q.Before.Goroutines, o.Projects, q.Granted.HeapBytes/(1<<20), q.Granted.Goroutines)

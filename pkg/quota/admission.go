@@ -220,8 +220,8 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 	// Claims whose metadata the API would refuse (a policy's template made
 	// them) are stored through it instead, to answer its error.
 	if joint := tenantstorage.JointFrom(ctx); joint != nil {
-		if companions, ok := claimObjects(reserved); ok && joint.Add(accessor.GetUID(), companions, func() { release(reserved) }) {
-			p.ledger.StoredWithObject(reserved)
+		if companions, ok := claimObjects(reserved); ok && joint.Add(accessor.GetUID(), companions,
+			func() { release(reserved) }, func() { p.ledger.StoredWithObject(reserved) }) {
 			return nil
 		}
 	}

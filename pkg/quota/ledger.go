@@ -110,6 +110,9 @@ type Ledger struct {
 	// caches (MeterAdd), not from claims; metered[t] holds the counts.
 	metered map[string]map[Consumer]int64
 
+	// pendingWithObject counts the pending claims stored with their object.
+	pendingWithObject atomic.Int64
+
 	synced  atomic.Bool
 	now     func() time.Time
 	changed func(BucketKey)
@@ -160,9 +163,10 @@ func (l *Ledger) StoredWithObject(plans []ClaimPlan) {
 	defer l.mu.Unlock()
 	for _, p := range plans {
 		key := Key(p.Namespace, p.Name)
-		if pc, ok := l.pending[key]; ok {
+		if pc, ok := l.pending[key]; ok && !pc.withObject {
 			pc.withObject, pc.trigger, pc.project = true, p.Trigger.Key(), p.Trigger.Project
 			l.pending[key] = pc
+			l.pendingWithObject.Add(1)
 		}
 	}
 }
@@ -410,8 +414,12 @@ func (l *Ledger) SetClaim(c *quotav1alpha1.ResourceClaim, check bool) {
 	}
 	switch {
 	case !check:
-	case wasPending && pc.withObject && !pc.going && l.seen != nil:
+	case wasPending && pc.withObject && l.seen != nil:
 		l.seen(key)
+		if pc.going && l.going != nil {
+			// A delete came first: checked as for a delete of a claim seen.
+			l.going(key)
+		}
 	case l.verify != nil:
 		l.verify(key)
 	}
@@ -474,6 +482,9 @@ func (l *Ledger) dropPendingLocked(key string) {
 		return
 	}
 	delete(l.pending, key)
+	if p.withObject {
+		l.pendingWithObject.Add(-1)
+	}
 	for k, amount := range p.amounts {
 		l.pendingOf[k] -= amount
 		if l.pendingOf[k] <= 0 {
@@ -701,9 +712,9 @@ func (l *Ledger) Buckets() []BucketKey {
 // TriggerDeleted asks for the claims of the object trigger to be checked:
 // a delete of it was admitted.
 func (l *Ledger) TriggerDeleted(trigger string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.pendingGoingLocked(func(pc pendingClaim) bool { return pc.trigger == trigger })
+	l.pendingGoing(func(pc pendingClaim) bool { return pc.trigger == trigger })
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	if l.going == nil {
 		return
 	}
@@ -712,10 +723,16 @@ func (l *Ledger) TriggerDeleted(trigger string) {
 	}
 }
 
-// pendingGoingLocked marks the pending claims stored with their object
-// that match as going: when seen, their object is looked up after all
-// (the delete may have come before the ledger saw them).
-func (l *Ledger) pendingGoingLocked(match func(pendingClaim) bool) {
+// pendingGoing marks the pending claims stored with their object that
+// match as going: when seen, they are checked as the claims of an object
+// being deleted (the delete may have come before the ledger saw them).
+// Deletes take the ledger's write lock only while such claims are pending.
+func (l *Ledger) pendingGoing(match func(pendingClaim) bool) {
+	if l.pendingWithObject.Load() == 0 {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	for key, pc := range l.pending {
 		if pc.withObject && !pc.going && match(pc) {
 			pc.going = true
@@ -726,9 +743,9 @@ func (l *Ledger) pendingGoingLocked(match func(pendingClaim) bool) {
 
 // ProjectDeleted asks for the claims of every object of project to be checked.
 func (l *Ledger) ProjectDeleted(project string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.pendingGoingLocked(func(pc pendingClaim) bool { return pc.project == project })
+	l.pendingGoing(func(pc pendingClaim) bool { return pc.project == project })
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	if l.going == nil {
 		return
 	}

@@ -305,8 +305,8 @@ func TestClaimsStoredWithTheirObjectAreNotLookedUp(t *testing.T) {
 	l := NewLedger()
 	l.SetRegistration(registrationOf("cms", "count", quotav1alpha1.TypeEntity, KindOrganization, configMaps))
 	l.SetGrant(grantOf("organization-acme", "g", acme, map[string][]int64{"count": {10}}))
-	var verified, seen []string
-	l.Notify(func(BucketKey) {}, func(k string) { verified = append(verified, k) }, func(string) {})
+	var verified, seen, going []string
+	l.Notify(func(BucketKey) {}, func(k string) { verified = append(verified, k) }, func(k string) { going = append(going, k) })
 	l.NotifySeen(func(k string) { seen = append(seen, k) })
 	reserve := func(name, project string, joint bool) ClaimPlan {
 		t.Helper()
@@ -328,12 +328,20 @@ func TestClaimsStoredWithTheirObjectAreNotLookedUp(t *testing.T) {
 	for _, p := range []ClaimPlan{joint, apart, deleted, projectGone} {
 		l.SetClaim(p.Object(), true)
 	}
-	if fmt.Sprint(seen) != fmt.Sprint([]string{Key(joint.Namespace, joint.Name)}) {
-		t.Errorf("taken as seen: %v", seen)
+	// Stored with their object: seen; those whose object (or project) a
+	// delete was admitted for first are checked as going.
+	want := []string{Key(joint.Namespace, joint.Name), Key(deleted.Namespace, deleted.Name), Key(projectGone.Namespace, projectGone.Name)}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("taken as seen: %v, want %v", seen, want)
 	}
-	want := []string{Key(apart.Namespace, apart.Name), Key(deleted.Namespace, deleted.Name), Key(projectGone.Namespace, projectGone.Name)}
-	if fmt.Sprint(verified) != fmt.Sprint(want) {
+	if want := want[1:]; fmt.Sprint(going) != fmt.Sprint(want) {
+		t.Errorf("checked as going: %v, want %v", going, want)
+	}
+	if want := []string{Key(apart.Namespace, apart.Name)}; fmt.Sprint(verified) != fmt.Sprint(want) {
 		t.Errorf("looked up: %v, want %v", verified, want)
+	}
+	if n := l.pendingWithObject.Load(); n != 0 {
+		t.Errorf("%d claims stored with their object still pending", n)
 	}
 	// A resync checks every claim again.
 	verified = nil

@@ -61,22 +61,34 @@ func (q *fairQueue[T]) Pop() T {
 	return item
 }
 
-// fifo is a first-in-first-out slice: popped slots are cleared so that what
-// they held can be collected, and the slice is reallocated by append as it
-// grows, leaving its popped prefix behind.
-type fifo[T any] struct{ items []T }
+// fifo is a first-in-first-out slice read from head: popped slots are
+// cleared so that what they held can be collected, the slice is reused from
+// its start once emptied, and its popped prefix is dropped once it is most
+// of the slice.
+type fifo[T any] struct {
+	items []T
+	head  int
+}
 
 func (f *fifo[T]) push(item T) { f.items = append(f.items, item) }
 
 func (f *fifo[T]) pop() T {
 	var zero T
-	item := f.items[0]
-	f.items[0] = zero
-	f.items = f.items[1:]
+	item := f.items[f.head]
+	f.items[f.head] = zero
+	f.head++
+	switch {
+	case f.head == len(f.items):
+		f.items, f.head = f.items[:0], 0
+	case f.head >= 64 && 2*f.head >= len(f.items):
+		n := copy(f.items, f.items[f.head:])
+		clear(f.items[n:])
+		f.items, f.head = f.items[:n], 0
+	}
 	return item
 }
 
-func (f *fifo[T]) len() int { return len(f.items) }
+func (f *fifo[T]) len() int { return len(f.items) - f.head }
 
 // tenantOrder returns how a queue of K orders its keys by tenant, or false
 // when K's keys name no tenant (they are served first in, first out).
@@ -86,7 +98,8 @@ func tenantOrder[K comparable]() (func(K) string, bool) {
 		return nil, false
 	}
 	// A project and an organization of the same name share a turn: it
-	// costs them a little of their share, and a key no allocation.
+	// costs them a little of their share, and spares a key's tenant a
+	// string of its own.
 	return func(k K) string {
 		project, org := any(k).(Tenanted).TenantKeys()
 		if project != "" {

@@ -83,6 +83,7 @@ type Joint struct {
 	uid        types.UID
 	companions []Companion
 	release    func()
+	together   func()
 }
 
 type jointState int
@@ -127,11 +128,13 @@ func JointFrom(ctx context.Context) *Joint {
 }
 
 // Add asks that companions be stored with the create of the object with
-// uid; release is called when they were certainly not stored (the create
-// failed or never reached storage). It reports false, and adds nothing,
-// when the request holds companions already, has ended, or a companion's
-// storage is not built yet: the caller then stores them itself.
-func (j *Joint) Add(uid types.UID, companions []Companion, release func()) bool {
+// uid. release is called when they were certainly not stored (the create
+// failed or never reached storage); together just before the transaction
+// that stores them with the object (not when they are stored apart, before
+// an object that expires). It reports false, and adds nothing, when the
+// request holds companions already, has ended, or a companion's storage is
+// not built yet: the caller then stores them itself.
+func (j *Joint) Add(uid types.UID, companions []Companion, release, together func()) bool {
 	for _, c := range companions {
 		if j.joints.storeOf(c.Resource) == nil {
 			return false
@@ -142,26 +145,35 @@ func (j *Joint) Add(uid types.UID, companions []Companion, release func()) bool 
 	if j.state != empty || uid == "" {
 		return false
 	}
-	j.state, j.uid, j.companions, j.release = held, uid, companions, release
+	j.state, j.uid, j.companions, j.release, j.together = held, uid, companions, release, together
 	return true
 }
 
 // take returns the companions to store with obj's create, once, or nil.
-func (j *Joint) take(obj runtime.Object) []Companion {
+// It refuses the create of an object whose companions were released
+// because its request ended first (the server answered a timeout while the
+// create went on): stored without them, it would escape its quota.
+func (j *Joint) take(obj runtime.Object) ([]Companion, error) {
 	if j == nil {
-		return nil
+		return nil, nil
 	}
 	m, err := meta.Accessor(obj)
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.state != held || m.GetUID() != j.uid {
-		return nil
+	if j.uid == "" || m.GetUID() != j.uid {
+		return nil, nil
 	}
-	j.state = taken
-	return j.companions
+	switch j.state {
+	case held:
+		j.state = taken
+		return j.companions, nil
+	case ended:
+		return nil, apierrors.NewTimeoutError("the request ended before its object was stored", 0)
+	}
+	return nil, nil
 }
 
 // failed releases the companions of a create that certainly stored
@@ -181,14 +193,17 @@ func (j *Joint) failed() {
 	}
 }
 
-// finish ends the request: companions no create took are released.
+// finish ends the request: companions no create took are released (and
+// their create, should it still come, refused: see take).
 func (j *Joint) finish() {
 	j.mu.Lock()
 	release := j.release
 	if j.state != held {
 		release = nil
 	}
-	j.state = ended
+	if j.state != taken {
+		j.state = ended
+	}
 	j.mu.Unlock()
 	if release != nil {
 		release()
@@ -285,6 +300,9 @@ func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Ob
 	}
 	ifs = append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", 0)}, ifs...)
 	thens = append([]clientv3.Op{clientv3.OpPut(full, string(data))}, thens...)
+	if j.together != nil {
+		j.together()
+	}
 	resp, err := s.joints.kv.Txn(ctx).If(ifs...).Then(thens...).Else(clientv3.OpGet(full, clientv3.WithCountOnly())).Commit()
 	if err != nil {
 		if notApplied(err) {

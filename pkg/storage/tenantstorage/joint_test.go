@@ -58,8 +58,14 @@ func TestJointCreateStoresCompanionsInOneTransaction(t *testing.T) {
 	release := func() { released++ }
 
 	t.Run("stored together", func(t *testing.T) {
+		together := 0
+		defer func() {
+			if together != 1 {
+				t.Errorf("told %d times the companions are stored together, want 1", together)
+			}
+		}()
 		inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
-			if !JointFrom(ctx).Add("uid-a", companion("a"), release) {
+			if !JointFrom(ctx).Add("uid-a", companion("a"), release, func() { together++ }) {
 				t.Fatal("a create's joint refused companions")
 			}
 			out := &corev1.ConfigMap{}
@@ -89,7 +95,7 @@ func TestJointCreateStoresCompanionsInOneTransaction(t *testing.T) {
 
 	t.Run("a create that fails stores none and releases", func(t *testing.T) {
 		inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
-			JointFrom(ctx).Add("uid-a2", companion("a2"), release)
+			JointFrom(ctx).Add("uid-a2", companion("a2"), release, nil)
 			err := objects.Create(ctx, "/jointobjects/default/a", object("a", "uid-a2"), &corev1.ConfigMap{}, 0)
 			if !storage.IsExist(err) {
 				t.Fatalf("creating an existing object: %v", err)
@@ -106,7 +112,7 @@ func TestJointCreateStoresCompanionsInOneTransaction(t *testing.T) {
 	t.Run("a companion that exists fails the create", func(t *testing.T) {
 		released = 0
 		inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
-			JointFrom(ctx).Add("uid-b", companion("a"), release)
+			JointFrom(ctx).Add("uid-b", companion("a"), release, nil)
 			err := objects.Create(ctx, "/jointobjects/default/b", object("b", "uid-b"), &corev1.ConfigMap{}, 0)
 			if !apierrors.IsConflict(err) {
 				t.Fatalf("want a conflict, got %v", err)
@@ -123,7 +129,7 @@ func TestJointCreateStoresCompanionsInOneTransaction(t *testing.T) {
 	t.Run("companions of another object are not taken, and released at the end", func(t *testing.T) {
 		released = 0
 		inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
-			JointFrom(ctx).Add("uid-other", companion("c"), release)
+			JointFrom(ctx).Add("uid-other", companion("c"), release, nil)
 			if err := objects.Create(ctx, "/jointobjects/default/c", object("c", "uid-c"), &corev1.ConfigMap{}, 0); err != nil {
 				t.Fatal(err)
 			}
@@ -158,7 +164,7 @@ func TestJointCreateStoresCompanionsInOneTransaction(t *testing.T) {
 	t.Run("a companion whose storage is not built is refused", func(t *testing.T) {
 		inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
 			c := []Companion{{Resource: corev1.Resource("unbuilt"), Object: object("x", "x")}}
-			if JointFrom(ctx).Add("uid-x", c, release) {
+			if JointFrom(ctx).Add("uid-x", c, release, nil) {
 				t.Fatal("a companion without storage was accepted")
 			}
 		})
@@ -193,7 +199,7 @@ func TestJointCreateWritesAsTheStoreDoes(t *testing.T) {
 	inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
 		claim := []Companion{{Resource: corev1.Resource("sealedclaims"), Object: &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "s", UID: "claim-s"}, Data: map[string]string{"for": "s"}}}}
-		if !JointFrom(ctx).Add("uid-s", claim, func() { t.Error("a stored companion was released") }) {
+		if !JointFrom(ctx).Add("uid-s", claim, func() { t.Error("a stored companion was released") }, nil) {
 			t.Fatal("refused")
 		}
 		obj := object("s", "uid-s")
@@ -233,7 +239,7 @@ func TestJointLifecycle(t *testing.T) {
 	// A create that expires (an Event's lease) stores its companions
 	// first, in a transaction of their own.
 	inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
-		JointFrom(ctx).Add("uid-e", claim("e"), release)
+		JointFrom(ctx).Add("uid-e", claim("e"), release, func() { t.Error("companions stored apart were told they are stored together") })
 		if err := objects.Create(ctx, "/lifeobjects/default/e", object("e", "uid-e"), &corev1.ConfigMap{}, 3600); err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +252,7 @@ func TestJointLifecycle(t *testing.T) {
 	// at once, and the request may add its companions again for a retry.
 	inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
 		j := JointFrom(ctx)
-		j.Add("uid-big", claim("big"), release)
+		j.Add("uid-big", claim("big"), release, nil)
 		big := object("big", "uid-big")
 		big.Data = map[string]string{"v": strings.Repeat("x", 2<<20)}
 		if err := objects.Create(ctx, "/lifeobjects/default/big", big, &corev1.ConfigMap{}, 0); err == nil {
@@ -255,7 +261,7 @@ func TestJointLifecycle(t *testing.T) {
 		if released != 1 {
 			t.Fatalf("a refused transaction released %d times, want 1", released)
 		}
-		if !j.Add("uid-big2", claim("big2"), release) {
+		if !j.Add("uid-big2", claim("big2"), release, nil) {
 			t.Fatal("after a refused transaction the request cannot add again")
 		}
 		if err := objects.Create(ctx, "/lifeobjects/default/big2", object("big2", "uid-big2"), &corev1.ConfigMap{}, 0); err != nil {
@@ -267,10 +273,26 @@ func TestJointLifecycle(t *testing.T) {
 			modRevision(t, "/registry/lifeclaims/_platform/default/big2") != 0, modRevision(t, "/registry/lifeclaims/_platform/default/big") != 0)
 	}
 
-	// Once the request has ended nothing more is added.
+	// Once the request has ended nothing more is added, and a create
+	// whose companions its end released (the server answered a timeout
+	// while the create went on) is refused rather than stored without them.
+	released = 0
 	var j *Joint
-	inRequest(t, joints, "create", "", "web", func(ctx context.Context) { j = JointFrom(ctx) })
-	if j.Add("uid-late", claim("late"), release) {
+	var late context.Context
+	inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
+		j, late = JointFrom(ctx), ctx
+		j.Add("uid-t", claim("t"), release, nil)
+	})
+	if released != 1 {
+		t.Fatalf("the request's end released %d times, want 1", released)
+	}
+	if j.Add("uid-late", claim("late"), release, nil) {
 		t.Fatal("a joint took companions after its request ended")
+	}
+	if err := objects.Create(late, "/lifeobjects/default/t", object("t", "uid-t"), &corev1.ConfigMap{}, 0); !apierrors.IsTimeout(err) {
+		t.Fatalf("a create after its companions were released: %v", err)
+	}
+	if modRevision(t, "/registry/lifeobjects/"+tenancy.ProjectID("uid-of-web")+"/default/t") != 0 {
+		t.Fatal("the object was stored without its companions")
 	}
 }

@@ -248,7 +248,11 @@ func (s *store) Create(ctx context.Context, key string, obj, out runtime.Object,
 func (s *store) create(ctx context.Context, k string, obj, out runtime.Object, ttl uint64) error {
 	if s.joints != nil {
 		j := JointFrom(ctx)
-		if companions := j.take(obj); companions != nil {
+		companions, err := j.take(obj)
+		if err != nil {
+			return err
+		}
+		if companions != nil {
 			if ttl == 0 {
 				return s.jointCreate(ctx, k, obj, out, companions, j)
 			}
