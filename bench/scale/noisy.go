@@ -367,13 +367,12 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, config, phase
 	cpuBefore := s.cpuSeconds()
 	var gets latencies
 	var probeCPU float64
-	var pace <-chan time.Time
-	if o.ProbeRate > 0 {
-		t := time.NewTicker(time.Second / time.Duration(o.ProbeRate))
-		defer t.Stop()
-		pace = t.C
-	}
-	if !o.ProbeInProcess {
+	if o.ProbeInProcess {
+		gets, out.QuietErrors = paced(phaseCtx, o.ProbeRate, func(ctx context.Context) error {
+			_, err := probe.Get(ctx, "cm-0", metav1.GetOptions{})
+			return err
+		})
+	} else {
 		deadline, _ := phaseCtx.Deadline()
 		gets, out.QuietErrors, probeCPU, err = s.probeApart(ctx, o, time.Until(deadline))
 		if err != nil {
@@ -382,25 +381,6 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, config, phase
 			return out, err
 		}
 		<-phaseCtx.Done()
-	}
-	for phaseCtx.Err() == nil {
-		if pace != nil {
-			select {
-			case <-pace:
-			case <-phaseCtx.Done():
-				continue
-			}
-		}
-		t := time.Now()
-		_, err := probe.Get(phaseCtx, "cm-0", metav1.GetOptions{})
-		if phaseCtx.Err() != nil {
-			break
-		}
-		if err != nil {
-			out.QuietErrors++
-			continue
-		}
-		gets = append(gets, time.Since(t))
 	}
 	elapsed := time.Since(began)
 	cpuAfter := s.cpuSeconds()

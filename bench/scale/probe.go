@@ -37,7 +37,7 @@ type probeSpec struct {
 
 // probeResult is the prober's answer on its standard output.
 type probeResult struct {
-	Latencies []time.Duration
+	Latencies latencies
 	Errors    int
 }
 
@@ -77,9 +77,22 @@ func probe(spec probeSpec) (probeResult, error) {
 	if _, err := get.Get(ctx, spec.Name, metav1.GetOptions{}); err != nil {
 		return out, err
 	}
+	out.Latencies, out.Errors = paced(ctx, spec.Rate, func(ctx context.Context) error {
+		_, err := get.Get(ctx, spec.Name, metav1.GetOptions{})
+		return err
+	})
+	return out, nil
+}
+
+// paced calls get rate times a second (back to back with rate 0), one
+// call at a time, until ctx ends, and returns the latencies of the calls
+// that succeeded and how many failed; a call cut short by ctx is neither.
+func paced(ctx context.Context, rate int, get func(context.Context) error) (latencies, int) {
+	var out latencies
+	failed := 0
 	var pace <-chan time.Time
-	if spec.Rate > 0 {
-		t := time.NewTicker(time.Second / time.Duration(spec.Rate))
+	if rate > 0 {
+		t := time.NewTicker(time.Second / time.Duration(rate))
 		defer t.Stop()
 		pace = t.C
 	}
@@ -92,17 +105,17 @@ func probe(spec probeSpec) (probeResult, error) {
 			}
 		}
 		t := time.Now()
-		_, err := get.Get(ctx, spec.Name, metav1.GetOptions{})
+		err := get(ctx)
 		if ctx.Err() != nil {
 			break
 		}
 		if err != nil {
-			out.Errors++
+			failed++
 			continue
 		}
-		out.Latencies = append(out.Latencies, time.Since(t))
+		out = append(out, time.Since(t))
 	}
-	return out, nil
+	return out, failed
 }
 
 // probeApart runs the prober as a child process for d: the quiet project's
@@ -130,5 +143,5 @@ func (s *system) probeApart(ctx context.Context, o noisyOptions, d time.Duration
 		return nil, 0, 0, fmt.Errorf("the quiet project's prober said %q: %w", stdout.String(), err)
 	}
 	cpu := (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
-	return latencies(r.Latencies), r.Errors, cpu, nil
+	return r.Latencies, r.Errors, cpu, nil
 }
