@@ -66,7 +66,7 @@ func (ctl *Controller) Run(ctx context.Context, workers int) {
 		klog.FromContext(ctx).Error(err, "Preparing informer", "controller", Name)
 		return
 	}
-	t := &term{Controller: ctl, roles: roles, queue: manager.NewQueue[allprojects.Key](Name)}
+	t := &term{Controller: ctl, roles: roles, queue: manager.NewTenantQueue[allprojects.Key](Name)}
 	defer t.queue.ShutDown()
 	changed := func(obj any) {
 		if k, ok := allprojects.KeyOf(obj, true); ok {

@@ -108,7 +108,7 @@ func (ctl *Controller) Run(ctx context.Context, workers int) {
 		klog.FromContext(ctx).Error(err, "Preparing informers", "controller", Name)
 		return
 	}
-	t := &term{Controller: ctl, crds: crds, platform: &platformGroups{clients: ctl.clients, crds: platform}, queue: manager.NewQueue[allprojects.Key](Name)}
+	t := &term{Controller: ctl, crds: crds, platform: &platformGroups{clients: ctl.clients, crds: platform}, queue: manager.NewTenantQueue[allprojects.Key](Name)}
 	defer t.queue.ShutDown()
 	changed := func(obj any) {
 		if k, ok := allprojects.KeyOf(obj, true); ok && k.Project != "" {

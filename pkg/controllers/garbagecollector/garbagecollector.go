@@ -106,7 +106,7 @@ type term struct {
 
 // Run works until ctx ends.
 func (ctl *Controller) Run(ctx context.Context, workers int) {
-	t := &term{Controller: ctl, graph: newGraph(), queue: manager.NewQueue[item](Name)}
+	t := &term{Controller: ctl, graph: newGraph(), queue: manager.NewTenantQueue[item](Name)}
 	defer t.queue.ShutDown()
 	go t.watchResources(ctx)
 	manager.Work(ctx, Name, t.queue, workers, t.sync)

@@ -90,21 +90,14 @@ func (f *fifo[T]) pop() T {
 
 func (f *fifo[T]) len() int { return len(f.items) - f.head }
 
-// tenantOrder returns how a queue of K orders its keys by tenant, or false
-// when K's keys name no tenant (they are served first in, first out).
-func tenantOrder[K comparable]() (func(K) string, bool) {
-	var zero K
-	if _, ok := any(zero).(Tenanted); !ok {
-		return nil, false
+// tenantOf is the tenant a fair queue serves k in turn with: its project,
+// else its organization, else the platform (""). A project and an
+// organization of the same name share a turn, which costs them a little of
+// their share and spares each key a string of its own.
+func tenantOf[K Tenanted](k K) string {
+	project, org := k.TenantKeys()
+	if project != "" {
+		return project
 	}
-	// A project and an organization of the same name share a turn: it
-	// costs them a little of their share, and spares a key's tenant a
-	// string of its own.
-	return func(k K) string {
-		project, org := any(k).(Tenanted).TenantKeys()
-		if project != "" {
-			return project
-		}
-		return org // the organization's, or the platform's ("")
-	}, true
+	return org
 }

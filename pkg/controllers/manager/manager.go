@@ -247,16 +247,23 @@ func Work[K comparable](ctx context.Context, name string, queue workqueue.TypedR
 }
 
 // NewQueue returns a rate-limited work queue named for its controller (the
-// name labels its metrics). Keys that name their tenant (Tenanted) are
-// served tenant by tenant in turn (fairQueue), so that one project's backlog
-// does not hold up another's work; others first in, first out.
+// name labels its metrics), first in, first out.
 func NewQueue[K comparable](name string) workqueue.TypedRateLimitingInterface[K] {
-	config := workqueue.TypedRateLimitingQueueConfig[K]{Name: name}
-	if tenantOf, ok := tenantOrder[K](); ok {
-		config.DelayingQueue = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{Name: name,
-			Queue: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[K]{Name: name, Queue: newFairQueue(tenantOf)})})
-	}
-	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[K](), config)
+	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[K](),
+		workqueue.TypedRateLimitingQueueConfig[K]{Name: name})
+}
+
+// NewTenantQueue is NewQueue for keys that name their tenant: tenants are
+// served in turn (fairQueue), so that one project's backlog does not hold
+// up another's work.
+func NewTenantQueue[K interface {
+	comparable
+	Tenanted
+}](name string) workqueue.TypedRateLimitingInterface[K] {
+	fair := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[K]{Name: name, Queue: newFairQueue(tenantOf[K])})
+	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[K](),
+		workqueue.TypedRateLimitingQueueConfig[K]{Name: name,
+			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{Name: name, Queue: fair})})
 }
 
 // StartInformers registers handler on each informer, runs them until ctx ends

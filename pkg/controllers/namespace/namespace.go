@@ -54,7 +54,7 @@ func New(clients *allprojects.Clients, recorder *events.Recorder) *Controller {
 // Run watches the platform's and every project's namespaces and works the
 // queue with workers until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	queue := manager.NewQueue[allprojects.Key](Name)
+	queue := manager.NewTenantQueue[allprojects.Key](Name)
 	defer queue.ShutDown()
 	// Projects' own kinds: a namespace of a project holds instances of the
 	// project's CRDs too, which the platform's discovery does not list.

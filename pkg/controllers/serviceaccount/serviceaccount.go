@@ -76,7 +76,7 @@ type term struct {
 // Run works until ctx ends.
 func (ctl *Controller) Run(ctx context.Context, workers int) {
 	t := &term{Controller: ctl}
-	queue := manager.NewQueue[allprojects.Key](Name)
+	queue := manager.NewTenantQueue[allprojects.Key](Name)
 	defer queue.ShutDown()
 	namespaceChanged := func(obj any) {
 		if k, ok := allprojects.KeyOf(obj, true); ok {

@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/etcd3"
 	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
 
@@ -317,7 +316,7 @@ func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Ob
 		}
 		return apierrors.NewConflict(s.resource, path.Base(key), fmt.Errorf("what is stored with the object exists already"))
 	}
-	return etcd3.NewDefaultDecoder(s.codec, versioner).Decode(plain, out, resp.Header.Revision)
+	return s.decoder.Decode(plain, out, resp.Header.Revision)
 }
 
 // companionsFirst stores companions in a transaction of their own, before

@@ -33,6 +33,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/etcd3"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/apiserver/pkg/storage/value"
@@ -77,7 +78,7 @@ func Decorate(inner generic.StorageDecorator, o Options) generic.StorageDecorato
 			o.Prefixes.add(config.Config.Prefix, resourcePrefix, config.GroupResource)
 		}
 		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: o.MaxListItems, shown: o.Shown, newFunc: newFunc, newList: newListFunc,
-			codec: config.Config.Codec, joints: o.Joints, transformer: transformerOf(config.Config.Transformer)}
+			codec: config.Config.Codec, joints: o.Joints, transformer: transformerOf(config.Config.Transformer), decoder: etcd3.NewDefaultDecoder(config.Config.Codec, versioner)}
 		s.pathPrefix = path.Join("/", config.Config.Prefix)
 		if !strings.HasSuffix(s.pathPrefix, "/") {
 			s.pathPrefix += "/"
@@ -117,11 +118,12 @@ type store struct {
 	// resource not metered); codec encodes them as storage does, to measure them.
 	meter Meter
 	codec runtime.Codec
-	// joints stores companions with a create; pathPrefix and transformer
-	// are the etcd store's, to write as it does.
+	// joints stores companions with a create; pathPrefix, transformer and
+	// decoder are the etcd store's, to write and answer as it does.
 	joints      *Joints
 	pathPrefix  string
 	transformer value.Transformer
+	decoder     etcd3.Decoder
 	// keyFunc is an object's key, with its tenant segment; newList makes an
 	// empty list of the resource.
 	keyFunc func(runtime.Object) (string, error)
