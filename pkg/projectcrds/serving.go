@@ -80,6 +80,9 @@ func (s *Index) Init(clients *allprojects.Clients) error {
 	if err == nil {
 		err = allprojects.IndexCRDsByGroup(crds)
 	}
+	if err == nil {
+		err = indexByResource(crds)
+	}
 	if err != nil {
 		return err
 	}
@@ -200,6 +203,9 @@ type Serving struct {
 
 	mu      sync.Mutex
 	classes map[Class]*classHandler
+	// views are the classes of the all-projects view's resources, by
+	// "<plural>.<group>" (view.go).
+	views map[string]Class
 	// sweepAt is how many classes may be built before those no CRD has any
 	// more are torn down: twice as many as were live at the last sweep, so
 	// a tenant changing its CRD's schema over and over keeps at most about
@@ -217,7 +223,7 @@ type classHandler struct {
 
 // NewServing prepares the serving of the CRDs of index.
 func NewServing(config ServingConfig, index *Index) *Serving {
-	return &Serving{config: config, index: index, classes: map[Class]*classHandler{}, sweepAt: minSweep}
+	return &Serving{config: config, index: index, classes: map[Class]*classHandler{}, views: map[string]Class{}, sweepAt: minSweep}
 }
 
 // minSweep is how many class handlers are built before the first sweep.
@@ -254,6 +260,10 @@ func (s *Serving) Handler(next http.Handler) http.Handler {
 		ctx := req.Context()
 		t := tenancy.From(ctx)
 		info, ok := request.RequestInfoFrom(ctx)
+		if ok && info.IsResourceRequest && t.Kind == tenancy.AllProjects && info.APIGroup != "" && info.Subresource == "" &&
+			(info.Verb == "list" || info.Verb == "watch") && s.serveView(w, req, info.APIGroup, info.APIVersion, info.Resource) {
+			return
+		}
 		if !ok || !info.IsResourceRequest || !t.IsProject() || t.ID == "" || info.APIGroup == "" {
 			next.ServeHTTP(w, req)
 			return
@@ -324,6 +334,7 @@ func (s *Serving) class(crd *apiextensionsv1.CustomResourceDefinition) (http.Han
 // any more; the caller holds s.mu.
 func (s *Serving) sweepLocked() {
 	live := s.index.liveClasses()
+	live.Insert(s.liveViewsLocked()...)
 	for class, h := range s.classes {
 		if !live.Has(class) {
 			h.crd.remove()

@@ -19,8 +19,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
@@ -872,5 +875,183 @@ func TestProjectCRDQuota(t *testing.T) {
 	_, err := inA.Create(ctx, gadget("a-2"), metav1.CreateOptions{})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "exceeded quota") {
 		t.Fatalf("the third Gadget under a quota of 2: %v, want 403 exceeded quota", err)
+	}
+}
+
+// TestProjectCRDGarbageCollection: owner references to and from a project's
+// own kinds are collected as for any kind, inside the project: a ConfigMap
+// owned by an Owner goes with it; an Owner owned by a ConfigMap goes with
+// it, also in a project whose CRD of the resource has another version; an
+// Owner deleted in the foreground waits for its blocking dependent. Another
+// project's objects of the same kind and names are never touched, and a
+// reference to another project's owner keeps nothing alive. The
+// all-projects view, which the collector reads, serves project kinds as
+// object metadata only, and only to the platform.
+func TestProjectCRDGarbageCollection(t *testing.T) {
+	m := crdServer(t)
+	ctx := context.Background()
+	a, b := m.newProject(t, "crd-gc-a"), m.newProject(t, "crd-gc-b")
+	inA, inB := crdsAt(t, m.projectConfig(t, a)), crdsAt(t, m.projectConfig(t, b))
+	if _, err := inA.Create(ctx, projectCRD("owners", "Owner", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// B's Owners are of another schema and version: the collector reads
+	// every project's through one version, and acts in B through B's own.
+	crdB := projectCRD("owners", "Owner", apiextensionsv1.NamespaceScoped, "string")
+	crdB.Spec.Versions[0].Name = "v2"
+	if _, err := inB.Create(ctx, crdB, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, inA, "owners.crd.example.net", apiextensionsv1.ConditionTrue)
+	waitNames(t, inB, "owners.crd.example.net", apiextensionsv1.ConditionTrue)
+	version := map[string]string{a: "v1", b: "v2"}
+	owners := func(p string) dynamic.ResourceInterface {
+		return m.projectDynamic(t, p).Resource(schema.GroupVersionResource{Group: "crd.example.net", Version: version[p], Resource: "owners"}).Namespace("default")
+	}
+	newOwner := func(p, name string, refs ...metav1.OwnerReference) *unstructured.Unstructured {
+		t.Helper()
+		o := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.example.net/" + version[p], "kind": "Owner",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{}}}
+		o.SetOwnerReferences(refs)
+		var made *unstructured.Unstructured
+		eventually(t, "Owner "+name+" in project "+p, func() error {
+			var err error
+			made, err = owners(p).Create(ctx, o, metav1.CreateOptions{})
+			return err
+		})
+		return made
+	}
+	configMaps := func(p string) corev1client.ConfigMapInterface {
+		return m.projectKube(t, p).CoreV1().ConfigMaps("default")
+	}
+	newConfigMap := func(p, name string, finalizers []string, refs ...metav1.OwnerReference) *corev1.ConfigMap {
+		t.Helper()
+		cm, err := configMaps(p).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, OwnerReferences: refs, Finalizers: finalizers}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm
+	}
+	refTo := func(o metav1.Object, apiVersion, kind string, block bool) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: o.GetName(), UID: o.GetUID(), BlockOwnerDeletion: &block}
+	}
+	gone := func(what string, get func() error) {
+		t.Helper()
+		err := framework.Eventually(time.Minute, func() error {
+			if err := get(); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there: %v", err)
+			}
+			return nil
+		})
+		if err != nil {
+			var collector []string
+			for _, line := range strings.Split(m.Logs.String(), "\n") {
+				if strings.Contains(line, "garbage-collector") {
+					collector = append(collector, line)
+				}
+			}
+			t.Fatalf("%s collected: %v; the collector's log:\n%s", what, err, strings.Join(collector, "\n"))
+		}
+	}
+
+	// A ConfigMap owned by an Owner, in both projects under the same names.
+	ownerA, ownerB := newOwner(a, "w1"), newOwner(b, "w1")
+	newConfigMap(a, "cm1", nil, refTo(ownerA, "crd.example.net/v1", "Owner", false))
+	newConfigMap(b, "cm1", nil, refTo(ownerB, "crd.example.net/v2", "Owner", false))
+	// B's reference to A's Owner, by A's name and UID, finds nothing in B.
+	keep := newOwner(a, "keep")
+	newConfigMap(b, "cross", nil, refTo(keep, "crd.example.net/v1", "Owner", false))
+	gone("project "+b+"'s ConfigMap naming project "+a+"'s Owner", func() error {
+		_, err := configMaps(b).Get(ctx, "cross", metav1.GetOptions{})
+		return err
+	})
+	if err := owners(a).Delete(ctx, "w1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gone("project "+a+"'s ConfigMap of its deleted Owner", func() error {
+		_, err := configMaps(a).Get(ctx, "cm1", metav1.GetOptions{})
+		return err
+	})
+	if _, err := configMaps(b).Get(ctx, "cm1", metav1.GetOptions{}); err != nil {
+		t.Errorf("project %s's ConfigMap of its own Owner w1: %v", b, err)
+	}
+	for p, name := range map[string]string{b: "w1", a: "keep"} {
+		if _, err := owners(p).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Errorf("project %s's Owner %s: %v", p, name, err)
+		}
+	}
+
+	// An Owner owned by a ConfigMap, in B (version v2).
+	holder := newConfigMap(b, "holder", nil)
+	newOwner(b, "held", refTo(holder, "v1", "ConfigMap", false))
+	if err := configMaps(b).Delete(ctx, "holder", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gone("project "+b+"'s Owner of its deleted ConfigMap", func() error {
+		_, err := owners(b).Get(ctx, "held", metav1.GetOptions{})
+		return err
+	})
+
+	// Foreground: the Owner stays until its blocking dependent is gone,
+	// which a finalizer holds.
+	fg := newOwner(a, "fg")
+	newConfigMap(a, "fg-dependent", []string{"example.net/hold"}, refTo(fg, "crd.example.net/v1", "Owner", true))
+	foreground := metav1.DeletePropagationForeground
+	if err := owners(a).Delete(ctx, "fg", metav1.DeleteOptions{PropagationPolicy: &foreground}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the foreground deletion reaching the dependent", func() error {
+		cm, err := configMaps(a).Get(ctx, "fg-dependent", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cm.DeletionTimestamp == nil {
+			return fmt.Errorf("dependent not being deleted")
+		}
+		return nil
+	})
+	if o, err := owners(a).Get(ctx, "fg", metav1.GetOptions{}); err != nil || o.GetDeletionTimestamp() == nil {
+		t.Fatalf("the Owner deleted in the foreground while its dependent stays: %v %v", err, o)
+	}
+	if _, err := configMaps(a).Patch(ctx, "fg-dependent", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	gone("the Owner deleted in the foreground", func() error {
+		_, err := owners(a).Get(ctx, "fg", metav1.GetOptions{})
+		return err
+	})
+
+	// The all-projects view: metadata of both projects' Owners for the
+	// platform, 406 for whole objects, 403 for a tenant.
+	ownersV1 := schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "owners"}
+	all := m.configAt(t, tenancy.AllProjectsPath)
+	meta, err := metadata.NewForConfig(all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := meta.Resource(ownersV1).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, o := range list.Items {
+		seen[o.Annotations[tenancy.AnnotationKey]+"/"+o.Name] = true
+	}
+	for _, want := range []string{a + "/keep", b + "/w1"} {
+		if !seen[want] {
+			t.Errorf("the all-projects view's Owners %v lack %s", seen, want)
+		}
+	}
+	if _, err := dynamicFor(t, all).Resource(ownersV1).List(ctx, metav1.ListOptions{}); !apierrors.IsNotAcceptable(err) {
+		t.Errorf("whole Owners in the all-projects view: %v, want 406", err)
+	}
+	aliceConfig := rest.AnonymousClientConfig(m.configAt(t, tenancy.AllProjectsPath))
+	aliceConfig.BearerToken = "alice-token"
+	aliceMeta, err := metadata.NewForConfig(aliceConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := aliceMeta.Resource(ownersV1).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("a tenant's all-projects list of Owners: %v, want 403", err)
 	}
 }

@@ -31,12 +31,14 @@ import (
 	"sync"
 	"time"
 
+	apiextensionshelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/metadata"
@@ -93,10 +95,16 @@ type kinds map[schema.GroupKind]resourceInfo
 type resourceInfo struct {
 	gvr        schema.GroupVersionResource
 	namespaced bool
+	// kinds are the kinds its objects have: one, but for a resource
+	// projects define, where each project names its kind.
+	kinds []string
 }
 
 type term struct {
 	*Controller
+	// crds are every project's own CRDs (allprojects.ProjectCRDs): the
+	// kinds each project defines itself.
+	crds  cache.SharedIndexInformer
 	graph *graph
 	queue workqueue.TypedRateLimitingInterface[item]
 	mu    sync.Mutex
@@ -106,20 +114,34 @@ type term struct {
 
 // Run works until ctx ends.
 func (ctl *Controller) Run(ctx context.Context, workers int) {
-	t := &term{Controller: ctl, graph: newGraph(), queue: manager.NewTenantQueue[item](Name)}
+	crds, err := ctl.clients.ProjectCRDs(ctx)
+	if err != nil {
+		klog.FromContext(ctx).Error(err, "Preparing informer", "controller", Name)
+		return
+	}
+	t := &term{Controller: ctl, crds: crds, graph: newGraph(), queue: manager.NewTenantQueue[item](Name)}
 	defer t.queue.ShutDown()
 	go t.watchResources(ctx)
 	manager.Work(ctx, Name, t.queue, workers, t.sync)
 }
 
 // watchResources starts one watch per deletable resource and view, and
-// follows discovery as resources (custom resources) come and go.
+// follows discovery as resources (custom resources) come and go; and one
+// watch per resource that projects define themselves (projectResources).
 func (t *term) watchResources(ctx context.Context) {
 	type watchKey struct {
 		view int
 		gvr  schema.GroupVersionResource
 	}
 	running := map[watchKey]context.CancelFunc{}
+	start := func(k watchKey, info resourceInfo) {
+		if _, ok := running[k]; ok {
+			return
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		running[k] = cancel
+		go t.watch(wctx, info, k.view != 0)
+	}
 	refresh := func() {
 		for view := range 2 {
 			lists := &t.platform
@@ -142,7 +164,7 @@ func (t *term) watchResources(ctx context.Context) {
 				}
 				for _, r := range l.APIResources {
 					if slices.Contains(r.Verbs, "list") && slices.Contains(r.Verbs, "watch") && slices.Contains(r.Verbs, "delete") && !strings.Contains(r.Name, "/") {
-						found[gv.WithKind(r.Kind).GroupKind()] = resourceInfo{gv.WithResource(r.Name), r.Namespaced}
+						found[gv.WithKind(r.Kind).GroupKind()] = resourceInfo{gv.WithResource(r.Name), r.Namespaced, []string{r.Kind}}
 					}
 				}
 			}
@@ -150,17 +172,23 @@ func (t *term) watchResources(ctx context.Context) {
 			t.kinds[view] = found
 			t.mu.Unlock()
 			for _, info := range found {
-				k := watchKey{view, info.gvr}
-				if _, ok := running[k]; ok {
-					continue
-				}
-				wctx, cancel := context.WithCancel(ctx)
-				running[k] = cancel
-				go t.watch(wctx, info, view == 1)
+				start(watchKey{view, info.gvr}, info)
 			}
 		}
+		// Projects' own resources, each read through the all-projects
+		// view's metadata of it, whatever schema each project gave it.
+		wanted := t.projectResources()
+		for k, cancel := range running {
+			if _, ok := wanted[k.gvr]; k.view == 2 && !ok {
+				cancel()
+				delete(running, k)
+				t.graph.replace(k.gvr, false, nil)
+			}
+		}
+		for gvr, kinds := range wanted {
+			start(watchKey{2, gvr}, resourceInfo{gvr: gvr, namespaced: true, kinds: kinds})
+		}
 	}
-	refresh()
 	// A CRD created, established or removed is followed within seconds (its
 	// discovery settles a moment after the event); the ticker catches
 	// anything else (an aggregated API).
@@ -171,11 +199,16 @@ func (t *term) watchResources(ctx context.Context) {
 		default:
 		}
 	}
+	handler := cache.ResourceEventHandlerFuncs{AddFunc: signal, UpdateFunc: func(_, o any) { signal(o) }, DeleteFunc: signal}
 	if crds, err := t.clients.MetadataInformer(ctx, apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"), false, nil); err == nil {
-		if _, err := crds.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: signal, UpdateFunc: func(_, o any) { signal(o) }, DeleteFunc: signal}); err == nil {
+		if _, err := crds.AddEventHandler(handler); err == nil {
 			go crds.Run(ctx.Done())
 		}
 	}
+	if !manager.StartInformers(ctx, Name, handler, t.crds) {
+		return
+	}
+	refresh()
 	ticker := time.NewTicker(30 * time.Second)
 	defer ticker.Stop()
 	settle := time.NewTimer(time.Hour)
@@ -194,6 +227,78 @@ func (t *term) watchResources(ctx context.Context) {
 			refresh()
 		}
 	}
+}
+
+// projectResources returns the resources projects' own CRDs hold names for,
+// each at the first version (by name) some CRD of it has, with the kinds
+// projects gave it: the all-projects view serves a project-defined resource
+// at every version any project's CRD of it has.
+func (t *term) projectResources() map[schema.GroupVersionResource][]string {
+	type seen struct {
+		version string
+		kinds   sets.Set[string]
+	}
+	first := map[schema.GroupResource]*seen{}
+	for _, o := range t.crds.GetStore().List() {
+		crd, ok := o.(*apiextensionsv1.CustomResourceDefinition)
+		if !ok || crd.Status.AcceptedNames.Plural == "" || !apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
+			continue
+		}
+		gr := schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Status.AcceptedNames.Plural}
+		f := first[gr]
+		if f == nil {
+			f = &seen{kinds: sets.New[string]()}
+			first[gr] = f
+		}
+		f.kinds.Insert(crd.Status.AcceptedNames.Kind)
+		for _, v := range crd.Spec.Versions {
+			if f.version == "" || v.Name < f.version {
+				f.version = v.Name
+			}
+		}
+	}
+	out := make(map[schema.GroupVersionResource][]string, len(first))
+	for gr, f := range first {
+		out[gr.WithVersion(f.version)] = sets.List(f.kinds)
+	}
+	return out
+}
+
+// projectKind returns the resource of a kind the project (storage id)
+// defines itself, at the version its CRD serves it.
+func (t *term) projectKind(projectID string, gk schema.GroupKind) (resourceInfo, bool) {
+	objs, _ := t.crds.GetIndexer().ByIndex(allprojects.ByProject, projectID)
+	for _, o := range objs {
+		crd, ok := o.(*apiextensionsv1.CustomResourceDefinition)
+		if !ok || crd.Spec.Group != gk.Group || crd.Status.AcceptedNames.Kind != gk.Kind || !apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
+			continue
+		}
+		if v := allprojects.ServedVersion(crd); v != "" {
+			return resourceInfo{schema.GroupVersionResource{Group: gk.Group, Version: v, Resource: crd.Status.AcceptedNames.Plural}, crd.Spec.Scope == apiextensionsv1.NamespaceScoped, []string{gk.Kind}}, true
+		}
+	}
+	return resourceInfo{}, false
+}
+
+// resourceIn returns the resource through which the project of key reads
+// an object of gvr: gvr itself, or, for a resource the project defines
+// itself (read across projects at one version), the version the project's
+// own CRD serves. Projects' groups are never the platform's, so a group no
+// CRD of the project holds is the platform's.
+func (t *term) resourceIn(key allprojects.Key, gvr schema.GroupVersionResource) schema.GroupVersionResource {
+	if key.Project == "" {
+		return gvr
+	}
+	objs, _ := t.crds.GetIndexer().ByIndex(allprojects.ByProject, key.ID)
+	for _, o := range objs {
+		crd, ok := o.(*apiextensionsv1.CustomResourceDefinition)
+		if ok && crd.Spec.Group == gvr.Group && crd.Status.AcceptedNames.Plural == gvr.Resource {
+			if v := allprojects.ServedVersion(crd); v != "" {
+				return gvr.GroupResource().WithVersion(v)
+			}
+		}
+	}
+	return gvr
 }
 
 // watch reads one resource of one view into the graph.
@@ -287,13 +392,22 @@ func (s *graphStore) Delete(obj any) error {
 
 func (s *graphStore) Replace(objs []any, _ string) error {
 	var nodes []*node
+	present := make(map[ownerKey]struct{}, len(objs))
 	for _, obj := range objs {
-		if n, m, ok := s.node(obj); ok && keep(m) {
+		n, m, ok := s.node(obj)
+		if !ok {
+			continue
+		}
+		present[ownerKey{n.key.ID, m.GetUID()}] = struct{}{}
+		if keep(m) {
 			nodes = append(nodes, n)
 		}
 	}
 	s.term.graph.replace(s.info.gvr, s.platform, nodes)
-	// Owners may have gone while nobody watched: every dependent is checked again.
+	// Owners may have gone while nobody watched: every dependent is
+	// checked again, and so is every dependent of another resource whose
+	// owner of this group was not listed (deleted before this watch began,
+	// or while it was down).
 	for _, n := range nodes {
 		if len(n.owners) > 0 {
 			s.term.queue.Add(item{op: verify, resource: n.resource, key: n.key})
@@ -302,6 +416,9 @@ func (s *graphStore) Replace(objs []any, _ string) error {
 			s.term.queue.Add(item{op: finalize, resource: n.resource, key: n.key})
 		}
 	}
+	for _, n := range s.term.graph.missingOwners(s.info.gvr.Group, s.info.kinds, s.platform, present) {
+		s.term.queue.Add(item{op: verify, resource: n.resource, key: n.key})
+	}
 	return nil
 }
 
@@ -309,7 +426,7 @@ func (s *graphStore) Resync() error { return nil }
 
 // ownerKey is the work item of the owner a reference of n names.
 func (t *term) ownerKey(n *node, ref metav1.OwnerReference) (item, bool) {
-	info, ok := t.kindOf(n.key.Project, ref)
+	info, ok := t.kindOf(n.key, ref)
 	if !ok {
 		return item{}, false
 	}
@@ -320,23 +437,30 @@ func (t *term) ownerKey(n *node, ref metav1.OwnerReference) (item, bool) {
 	return item{op: finalize, resource: info.gvr, key: k}, true
 }
 
-func (t *term) kindOf(project string, ref metav1.OwnerReference) (resourceInfo, bool) {
+// kindOf returns the resource of the kind an owner reference of a
+// dependent of key names, as the dependent's project serves it.
+func (t *term) kindOf(key allprojects.Key, ref metav1.OwnerReference) (resourceInfo, bool) {
 	gv, err := schema.ParseGroupVersion(ref.APIVersion)
 	if err != nil {
 		return resourceInfo{}, false
 	}
 	view := 0
-	if project != "" {
+	if key.Project != "" {
 		view = 1
 	}
+	gk := schema.GroupKind{Group: gv.Group, Kind: ref.Kind}
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	info, ok := t.kinds[view][schema.GroupKind{Group: gv.Group, Kind: ref.Kind}]
+	info, ok := t.kinds[view][gk]
+	t.mu.Unlock()
+	if !ok && view == 1 {
+		return t.projectKind(key.ID, gk)
+	}
 	return info, ok
 }
 
 func (t *term) sync(ctx context.Context, it item) error {
 	ctx = allprojects.Within(ctx, it.key)
+	it.resource = t.resourceIn(it.key, it.resource)
 	client, err := metadata.NewForConfigAndClient(t.clients.Config(it.key.Project), t.clients.HTTPClient())
 	if err != nil {
 		return err
@@ -360,7 +484,7 @@ const (
 
 // resolve looks an owner reference up in the dependent's own project.
 func (t *term) resolve(ctx context.Context, client metadata.Interface, dependent allprojects.Key, ref metav1.OwnerReference) (ownerState, error) {
-	info, ok := t.kindOf(dependent.Project, ref)
+	info, ok := t.kindOf(dependent, ref)
 	if !ok {
 		return solid, fmt.Errorf("owner kind %s %s is not served", ref.APIVersion, ref.Kind)
 	}
@@ -488,7 +612,8 @@ func (t *term) finalize(ctx context.Context, client metadata.Interface, it item)
 	}
 	blocking := 0
 	for _, d := range t.graph.dependentsOf(it.key.ID, owner.UID) {
-		dep, err := client.Resource(d.resource).Namespace(d.key.Namespace).Get(ctx, d.key.Name, metav1.GetOptions{})
+		resource := t.resourceIn(d.key, d.resource)
+		dep, err := client.Resource(resource).Namespace(d.key.Namespace).Get(ctx, d.key.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			continue
 		}
@@ -500,7 +625,7 @@ func (t *term) finalize(ctx context.Context, client metadata.Interface, it item)
 			continue
 		}
 		if orphan {
-			if err := dropReferences(ctx, client, item{resource: d.resource, key: d.key}, dep, []types.UID{owner.UID}); err != nil {
+			if err := dropReferences(ctx, client, item{resource: resource, key: d.key}, dep, []types.UID{owner.UID}); err != nil {
 				return err
 			}
 			continue

@@ -69,3 +69,46 @@ func TestGraphIsPerProject(t *testing.T) {
 		t.Fatalf("b's dependent survived the relist: %v", deps)
 	}
 }
+
+// A list of a resource finds the dependents whose owner of that resource's
+// group and kind it lacks, in its own view only: the owners deleted while
+// nobody watched them (a resource a project has just defined, a watch that
+// was down).
+func TestMissingOwnersAreFoundByList(t *testing.T) {
+	g := newGraph()
+	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	ref := func(apiVersion, kind, uid string) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, UID: types.UID(uid)}
+	}
+	dep := func(project, name string, owner metav1.OwnerReference) *node {
+		id := ""
+		if project != "" {
+			id = "id-" + project
+		}
+		n := &node{key: allprojects.Key{Project: project, ID: id, Namespace: "default", Name: name}, resource: cms, uid: types.UID("d-" + project + name), owners: []metav1.OwnerReference{owner}}
+		g.put(n)
+		return n
+	}
+	gone := dep("a", "of-gone", ref("example.net/v1", "Owner", "o1"))
+	dep("a", "of-listed", ref("example.net/v1", "Owner", "o2"))
+	dep("a", "of-other-kind", ref("example.net/v1", "Other", "o3"))
+	dep("a", "of-other-group", ref("other.net/v1", "Owner", "o4"))
+	dep("b", "of-listed-in-b", ref("example.net/v1", "Owner", "o5"))
+	dep("", "on-the-platform", ref("example.net/v1", "Owner", "o6"))
+	present := map[ownerKey]struct{}{{"id-a", "o2"}: {}, {"id-b", "o5"}: {}}
+	missing := g.missingOwners("example.net", []string{"Owner"}, false, present)
+	if len(missing) != 1 || missing[0] != gone {
+		t.Fatalf("missing owners: %v, want only a's dependent of o1", missing)
+	}
+	// Another project's object of the same UID is not a's owner.
+	present[ownerKey{"id-b", "o1"}] = struct{}{}
+	if missing := g.missingOwners("example.net", []string{"Owner"}, false, present); len(missing) != 1 {
+		t.Fatalf("b's object counted as a's owner: %v", missing)
+	}
+	if missing := g.missingOwners("", []string{"ConfigMap"}, false, present); len(missing) != 0 {
+		t.Fatalf("dependents of core owners: %v", missing)
+	}
+	if missing := g.missingOwners("example.net", []string{"Owner"}, true, nil); len(missing) != 1 || missing[0].key.Project != "" {
+		t.Fatalf("the platform's missing owners: %v", missing)
+	}
+}

@@ -2,6 +2,7 @@ package garbagecollector
 
 import (
 	"slices"
+	"strings"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -121,6 +122,37 @@ func (g *graph) dependentsOf(projectID string, uid types.UID) []*node {
 		out = append(out, n)
 	}
 	return out
+}
+
+// missingOwners returns the dependents of one view (the platform's, or
+// every project's) that reference an owner of group and one of kinds whose
+// key is not in present: those whose owner of a resource just listed is gone.
+func (g *graph) missingOwners(group string, kinds []string, platform bool, present map[ownerKey]struct{}) []*node {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []*node
+	for k, deps := range g.dependents {
+		if _, ok := present[k]; ok || (k.projectID == "") != platform {
+			continue
+		}
+		for n := range deps {
+			if slices.ContainsFunc(n.owners, func(r metav1.OwnerReference) bool {
+				return r.UID == k.uid && refGroup(r) == group && slices.Contains(kinds, r.Kind)
+			}) {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}
+
+// refGroup is the API group an owner reference names.
+func refGroup(r metav1.OwnerReference) string {
+	group, _, found := strings.Cut(r.APIVersion, "/")
+	if !found {
+		return "" // the core group: "v1"
+	}
+	return group
 }
 
 // size is the number of objects kept, for tests and metrics.
