@@ -27,9 +27,8 @@ func (s *Index) Groups(projectID string) []apidiscoveryv2.APIGroupDiscovery {
 		return nil
 	}
 	versions := map[string]map[string][]apidiscoveryv2.APIResourceDiscovery{}
-	for _, o := range objs {
-		crd, ok := o.(*apiextensionsv1.CustomResourceDefinition)
-		if !ok || !apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
+	for _, crd := range objs {
+		if !apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
 			continue
 		}
 		names := crd.Status.AcceptedNames

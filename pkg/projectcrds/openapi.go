@@ -17,9 +17,8 @@ import (
 // names are accepted, by name.
 func (s *Index) servedAt(projectID, group, version string) []*apiextensionsv1.CustomResourceDefinition {
 	var out []*apiextensionsv1.CustomResourceDefinition
-	for _, o := range s.ofProject(projectID) {
-		crd, ok := o.(*apiextensionsv1.CustomResourceDefinition)
-		if !ok || crd.Spec.Group != group || !apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
+	for _, crd := range s.ofProject(projectID) {
+		if crd.Spec.Group != group || !apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
 			continue
 		}
 		if slices.ContainsFunc(crd.Spec.Versions, func(v apiextensionsv1.CustomResourceDefinitionVersion) bool { return v.Name == version && v.Served }) {
@@ -75,8 +74,8 @@ func (s *Index) OpenAPIV3(projectID, group, version string) ([]byte, bool) {
 func (s *Index) OpenAPIV2(projectID string) (paths, definitions, parameters map[string]json.RawMessage, ok bool) {
 	objs := s.ofProject(projectID)
 	crds := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(objs))
-	for _, o := range objs {
-		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok && apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
+	for _, crd := range objs {
+		if apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
 			crds = append(crds, crd)
 		}
 	}

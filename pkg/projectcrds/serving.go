@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/admission"
@@ -28,11 +27,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
-	"k8s.io/klog/v2"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
-	"go.miloapis.com/milo/pkg/controllers/allprojects"
-	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -52,145 +48,6 @@ type ServingConfig struct {
 	StaticOpenAPISpec    map[string]*spec.Schema
 	MaxRequestBodyBytes  int64
 	NegotiatedSerializer runtime.NegotiatedSerializer
-}
-
-// classAnnotation carries, on the informer's copy of a project CRD only, its
-// schema class, computed by the server whatever the stored object says.
-const classAnnotation = "projectcrds.milo.internal/class"
-
-// Index holds every project's CRDs: one informer over the all-projects view,
-// specs shared by schema class (100,000 projects defining the same CRD keep
-// one copy of its schemas), indexed by project and by group. Its zero value
-// holds nothing until Init; admission, discovery and serving read it.
-type Index struct {
-	crds cache.SharedIndexInformer
-
-	mu    sync.Mutex
-	specs map[Class]apiextensionsv1.CustomResourceDefinitionSpec
-}
-
-// Init prepares the index; its informer reads the all-projects view through
-// clients and runs once Run is called.
-func (s *Index) Init(clients *allprojects.Clients) error {
-	s.specs = map[Class]apiextensionsv1.CustomResourceDefinitionSpec{}
-	crds, err := clients.Informer(allprojects.CRDREST, "customresourcedefinitions", &apiextensionsv1.CustomResourceDefinition{}, true, nil, s.keep)
-	if err == nil {
-		err = allprojects.IndexByProject(crds)
-	}
-	if err == nil {
-		err = allprojects.IndexCRDsByGroup(crds)
-	}
-	if err == nil {
-		err = indexByResource(crds)
-	}
-	if err != nil {
-		return err
-	}
-	s.crds = crds
-	return nil
-}
-
-// ofProject returns the CRDs of one project (by storage id).
-func (s *Index) ofProject(projectID string) []any {
-	if s == nil || s.crds == nil {
-		return nil
-	}
-	objs, _ := s.crds.GetIndexer().ByIndex(allprojects.ByProject, projectID)
-	return objs
-}
-
-// liveClasses returns the classes some project's CRD has, and forgets the
-// interned specs of the others.
-func (s *Index) liveClasses() sets.Set[Class] {
-	live := sets.New[Class]()
-	if s == nil || s.crds == nil {
-		return live
-	}
-	for _, o := range s.crds.GetStore().List() {
-		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok {
-			live.Insert(Class(crd.Annotations[classAnnotation]))
-		}
-	}
-	s.mu.Lock()
-	for c := range s.specs {
-		if !live.Has(c) {
-			delete(s.specs, c)
-		}
-	}
-	s.mu.Unlock()
-	return live
-}
-
-// KeyPrefixes returns the etcd key prefixes of the resources one project's
-// CRDs define (by storage id), under the server's storage prefix: where their
-// instances are, for purging the project.
-func (s *Index) KeyPrefixes(projectID, storagePrefix string) []string {
-	var out []string
-	for _, o := range s.ofProject(projectID) {
-		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok && crd.Status.AcceptedNames.Plural != "" {
-			out = append(out, tenantstorage.CustomResourcePrefix(storagePrefix, crd.Spec.Group, crd.Status.AcceptedNames.Plural))
-		}
-	}
-	return out
-}
-
-// definesGroup reports whether some project holds names in group: a CRD of
-// the group whose names were accepted. One refused its names (a group the
-// platform already serves) holds nothing, so it cannot keep the platform
-// from adding to its own group.
-func (s *Index) definesGroup(group string) bool {
-	if s == nil || s.crds == nil {
-		return false
-	}
-	objs, _ := s.crds.GetIndexer().ByIndex(allprojects.ByGroup, group)
-	for _, o := range objs {
-		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok && crd.Status.AcceptedNames.Plural != "" {
-			return true
-		}
-	}
-	return false
-}
-
-// Run fills the index and keeps it current until ctx ends; false if ctx
-// ended before it was filled.
-func (s *Index) Run(ctx context.Context) bool {
-	if s.crds == nil {
-		return false
-	}
-	go s.crds.Run(ctx.Done())
-	return cache.WaitForCacheSync(ctx.Done(), s.crds.HasSynced)
-}
-
-// keep is the informer's transform after allprojects.Qualify: it records the
-// CRD's class and makes its spec the class's shared one.
-func (s *Index) keep(obj any) (any, error) {
-	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
-	if !ok {
-		return obj, nil
-	}
-	// Always computed, never read from the object: a tenant may write any
-	// annotation, and a class named by a tenant would hand another
-	// project's requests to a handler built from the tenant's schema.
-	class, err := ClassOf(crd)
-	if err != nil {
-		// A class of its own, rather than an error that would stop the
-		// index for every project.
-		klog.ErrorS(err, "Hashing a project CRD's schema class", "crd", crd.Name)
-		class = Class(classPrefix + "uid-" + string(crd.UID))
-	}
-	s.mu.Lock()
-	if spec, ok := s.specs[class]; ok {
-		crd.Spec = spec
-	} else {
-		s.specs[class] = crd.Spec
-	}
-	s.mu.Unlock()
-	if crd.Annotations == nil {
-		crd.Annotations = map[string]string{}
-	}
-	crd.Annotations[classAnnotation] = string(class)
-	crd.ManagedFields = nil
-	return crd, nil
 }
 
 // Serving serves the instances of the CRDs projects define: a request for a
@@ -238,20 +95,6 @@ var classHandlers = metrics.NewGauge(&metrics.GaugeOpts{
 })
 
 func init() { legacyregistry.MustRegister(classHandlers) }
-
-// lookup returns the CRD named name of the project of t, if it has one.
-func (s *Index) lookup(t tenancy.Tenant, name string) *apiextensionsv1.CustomResourceDefinition {
-	if s == nil || s.crds == nil {
-		return nil
-	}
-	key := allprojects.Key{Project: t.Name, ID: t.ID, Name: name}
-	obj, ok, err := s.crds.GetStore().GetByKey(key.StoreKey())
-	if err != nil || !ok {
-		return nil
-	}
-	crd, _ := obj.(*apiextensionsv1.CustomResourceDefinition)
-	return crd
-}
 
 // Handler serves the requests for project CRDs' instances and hands every
 // other request to next.

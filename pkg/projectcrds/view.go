@@ -7,43 +7,12 @@ import (
 	"slices"
 	"strings"
 
-	apiextensionshelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
-	"k8s.io/client-go/tools/cache"
 )
-
-// ByResource is the name of the Index's index of CRDs by the resource whose
-// names they hold ("<plural>.<group>").
-const ByResource = "resource"
-
-// resourceOf indexes a CRD by the resource it holds names for, if it does.
-func resourceOf(obj any) ([]string, error) {
-	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
-	if !ok || crd.Status.AcceptedNames.Plural == "" || !apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
-		return nil, nil
-	}
-	return []string{crd.Status.AcceptedNames.Plural + "." + crd.Spec.Group}, nil
-}
-
-// definingResource returns every project's CRD that holds names for
-// resource ("<plural>.<group>").
-func (s *Index) definingResource(resource string) []*apiextensionsv1.CustomResourceDefinition {
-	if s == nil || s.crds == nil {
-		return nil
-	}
-	objs, _ := s.crds.GetIndexer().ByIndex(ByResource, resource)
-	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(objs))
-	for _, o := range objs {
-		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok {
-			out = append(out, crd)
-		}
-	}
-	return out
-}
 
 // viewCRD is the CRD through which the all-projects view reads a resource
 // that projects define: every version some project's CRD of it serves or has
@@ -170,9 +139,4 @@ func (s *Serving) liveViewsLocked() []Class {
 		delete(s.views, name)
 	}
 	return live
-}
-
-// indexByResource adds ByResource to the index's informer.
-func indexByResource(inf cache.SharedIndexInformer) error {
-	return inf.AddIndexers(cache.Indexers{ByResource: resourceOf})
 }
