@@ -96,26 +96,15 @@ func byGroup(obj any) ([]string, error) {
 	return nil, nil
 }
 
-// byResource indexes a CRD by the resource it holds names for, if it does.
+// byResource indexes a CRD by the resource its accepted plural names,
+// whatever its conditions say: its objects are stored there as long as it
+// has one (a CRD whose names a later change conflicts keeps them).
 func byResource(obj any) ([]string, error) {
 	e, ok := obj.(*entry)
-	if !ok || !e.holdsNames() {
+	if !ok || e.class.names.Plural == "" {
 		return nil, nil
 	}
 	return []string{e.class.names.Plural + "." + e.class.spec.Group}, nil
-}
-
-// holdsNames reports whether the CRD's names are accepted.
-func (e *entry) holdsNames() bool {
-	if e.class.names.Plural == "" {
-		return false
-	}
-	for _, c := range e.status.conditions {
-		if c.Type == apiextensionsv1.NamesAccepted {
-			return c.Status == apiextensionsv1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // crd is the entry as a CRD, for reading only: it shares its spec, names,
@@ -216,8 +205,8 @@ func (s *Index) lookup(t tenancy.Tenant, name string) *apiextensionsv1.CustomRes
 	return nil
 }
 
-// definingResource returns every project's CRD that holds names for
-// resource ("<plural>.<group>").
+// definingResource returns every project's CRD whose accepted plural is
+// resource's ("<plural>.<group>").
 func (s *Index) definingResource(resource string) []*apiextensionsv1.CustomResourceDefinition {
 	if s == nil || s.crds == nil {
 		return nil

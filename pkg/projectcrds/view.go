@@ -12,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 // viewCRD is the CRD through which the all-projects view reads a resource
@@ -76,6 +78,15 @@ func (s *Serving) serveView(w http.ResponseWriter, req *http.Request, group, ver
 		return false
 	}
 	gv := schema.GroupVersion{Group: group, Version: version}
+	if !tenancy.Superuser(req.Context()) {
+		// Metadata carries what tenants write in annotations (kubectl's
+		// last-applied copy is the whole object): the platform's own
+		// controllers read it, nobody else.
+		err := apierrors.NewForbidden(schema.GroupResource{Group: group, Resource: plural}, "",
+			fmt.Errorf("projects' own kinds are read across projects by the platform's controllers only"))
+		responsewriters.ErrorNegotiated(err, s.config.NegotiatedSerializer, gv, w, req)
+		return true
+	}
 	accept, ok := metadataOnly(req.Header.Values("Accept"))
 	if !ok {
 		err := apierrors.NewGenericServerResponse(http.StatusNotAcceptable, "", schema.GroupResource{Group: group, Resource: plural}, "", "", 0, false)

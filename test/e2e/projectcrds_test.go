@@ -996,6 +996,13 @@ func TestProjectCRDGarbageCollection(t *testing.T) {
 	// which a finalizer holds.
 	fg := newOwner(a, "fg")
 	newConfigMap(a, "fg-dependent", []string{"example.net/hold"}, refTo(fg, "crd.example.net/v1", "Owner", true))
+	// The collector reads ConfigMaps in order: once it has collected one
+	// made after the dependent, it knows the dependent.
+	newConfigMap(a, "fg-marker", nil, metav1.OwnerReference{APIVersion: "crd.example.net/v1", Kind: "Owner", Name: "never", UID: "never"})
+	gone("a ConfigMap of a missing Owner", func() error {
+		_, err := configMaps(a).Get(ctx, "fg-marker", metav1.GetOptions{})
+		return err
+	})
 	foreground := metav1.DeletePropagationForeground
 	if err := owners(a).Delete(ctx, "fg", metav1.DeleteOptions{PropagationPolicy: &foreground}); err != nil {
 		t.Fatal(err)

@@ -95,7 +95,7 @@ type kinds map[schema.GroupKind]resourceInfo
 type resourceInfo struct {
 	gvr        schema.GroupVersionResource
 	namespaced bool
-	// kinds are the kinds its objects have: one, but for a resource
+	// kinds are the kinds its objects have (one); nil for a resource
 	// projects define, where each project names its kind.
 	kinds []string
 }
@@ -177,16 +177,23 @@ func (t *term) watchResources(ctx context.Context) {
 		}
 		// Projects' own resources, each read through the all-projects
 		// view's metadata of it, whatever schema each project gave it.
-		wanted := t.projectResources()
+		watching := map[schema.GroupResource]string{}
+		for k := range running {
+			if k.view == 2 {
+				watching[k.gvr.GroupResource()] = k.gvr.Version
+			}
+		}
+		wanted := t.projectResources(watching)
 		for k, cancel := range running {
-			if _, ok := wanted[k.gvr]; k.view == 2 && !ok {
+			if k.view == 2 && !wanted.Has(k.gvr) {
 				cancel()
 				delete(running, k)
 				t.graph.replace(k.gvr, false, nil)
 			}
 		}
-		for gvr, kinds := range wanted {
-			start(watchKey{2, gvr}, resourceInfo{gvr: gvr, namespaced: true, kinds: kinds})
+		for gvr := range wanted {
+			// Kinds nil: a project resource's are read as it is listed.
+			start(watchKey{2, gvr}, resourceInfo{gvr: gvr, namespaced: true})
 		}
 	}
 	// A CRD created, established or removed is followed within seconds (its
@@ -229,39 +236,48 @@ func (t *term) watchResources(ctx context.Context) {
 	}
 }
 
-// projectResources returns the resources projects' own CRDs hold names for,
-// each at the first version (by name) some CRD of it has, with the kinds
-// projects gave it: the all-projects view serves a project-defined resource
-// at every version any project's CRD of it has.
-func (t *term) projectResources() map[schema.GroupVersionResource][]string {
-	type seen struct {
-		version string
-		kinds   sets.Set[string]
-	}
-	first := map[schema.GroupResource]*seen{}
+// projectResources returns the resources projects' own CRDs have an
+// accepted plural for, each at a version some CRD of it has: the one in
+// watching while any still has it, else the first by name. The all-projects
+// view serves a project-defined resource at every version any project's CRD
+// of it has, so a watch moves to another version only when the last CRD
+// having its version does.
+func (t *term) projectResources(watching map[schema.GroupResource]string) sets.Set[schema.GroupVersionResource] {
+	versions := map[schema.GroupResource]sets.Set[string]{}
 	for _, o := range t.crds.GetStore().List() {
 		crd, ok := o.(*apiextensionsv1.CustomResourceDefinition)
-		if !ok || crd.Status.AcceptedNames.Plural == "" || !apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
+		if !ok || crd.Status.AcceptedNames.Plural == "" {
 			continue
 		}
 		gr := schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Status.AcceptedNames.Plural}
-		f := first[gr]
-		if f == nil {
-			f = &seen{kinds: sets.New[string]()}
-			first[gr] = f
+		if versions[gr] == nil {
+			versions[gr] = sets.New[string]()
 		}
-		f.kinds.Insert(crd.Status.AcceptedNames.Kind)
 		for _, v := range crd.Spec.Versions {
-			if f.version == "" || v.Name < f.version {
-				f.version = v.Name
-			}
+			versions[gr].Insert(v.Name)
 		}
 	}
-	out := make(map[schema.GroupVersionResource][]string, len(first))
-	for gr, f := range first {
-		out[gr.WithVersion(f.version)] = sets.List(f.kinds)
+	out := sets.New[schema.GroupVersionResource]()
+	for gr, vs := range versions {
+		if v, ok := watching[gr]; ok && vs.Has(v) {
+			out.Insert(gr.WithVersion(v))
+		} else if vs.Len() > 0 {
+			out.Insert(gr.WithVersion(sets.List(vs)[0]))
+		}
 	}
 	return out
+}
+
+// projectKindsOf returns the kinds projects gave a resource they define.
+func (t *term) projectKindsOf(gr schema.GroupResource) []string {
+	objs, _ := t.crds.GetIndexer().ByIndex(allprojects.ByGroup, gr.Group)
+	kinds := sets.New[string]()
+	for _, o := range objs {
+		if crd, ok := o.(*apiextensionsv1.CustomResourceDefinition); ok && crd.Status.AcceptedNames.Plural == gr.Resource {
+			kinds.Insert(crd.Status.AcceptedNames.Kind)
+		}
+	}
+	return sets.List(kinds)
 }
 
 // projectKind returns the resource of a kind the project (storage id)
@@ -320,18 +336,23 @@ func (t *term) watch(ctx context.Context, info resourceInfo, allProjects bool) {
 			return client.Resource(info.gvr).Watch(ctx, o)
 		},
 	}
-	store := &graphStore{term: t, info: info, platform: !allProjects}
+	store := &graphStore{ctx: ctx, term: t, info: info, platform: !allProjects}
 	cache.NewReflectorWithOptions(lw, &metav1.PartialObjectMetadata{}, store, cache.ReflectorOptions{Name: Name + ":" + info.gvr.String()}).RunWithContext(ctx)
 }
 
 // graphStore receives one resource's objects from its watch.
 type graphStore struct {
+	// ctx ends with the watch: a reflector stopped late changes nothing.
+	ctx      context.Context
 	term     *term
 	info     resourceInfo
 	platform bool
 }
 
 func (s *graphStore) node(obj any) (*node, metav1.Object, bool) {
+	if s.ctx.Err() != nil {
+		return nil, nil, false
+	}
 	if !s.platform {
 		obj, _ = allprojects.Qualify(obj)
 	}
@@ -416,7 +437,11 @@ func (s *graphStore) Replace(objs []any, _ string) error {
 			s.term.queue.Add(item{op: finalize, resource: n.resource, key: n.key})
 		}
 	}
-	for _, n := range s.term.graph.missingOwners(s.info.gvr.Group, s.info.kinds, s.platform, present) {
+	kinds := s.info.kinds
+	if kinds == nil {
+		kinds = s.term.projectKindsOf(s.info.gvr.GroupResource())
+	}
+	for _, n := range s.term.graph.missingOwners(s.info.gvr.Group, kinds, s.platform, present) {
 		s.term.queue.Add(item{op: verify, resource: n.resource, key: n.key})
 	}
 	return nil
@@ -497,6 +522,11 @@ func (t *term) resolve(ctx context.Context, client metadata.Interface, dependent
 	}
 	owner, err := client.Resource(info.gvr).Namespace(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 	switch {
+	case apierrors.IsNotFound(err) && !namesObject(err, ref.Name):
+		// The kind is not served (yet, or any more, at that version):
+		// the server's view of the project's CRDs and this collector's
+		// may differ for a moment, and that is no proof the owner is gone.
+		return solid, fmt.Errorf("owner kind %s %s is not served: %w", ref.APIVersion, ref.Kind, err)
 	case apierrors.IsNotFound(err):
 		return absent, nil
 	case err != nil:
@@ -507,6 +537,19 @@ func (t *term) resolve(ctx context.Context, client metadata.Interface, dependent
 		return waiting, nil
 	}
 	return solid, nil
+}
+
+// namesObject reports whether a NotFound error is the storage's answer for
+// the object name, rather than the server's for a path it does not serve:
+// that one names nothing (the apiserver's own) or is not a Status at all
+// (which client-go reports as "could not find the requested resource").
+func namesObject(err error, name string) bool {
+	status, ok := err.(apierrors.APIStatus)
+	if !ok {
+		return false
+	}
+	s := status.Status()
+	return s.Details != nil && s.Details.Name == name && s.Details.Kind != "" && !strings.HasPrefix(s.Message, "the server could not find the requested resource")
 }
 
 // Decide returns what to do with a dependent whose owner references found

@@ -1,6 +1,7 @@
 package garbagecollector
 
 import (
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"slices"
 	"testing"
 
@@ -110,5 +111,26 @@ func TestMissingOwnersAreFoundByList(t *testing.T) {
 	}
 	if missing := g.missingOwners("example.net", []string{"Owner"}, true, nil); len(missing) != 1 || missing[0].key.Project != "" {
 		t.Fatalf("the platform's missing owners: %v", missing)
+	}
+}
+
+// Only the storage's NotFound for the owner's name says the owner is gone;
+// a path the server does not serve (a kind its view of a project's CRDs
+// lacks for a moment) says nothing of the owner.
+func TestOnlyTheOwnersNotFoundMeansGone(t *testing.T) {
+	owners := schema.GroupResource{Group: "example.net", Resource: "owners"}
+	for _, c := range []struct {
+		name string
+		err  error
+		gone bool
+	}{
+		{"the storage's answer", apierrors.NewNotFound(owners, "w1"), true},
+		{"another object's", apierrors.NewNotFound(owners, "w2"), false},
+		{"the apiserver's for an unknown path", apierrors.NewNotFound(schema.GroupResource{}, ""), false},
+		{"a 404 that is not a Status", apierrors.NewGenericServerResponse(404, "get", owners, "w1", "404 page not found", 0, true), false},
+	} {
+		if got := namesObject(c.err, "w1"); got != c.gone {
+			t.Errorf("%s: %v, want %v", c.name, got, c.gone)
+		}
 	}
 }

@@ -124,7 +124,10 @@ func StoredUsage(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, 
 // is a prefix of another's.
 func (p *Prefixes) projectRanges(projectID string, skip map[string]bool, more []string) []string {
 	var out []string
-	for _, r := range append(p.List(), more...) {
+	// more first: a project's own kinds' objects go before the CRDs that
+	// name their prefixes, so a purge interrupted between transactions
+	// can still find them when it runs again.
+	for _, r := range append(append([]string(nil), more...), p.List()...) {
 		if rng := r + "/" + projectID + "/"; !skip[r] && !slices.Contains(out, rng) {
 			out = append(out, rng)
 		}
