@@ -544,20 +544,22 @@ func (c *crdResult) section() string {
 	o := c.Options
 	fmt.Fprintf(&b, "## Projects' own CRDs\n\n%d projects each define the same %d CRDs (one schema class each) and one instance of each; then %d projects each define one CRD of a schema of its own. Heap after GC.\n\n",
 		o.Projects, o.PerProject, o.Unique)
-	b.WriteString("| | heap | goroutines | etcd watches (one per watch cache) |\n|---|---|---|---|\n")
+	b.WriteString("| | heap in use | live | goroutines | etcd watches (one per watch cache) |\n|---|---|---|---|---|\n")
 	row := func(what string, r resources) {
-		fmt.Fprintf(&b, "| %s | %.0f MiB | %.0f | %.0f |\n", what, r.HeapBytes/(1<<20), r.Goroutines, r.EtcdWatches)
+		fmt.Fprintf(&b, "| %s | %.0f MiB | %.0f MiB | %.0f | %.0f |\n", what, r.HeapBytes/(1<<20), r.HeapLiveBytes/(1<<20), r.Goroutines, r.EtcdWatches)
 	}
 	row("before", c.Before)
 	row(fmt.Sprintf("%d projects × %d shared CRDs", o.Projects, o.PerProject), c.Shared)
 	if o.Unique > 0 {
 		row(fmt.Sprintf("+ %d unique schemas", o.Unique), c.Unique)
 	}
-	fmt.Fprintf(&b, "\nShared: %.2f KiB per project (%d CRDs and instances each), %.0f CRDs/s with their instances; create → Established p50 %.0f ms, p99 %.0f ms.\n",
-		(c.Shared.HeapBytes-c.Before.HeapBytes)/1024/float64(max(1, o.Projects)), o.PerProject, c.SharedPerSecond, c.Established.P50, c.Established.P99)
+	fmt.Fprintf(&b, "\nShared: %.2f KiB in use and %.2f KiB live per project (%d CRDs and instances each), %.0f CRDs/s with their instances; create → Established p50 %.0f ms, p99 %.0f ms.\n",
+		(c.Shared.HeapBytes-c.Before.HeapBytes)/1024/float64(max(1, o.Projects)), (c.Shared.HeapLiveBytes-c.Before.HeapLiveBytes)/1024/float64(max(1, o.Projects)),
+		o.PerProject, c.SharedPerSecond, c.Established.P50, c.Established.P99)
 	if o.Unique > 0 {
-		fmt.Fprintf(&b, "Unique: %.1f KiB and %.2f etcd watches per distinct schema, %.0f CRDs/s.\n",
-			(c.Unique.HeapBytes-c.Shared.HeapBytes)/1024/float64(o.Unique), (c.Unique.EtcdWatches-c.Shared.EtcdWatches)/float64(o.Unique), c.UniquePerSecond)
+		fmt.Fprintf(&b, "Unique: %.1f KiB in use, %.1f KiB live, %.1f goroutines and %.2f etcd watches per distinct schema, %.0f CRDs/s.\n",
+			(c.Unique.HeapBytes-c.Shared.HeapBytes)/1024/float64(o.Unique), (c.Unique.HeapLiveBytes-c.Shared.HeapLiveBytes)/1024/float64(o.Unique),
+			(c.Unique.Goroutines-c.Shared.Goroutines)/float64(o.Unique), (c.Unique.EtcdWatches-c.Shared.EtcdWatches)/float64(o.Unique), c.UniquePerSecond)
 	}
 	b.WriteString("\n")
 	return b.String()

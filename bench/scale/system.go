@@ -427,6 +427,9 @@ func (s *system) writerClient(project string) (kubernetes.Interface, error) {
 // controller process's when there is one (Controllers; its etcd fields are 0).
 type resources struct {
 	RSSBytes, HeapBytes, Goroutines, EtcdWatches, EtcdDBBytes float64
+	// HeapLiveBytes is the heap allocated after the forced GC: live
+	// objects, without the spans' free space that HeapBytes counts.
+	HeapLiveBytes float64 `json:",omitempty"`
 	// Series are the sample lines of /metrics; MiloSeries those of milo_*.
 	Series, MiloSeries float64
 	// EtcdLeases are the leases in Milo's embedded etcd (Events' TTLs).
@@ -456,6 +459,7 @@ func (s *system) measure(ctx context.Context, profile string) (resources, error)
 	}
 	m := parseMetrics(string(body))
 	r.HeapBytes = m.sum("go_memstats_heap_inuse_bytes")
+	r.HeapLiveBytes = m.sum("go_memstats_heap_alloc_bytes")
 	r.Goroutines = m.sum("go_goroutines")
 	r.EtcdWatches = m.sum("grpc_client_started_total", `grpc_method="Watch"`) - m.sum("grpc_client_handled_total", `grpc_method="Watch"`)
 	r.EtcdDBBytes = m.max("apiserver_storage_size_bytes")

@@ -3,12 +3,21 @@ package server
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/kubernetes"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/etcd3"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
+	"k8s.io/client-go/tools/cache"
 
 	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
@@ -19,15 +28,74 @@ import (
 // the server's own, for the operations that work on key ranges rather than
 // objects, and the commands that work on a stopped server's storage.
 func NewEtcdClient(t storagebackend.TransportConfig) (*clientv3.Client, error) {
-	cfg := clientv3.Config{Endpoints: t.ServerList, DialTimeout: 20 * time.Second}
+	cfg, err := etcdClientConfig(t)
+	if err != nil {
+		return nil, err
+	}
+	return clientv3.New(cfg)
+}
+
+// etcdClientConfig is the configuration of a client to the etcd t names.
+func etcdClientConfig(t storagebackend.TransportConfig) (clientv3.Config, error) {
+	cfg := clientv3.Config{Endpoints: t.ServerList, DialTimeout: 20 * time.Second,
+		DialKeepAliveTime: 30 * time.Second, DialKeepAliveTimeout: 10 * time.Second}
 	if t.CertFile != "" || t.KeyFile != "" || t.TrustedCAFile != "" {
 		tls, err := transport.TLSInfo{CertFile: t.CertFile, KeyFile: t.KeyFile, TrustedCAFile: t.TrustedCAFile}.ClientConfig()
 		if err != nil {
-			return nil, fmt.Errorf("etcd client TLS: %w", err)
+			return cfg, fmt.Errorf("etcd client TLS: %w", err)
 		}
 		cfg.TLS = tls
 	}
-	return clientv3.New(cfg)
+	return cfg, nil
+}
+
+// sharedEtcd opens one etcd client for every storage it makes: the
+// storages of projects' own kinds — one per schema class and version, built
+// and torn down as tenants define and change CRDs — would otherwise each
+// open a client of their own (upstream's storage factory does), a
+// connection and its goroutines for every distinct schema.
+type sharedEtcd struct {
+	mu     sync.Mutex
+	client *kubernetes.Client
+}
+
+// storage is a generic.StorageDecorator making an uncached etcd storage on
+// the shared client, as upstream's factory makes one on a client of its own.
+func (s *sharedEtcd) storage(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(obj runtime.Object) (string, error),
+	newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, trigger storage.IndexerFuncs, indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
+	if config.Type != "" && config.Type != storagebackend.StorageTypeETCD3 {
+		return generic.UndecoratedStorage(config, resourcePrefix, keyFunc, newFunc, newListFunc, getAttrs, trigger, indexers)
+	}
+	s.mu.Lock()
+	if s.client == nil {
+		cfg, err := etcdClientConfig(config.Transport)
+		if err == nil {
+			s.client, err = kubernetes.New(cfg)
+		}
+		if err == nil {
+			// Latency per request, as upstream's clients record it.
+			s.client.KV = etcd3.NewETCDLatencyTracker(s.client.KV)
+		}
+		if err != nil {
+			s.mu.Unlock()
+			return nil, nil, fmt.Errorf("the etcd client of projects' kinds: %w", err)
+		}
+	}
+	client := s.client
+	s.mu.Unlock()
+	transformer := config.Transformer
+	if transformer == nil {
+		transformer = identity.NewEncryptCheckTransformer()
+	}
+	versioner := storage.APIObjectVersioner{}
+	store, err := etcd3.New(client, nil, config.Codec, newFunc, newListFunc, config.Prefix, resourcePrefix, config.GroupResource,
+		transformer, config.LeaseManagerConfig, etcd3.NewDefaultDecoder(config.Codec, versioner), versioner)
+	if err != nil {
+		return nil, nil, err
+	}
+	var once sync.Once
+	// The client stays: it is every such storage's.
+	return store, func() { once.Do(store.Close) }, nil
 }
 
 // keyRangesOf is the key-range store of the server's storage: kine's when

@@ -26,6 +26,7 @@ func newProjectCRDServing(c CompletedConfig) (*projectcrds.Serving, error) {
 		return nil, fmt.Errorf("the storage of custom resources is not tenant-keyed")
 	}
 	storage.uncached = true
+	storage.raw = (&sharedEtcd{}).storage
 	return projectcrds.NewServing(projectcrds.ServingConfig{
 		RESTOptions:          storage,
 		Admission:            g.AdmissionControl,

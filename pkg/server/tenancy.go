@@ -30,9 +30,11 @@ type tenantRESTOptions struct {
 	maxList  int64
 	// uncached storage reads and watches etcd directly, without a watch cache.
 	uncached bool
-	shown    tenantstorage.Shown
-	meter    tenantstorage.Meter
-	joints   *tenantstorage.Joints
+	// raw makes uncached storage; nil: upstream's, a client per storage.
+	raw    generic.StorageDecorator
+	shown  tenantstorage.Shown
+	meter  tenantstorage.Meter
+	joints *tenantstorage.Joints
 }
 
 func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
@@ -42,6 +44,9 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 	}
 	if g.uncached || uncachedResources.Has(resource) {
 		opts.Decorator = generic.UndecoratedStorage
+		if g.raw != nil {
+			opts.Decorator = g.raw
+		}
 	}
 	opts.Decorator = tenantstorage.Decorate(opts.Decorator, tenantstorage.Options{Prefixes: g.prefixes, MaxListItems: g.maxList, Shown: g.shown, Meter: g.meter, Joints: g.joints})
 	return opts, nil
