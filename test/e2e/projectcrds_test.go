@@ -12,6 +12,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset/typed/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -1061,4 +1062,29 @@ func TestProjectCRDGarbageCollection(t *testing.T) {
 	if _, err := aliceMeta.Resource(ownersV1).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("a tenant's all-projects list of Owners: %v, want 403", err)
 	}
+	// A platform user the platform's RBAC lets list Owners across projects
+	// is refused too: tenants' annotations are the platform code's only.
+	name := "owner-reader-carol"
+	if _, err := m.kube(t).RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{ownersV1.Group}, Resources: []string{"owners"}, Verbs: []string{"list", "watch"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.kube(t).RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "carol"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	carolConfig := rest.AnonymousClientConfig(m.configAt(t, tenancy.AllProjectsPath))
+	carolConfig.BearerToken = "carol-token"
+	carolMeta, err := metadata.NewForConfig(carolConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "carol, allowed by RBAC, refused the Owners of every project", func() error {
+		_, err := carolMeta.Resource(ownersV1).List(ctx, metav1.ListOptions{})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "platform's controllers only") {
+			return fmt.Errorf("%v, want 403 from the view", err)
+		}
+		return nil
+	})
 }
