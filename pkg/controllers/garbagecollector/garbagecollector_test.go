@@ -63,8 +63,8 @@ func TestGraphIsPerProject(t *testing.T) {
 		t.Fatalf("a dependent without references is still indexed: %v", deps)
 	}
 	g.replace(cms, false, nil)
-	if g.size() != 0 {
-		t.Fatalf("a relist of the projects left %d nodes", g.size())
+	if g.size() != 0 || len(g.owners) != 0 || len(g.dependents) != 0 {
+		t.Fatalf("a relist of the projects left %d nodes, %d owner groups, %d owners", g.size(), len(g.owners), len(g.dependents))
 	}
 	if deps := g.dependentsOf("p.b", "owner"); len(deps) != 0 {
 		t.Fatalf("b's dependent survived the relist: %v", deps)

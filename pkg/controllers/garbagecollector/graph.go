@@ -41,10 +41,15 @@ type graph struct {
 	nodes map[schema.GroupVersionResource]map[allprojects.Key]*node
 	// dependents of every owner UID referenced.
 	dependents map[ownerKey]map[*node]struct{}
+	// owners are the owner keys referenced, by the group of the reference
+	// (with how many references name each), so that a list of one
+	// resource checks only the references to its group.
+	owners map[string]map[ownerKey]int
 }
 
 func newGraph() *graph {
-	return &graph{nodes: map[schema.GroupVersionResource]map[allprojects.Key]*node{}, dependents: map[ownerKey]map[*node]struct{}{}}
+	return &graph{nodes: map[schema.GroupVersionResource]map[allprojects.Key]*node{}, dependents: map[ownerKey]map[*node]struct{}{},
+		owners: map[string]map[ownerKey]int{}}
 }
 
 // keep reports whether an object belongs in the graph.
@@ -72,6 +77,11 @@ func (g *graph) put(n *node) {
 			g.dependents[k] = map[*node]struct{}{}
 		}
 		g.dependents[k][n] = struct{}{}
+		group := refGroup(ref)
+		if g.owners[group] == nil {
+			g.owners[group] = map[ownerKey]int{}
+		}
+		g.owners[group][k]++
 	}
 }
 
@@ -95,6 +105,13 @@ func (g *graph) removeLocked(resource schema.GroupVersionResource, key allprojec
 		delete(g.dependents[k], old)
 		if len(g.dependents[k]) == 0 {
 			delete(g.dependents, k)
+		}
+		group := refGroup(ref)
+		if g.owners[group][k]--; g.owners[group][k] <= 0 {
+			delete(g.owners[group], k)
+			if len(g.owners[group]) == 0 {
+				delete(g.owners, group)
+			}
 		}
 	}
 }
@@ -131,11 +148,11 @@ func (g *graph) missingOwners(group string, kinds []string, platform bool, prese
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var out []*node
-	for k, deps := range g.dependents {
+	for k := range g.owners[group] {
 		if _, ok := present[k]; ok || (k.projectID == "") != platform {
 			continue
 		}
-		for n := range deps {
+		for n := range g.dependents[k] {
 			if slices.ContainsFunc(n.owners, func(r metav1.OwnerReference) bool {
 				return r.UID == k.uid && refGroup(r) == group && slices.Contains(kinds, r.Kind)
 			}) {
