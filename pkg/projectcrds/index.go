@@ -42,7 +42,10 @@ type Index struct {
 // entry is what the index keeps of one project's CRD: its metadata, minus
 // what the server never reads (annotations, labels, managed fields), and
 // pointers to what it shares with others. A few hundred bytes, where the
-// decoded CRD is a few kilobytes.
+// decoded CRD is a few kilobytes. It is a metav1.Object but no
+// runtime.Object: client-go's watch-list consistency detector, which casts
+// an informer's objects to runtime.Object, must stay off (the server does
+// not use watch-list for its own informers).
 type entry struct {
 	metav1.ObjectMeta
 	class  *classEntry
@@ -205,18 +208,14 @@ func (s *Index) lookup(t tenancy.Tenant, name string) *apiextensionsv1.CustomRes
 	return nil
 }
 
-// definingResource returns every project's CRD whose accepted plural is
-// resource's ("<plural>.<group>").
-func (s *Index) definingResource(resource string) []*apiextensionsv1.CustomResourceDefinition {
+// definingResource returns the entries of every project's CRD whose
+// accepted plural is resource's ("<plural>.<group>").
+func (s *Index) definingResource(resource string) []*entry {
 	if s == nil || s.crds == nil {
 		return nil
 	}
 	objs, _ := s.crds.GetIndexer().ByIndex(ByResource, resource)
-	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(objs))
-	for _, e := range entries(objs) {
-		out = append(out, e.crd())
-	}
-	return out
+	return entries(objs)
 }
 
 // liveClasses returns the classes some project's CRD has, and forgets the

@@ -23,25 +23,33 @@ import (
 // the resource with different schemas, scopes, kinds and versions; the view
 // serves only what they all have, object metadata (serveView). Nil if no
 // project defines it.
-func viewCRD(group, plural string, crds []*apiextensionsv1.CustomResourceDefinition) *apiextensionsv1.CustomResourceDefinition {
+func viewCRD(group, plural string, crds []*entry) *apiextensionsv1.CustomResourceDefinition {
 	if len(crds) == 0 {
 		return nil
 	}
 	// The oldest CRD names the view's kind (any kind decodes: the view's
 	// objects are never converted but by version).
-	first := slices.MinFunc(crds, func(a, b *apiextensionsv1.CustomResourceDefinition) int {
+	first := slices.MinFunc(crds, func(a, b *entry) int {
 		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
 			return c
 		}
 		return strings.Compare(string(a.UID), string(b.UID))
 	})
+	// Entries share their class's spec and their status: each is read once.
 	versions := map[string]bool{}
-	for _, crd := range crds {
-		for _, v := range crd.Spec.Versions {
-			versions[v.Name] = true
+	classes, statuses := map[*classEntry]bool{}, map[*statusEntry]bool{}
+	for _, e := range crds {
+		if !classes[e.class] {
+			classes[e.class] = true
+			for _, v := range e.class.spec.Versions {
+				versions[v.Name] = true
+			}
 		}
-		for _, v := range crd.Status.StoredVersions {
-			versions[v] = true
+		if !statuses[e.status] {
+			statuses[e.status] = true
+			for _, v := range e.status.stored {
+				versions[v] = true
+			}
 		}
 	}
 	names := make([]string, 0, len(versions))
@@ -54,7 +62,7 @@ func viewCRD(group, plural string, crds []*apiextensionsv1.CustomResourceDefinit
 	view := &apiextensionsv1.CustomResourceDefinition{
 		ObjectMeta: metav1.ObjectMeta{Name: plural + "." + group},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: group, Scope: apiextensionsv1.NamespaceScoped,
-			Names:      apiextensionsv1.CustomResourceDefinitionNames{Plural: plural, Singular: first.Status.AcceptedNames.Singular, Kind: first.Status.AcceptedNames.Kind, ListKind: first.Status.AcceptedNames.ListKind},
+			Names:      apiextensionsv1.CustomResourceDefinitionNames{Plural: plural, Singular: first.class.names.Singular, Kind: first.class.names.Kind, ListKind: first.class.names.ListKind},
 			Conversion: &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.NoneConverter}},
 		Status: apiextensionsv1.CustomResourceDefinitionStatus{StoredVersions: names},
 	}

@@ -6,11 +6,15 @@ import (
 	"sync"
 	"time"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
+	"google.golang.org/grpc"
+	grpcmetadata "google.golang.org/grpc/metadata"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/etcd3"
@@ -18,6 +22,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-base/metrics/legacyregistry"
 
 	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
@@ -69,6 +74,8 @@ func (s *sharedEtcd) storage(config *storagebackend.ConfigForResource, resourceP
 	s.mu.Lock()
 	if s.client == nil {
 		cfg, err := etcdClientConfig(config.Transport)
+		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(projectKindsGRPCMetrics.UnaryClientInterceptor()),
+			grpc.WithChainStreamInterceptor(projectKindsGRPCMetrics.StreamClientInterceptor()))
 		if err == nil {
 			s.client, err = kubernetes.New(cfg)
 		}
@@ -93,9 +100,61 @@ func (s *sharedEtcd) storage(config *storagebackend.ConfigForResource, resourceP
 	if err != nil {
 		return nil, nil, err
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	var once sync.Once
-	// The client stays: it is every such storage's.
-	return store, func() { once.Do(store.Close) }, nil
+	// The client stays: it is every such storage's. What ends the
+	// storage's watches is the end of its context (upstream's ends them by
+	// closing the storage's own client).
+	return &endingStore{Interface: store, ctx: ctx, stream: resourcePrefix}, func() {
+		once.Do(func() {
+			cancel()
+			store.Close()
+		})
+	}, nil
+}
+
+// projectKindsGRPCMetrics count the shared client's calls, as upstream's
+// grpc_client_* metrics count those of its own clients.
+var projectKindsGRPCMetrics = grpcprom.NewClientMetrics(grpcprom.WithClientCounterOptions(grpcprom.WithNamespace("milo_project_kinds")))
+
+func init() { legacyregistry.RawMustRegister(projectKindsGRPCMetrics) }
+
+// endingStore is a storage on the shared client whose watches end when it
+// is torn down, each resource's watches on a gRPC stream of their own.
+type endingStore struct {
+	storage.Interface
+	ctx    context.Context
+	stream string
+}
+
+func (s *endingStore) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(s.ctx, cancel)
+	end := func() {
+		stop()
+		cancel()
+	}
+	// The etcd client puts watches whose outgoing metadata are equal on one
+	// stream: one per resource, as with upstream's client per storage, so
+	// that no resource's watches wait behind another's.
+	w, err := s.Interface.Watch(grpcmetadata.AppendToOutgoingContext(ctx, "milo-resource", s.stream), key, opts)
+	if err != nil {
+		end()
+		return nil, err
+	}
+	return &endingWatch{Interface: w, end: end}, nil
+}
+
+// endingWatch releases its storage's hold on it when stopped.
+type endingWatch struct {
+	watch.Interface
+	end  func()
+	once sync.Once
+}
+
+func (w *endingWatch) Stop() {
+	w.Interface.Stop()
+	w.once.Do(w.end)
 }
 
 // keyRangesOf is the key-range store of the server's storage: kine's when

@@ -53,6 +53,9 @@ import (
 // Name is the controller's name in the registry of controllers.
 const Name = "garbage-collector"
 
+// maxAbsent bounds the deleted objects the collector remembers.
+const maxAbsent = 1 << 16
+
 // maxOwners bounds the owner references resolved for one dependent (each is
 // a read): a dependent with more is left alone and reported.
 const maxOwners = 256
@@ -106,8 +109,13 @@ type term struct {
 	// kinds each project defines itself.
 	crds  cache.SharedIndexInformer
 	graph *graph
-	queue workqueue.TypedRateLimitingInterface[item]
-	mu    sync.Mutex
+	// absent are objects seen deleted (at most maxAbsent, then forgotten
+	// all at once): an owner among them is gone even when its kind can no
+	// longer be read — a project's CRD deleted with its objects.
+	absentMu sync.Mutex
+	absent   map[ownerKey]struct{}
+	queue    workqueue.TypedRateLimitingInterface[item]
+	mu       sync.Mutex
 	// kinds of the platform (0) and of projects (1)
 	kinds [2]kinds
 }
@@ -119,7 +127,7 @@ func (ctl *Controller) Run(ctx context.Context, workers int) {
 		klog.FromContext(ctx).Error(err, "Preparing informer", "controller", Name)
 		return
 	}
-	t := &term{Controller: ctl, crds: crds, graph: newGraph(), queue: manager.NewTenantQueue[item](Name)}
+	t := &term{Controller: ctl, crds: crds, graph: newGraph(), absent: map[ownerKey]struct{}{}, queue: manager.NewTenantQueue[item](Name)}
 	defer t.queue.ShutDown()
 	go t.watchResources(ctx)
 	manager.Work(ctx, Name, t.queue, workers, t.sync)
@@ -397,6 +405,7 @@ func (s *graphStore) Delete(obj any) error {
 	if !ok {
 		return nil
 	}
+	s.term.gone(ownerKey{n.key.ID, m.GetUID()})
 	s.term.graph.remove(n.resource, n.key)
 	// Its dependents may have lost their last owner.
 	for _, d := range s.term.graph.dependentsOf(n.key.ID, m.GetUID()) {
@@ -412,6 +421,9 @@ func (s *graphStore) Delete(obj any) error {
 }
 
 func (s *graphStore) Replace(objs []any, _ string) error {
+	if s.ctx.Err() != nil {
+		return nil // a watch stopped: the graph's nodes of it are cleared
+	}
 	var nodes []*node
 	present := make(map[ownerKey]struct{}, len(objs))
 	for _, obj := range objs {
@@ -448,6 +460,24 @@ func (s *graphStore) Replace(objs []any, _ string) error {
 }
 
 func (s *graphStore) Resync() error { return nil }
+
+// gone records an object seen deleted.
+func (t *term) gone(k ownerKey) {
+	t.absentMu.Lock()
+	defer t.absentMu.Unlock()
+	if len(t.absent) >= maxAbsent {
+		clear(t.absent)
+	}
+	t.absent[k] = struct{}{}
+}
+
+// seenGone reports whether an object was seen deleted.
+func (t *term) seenGone(k ownerKey) bool {
+	t.absentMu.Lock()
+	defer t.absentMu.Unlock()
+	_, ok := t.absent[k]
+	return ok
+}
 
 // ownerKey is the work item of the owner a reference of n names.
 func (t *term) ownerKey(n *node, ref metav1.OwnerReference) (item, bool) {
@@ -509,6 +539,9 @@ const (
 
 // resolve looks an owner reference up in the dependent's own project.
 func (t *term) resolve(ctx context.Context, client metadata.Interface, dependent allprojects.Key, ref metav1.OwnerReference) (ownerState, error) {
+	if t.seenGone(ownerKey{dependent.ID, ref.UID}) {
+		return absent, nil // UIDs are never reused
+	}
 	info, ok := t.kindOf(dependent, ref)
 	if !ok {
 		return solid, fmt.Errorf("owner kind %s %s is not served", ref.APIVersion, ref.Kind)
@@ -522,7 +555,7 @@ func (t *term) resolve(ctx context.Context, client metadata.Interface, dependent
 	}
 	owner, err := client.Resource(info.gvr).Namespace(ns).Get(ctx, ref.Name, metav1.GetOptions{})
 	switch {
-	case apierrors.IsNotFound(err) && !namesObject(err, ref.Name):
+	case apierrors.IsNotFound(err) && !namesObject(err, info.gvr.GroupResource(), ref.Name):
 		// The kind is not served (yet, or any more, at that version):
 		// the server's view of the project's CRDs and this collector's
 		// may differ for a moment, and that is no proof the owner is gone.
@@ -540,16 +573,17 @@ func (t *term) resolve(ctx context.Context, client metadata.Interface, dependent
 }
 
 // namesObject reports whether a NotFound error is the storage's answer for
-// the object name, rather than the server's for a path it does not serve:
-// that one names nothing (the apiserver's own) or is not a Status at all
-// (which client-go reports as "could not find the requested resource").
-func namesObject(err error, name string) bool {
+// the object name of resource, rather than the server's for a path it does
+// not serve: that one names nothing (the apiserver's own) or is not a Status
+// at all (which client-go reports as "could not find the requested resource").
+func namesObject(err error, resource schema.GroupResource, name string) bool {
 	status, ok := err.(apierrors.APIStatus)
 	if !ok {
 		return false
 	}
 	s := status.Status()
-	return s.Details != nil && s.Details.Name == name && s.Details.Kind != "" && !strings.HasPrefix(s.Message, "the server could not find the requested resource")
+	return s.Details != nil && s.Details.Name == name && s.Details.Kind == resource.Resource && s.Details.Group == resource.Group &&
+		!strings.HasPrefix(s.Message, "the server could not find the requested resource")
 }
 
 // Decide returns what to do with a dependent whose owner references found

@@ -126,10 +126,11 @@ func TestOnlyTheOwnersNotFoundMeansGone(t *testing.T) {
 	}{
 		{"the storage's answer", apierrors.NewNotFound(owners, "w1"), true},
 		{"another object's", apierrors.NewNotFound(owners, "w2"), false},
+		{"another resource's of the name", apierrors.NewNotFound(schema.GroupResource{Group: "resourcemanager.miloapis.com", Resource: "projects"}, "w1"), false},
 		{"the apiserver's for an unknown path", apierrors.NewNotFound(schema.GroupResource{}, ""), false},
 		{"a 404 that is not a Status", apierrors.NewGenericServerResponse(404, "get", owners, "w1", "404 page not found", 0, true), false},
 	} {
-		if got := namesObject(c.err, "w1"); got != c.gone {
+		if got := namesObject(c.err, owners, "w1"); got != c.gone {
 			t.Errorf("%s: %v, want %v", c.name, got, c.gone)
 		}
 	}
