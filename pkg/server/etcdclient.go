@@ -130,31 +130,29 @@ type endingStore struct {
 func (s *endingStore) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
-	end := func() {
-		stop()
-		cancel()
-	}
+	// Released however the watch ends: stopped, or its request ended
+	// without stopping it (a watch the handler could not serve).
+	context.AfterFunc(ctx, func() { stop() })
 	// The etcd client puts watches whose outgoing metadata are equal on one
 	// stream: one per resource, as with upstream's client per storage, so
 	// that no resource's watches wait behind another's.
 	w, err := s.Interface.Watch(grpcmetadata.AppendToOutgoingContext(ctx, "milo-resource", s.stream), key, opts)
 	if err != nil {
-		end()
+		cancel()
 		return nil, err
 	}
-	return &endingWatch{Interface: w, end: end}, nil
+	return &endingWatch{Interface: w, cancel: cancel}, nil
 }
 
-// endingWatch releases its storage's hold on it when stopped.
+// endingWatch ends its context when stopped.
 type endingWatch struct {
 	watch.Interface
-	end  func()
-	once sync.Once
+	cancel context.CancelFunc
 }
 
 func (w *endingWatch) Stop() {
 	w.Interface.Stop()
-	w.once.Do(w.end)
+	w.cancel()
 }
 
 // keyRangesOf is the key-range store of the server's storage: kine's when

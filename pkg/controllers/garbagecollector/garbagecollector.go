@@ -53,7 +53,8 @@ import (
 // Name is the controller's name in the registry of controllers.
 const Name = "garbage-collector"
 
-// maxAbsent bounds the deleted objects the collector remembers.
+// maxAbsent bounds each generation of the deleted objects the collector
+// remembers.
 const maxAbsent = 1 << 16
 
 // maxOwners bounds the owner references resolved for one dependent (each is
@@ -109,13 +110,14 @@ type term struct {
 	// kinds each project defines itself.
 	crds  cache.SharedIndexInformer
 	graph *graph
-	// absent are objects seen deleted (at most maxAbsent, then forgotten
-	// all at once): an owner among them is gone even when its kind can no
-	// longer be read — a project's CRD deleted with its objects.
-	absentMu sync.Mutex
-	absent   map[ownerKey]struct{}
-	queue    workqueue.TypedRateLimitingInterface[item]
-	mu       sync.Mutex
+	// absent are objects of projects' own kinds seen deleted, in two
+	// generations of at most maxAbsent each (so at least the last
+	// maxAbsent are known): an owner among them is gone even when its kind
+	// can no longer be read — a project's CRD deleted with its objects.
+	absentMu          sync.Mutex
+	absent, absentOld map[ownerKey]struct{}
+	queue             workqueue.TypedRateLimitingInterface[item]
+	mu                sync.Mutex
 	// kinds of the platform (0) and of projects (1)
 	kinds [2]kinds
 }
@@ -405,7 +407,9 @@ func (s *graphStore) Delete(obj any) error {
 	if !ok {
 		return nil
 	}
-	s.term.gone(ownerKey{n.key.ID, m.GetUID()})
+	if s.info.kinds == nil { // a resource projects define
+		s.term.gone(ownerKey{n.key.ID, m.GetUID()})
+	}
 	s.term.graph.remove(n.resource, n.key)
 	// Its dependents may have lost their last owner.
 	for _, d := range s.term.graph.dependentsOf(n.key.ID, m.GetUID()) {
@@ -461,12 +465,12 @@ func (s *graphStore) Replace(objs []any, _ string) error {
 
 func (s *graphStore) Resync() error { return nil }
 
-// gone records an object seen deleted.
+// gone records an object of a project's own kind seen deleted.
 func (t *term) gone(k ownerKey) {
 	t.absentMu.Lock()
 	defer t.absentMu.Unlock()
 	if len(t.absent) >= maxAbsent {
-		clear(t.absent)
+		t.absentOld, t.absent = t.absent, map[ownerKey]struct{}{}
 	}
 	t.absent[k] = struct{}{}
 }
@@ -476,6 +480,9 @@ func (t *term) seenGone(k ownerKey) bool {
 	t.absentMu.Lock()
 	defer t.absentMu.Unlock()
 	_, ok := t.absent[k]
+	if !ok {
+		_, ok = t.absentOld[k]
+	}
 	return ok
 }
 

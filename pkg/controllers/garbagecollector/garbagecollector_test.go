@@ -1,6 +1,7 @@
 package garbagecollector
 
 import (
+	"fmt"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"slices"
 	"testing"
@@ -133,5 +134,27 @@ func TestOnlyTheOwnersNotFoundMeansGone(t *testing.T) {
 		if got := namesObject(c.err, owners, "w1"); got != c.gone {
 			t.Errorf("%s: %v, want %v", c.name, got, c.gone)
 		}
+	}
+}
+
+// The collector always knows at least the last maxAbsent deletions, and
+// never more than twice as many.
+func TestDeletionsAreRememberedInTwoGenerations(t *testing.T) {
+	tm := &term{absent: map[ownerKey]struct{}{}}
+	key := func(i int) ownerKey { return ownerKey{"p", types.UID(fmt.Sprint(i))} }
+	for i := range maxAbsent + 1 {
+		tm.gone(key(i))
+	}
+	if !tm.seenGone(key(0)) || !tm.seenGone(key(maxAbsent)) {
+		t.Fatal("a deletion among the last maxAbsent is forgotten")
+	}
+	if tm.seenGone(ownerKey{"q", "0"}) {
+		t.Fatal("another project's object of the UID is taken as deleted")
+	}
+	for i := range maxAbsent {
+		tm.gone(key(maxAbsent + 1 + i))
+	}
+	if tm.seenGone(key(0)) || len(tm.absent)+len(tm.absentOld) > 2*maxAbsent {
+		t.Fatalf("remembering %d+%d deletions", len(tm.absent), len(tm.absentOld))
 	}
 }
