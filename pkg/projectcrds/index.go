@@ -27,7 +27,7 @@ const ByResource = "resource"
 // Index holds every project's CRDs: one informer over the all-projects view,
 // each CRD kept as an entry (its identity and status; its spec and names
 // shared with every CRD of its schema class, so 100,000 projects defining
-// the same CRD keep one copy of its schemas), indexed by project, group and
+// the same CRD keep one copy of its schemas), indexed by project and
 // resource. Its zero value holds nothing until Init; admission, discovery
 // and serving read it.
 type Index struct {
@@ -83,20 +83,13 @@ func (s *Index) Init(clients *allprojects.Clients) error {
 		err = allprojects.IndexByProject(crds)
 	}
 	if err == nil {
-		err = crds.AddIndexers(cache.Indexers{allprojects.ByGroup: byGroup, ByResource: byResource})
+		err = crds.AddIndexers(cache.Indexers{ByResource: byResource})
 	}
 	if err != nil {
 		return err
 	}
 	s.crds = crds
 	return nil
-}
-
-func byGroup(obj any) ([]string, error) {
-	if e, ok := obj.(*entry); ok {
-		return []string{e.class.spec.Group}, nil
-	}
-	return nil, nil
 }
 
 // byResource indexes a CRD by the resource its accepted plural names,
@@ -253,16 +246,16 @@ func (s *Index) KeyPrefixes(projectID, storagePrefix string) []string {
 }
 
 // definesGroup reports whether some project holds names in group: a CRD of
-// the group whose names were accepted. One refused its names (a group the
+// the group whose plural was accepted. One refused its names (a group the
 // platform already serves) holds nothing, so it cannot keep the platform
-// from adding to its own group.
+// from adding to its own group. It reads the index's resources, not its
+// CRDs: as many as the distinct resources projects define.
 func (s *Index) definesGroup(group string) bool {
 	if s == nil || s.crds == nil {
 		return false
 	}
-	objs, _ := s.crds.GetIndexer().ByIndex(allprojects.ByGroup, group)
-	for _, e := range entries(objs) {
-		if e.class.names.Plural != "" {
+	for _, resource := range s.crds.GetIndexer().ListIndexFuncValues(ByResource) {
+		if _, g, _ := strings.Cut(resource, "."); g == group {
 			return true
 		}
 	}
