@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"unique"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -129,7 +130,8 @@ func (s *Index) keep(obj any) (any, error) {
 		klog.ErrorS(err, "Hashing a project CRD's schema class", "crd", crd.Name)
 		class = Class(classPrefix + "uid-" + string(crd.UID))
 	}
-	e := &entry{ObjectMeta: metav1.ObjectMeta{Name: crd.Name, Namespace: crd.Namespace, UID: crd.UID, ResourceVersion: crd.ResourceVersion,
+	// One copy of a project's qualified namespace for all its CRDs.
+	e := &entry{ObjectMeta: metav1.ObjectMeta{Name: crd.Name, Namespace: unique.Make(crd.Namespace).Value(), UID: crd.UID, ResourceVersion: crd.ResourceVersion,
 		Generation: crd.Generation, CreationTimestamp: crd.CreationTimestamp, DeletionTimestamp: crd.DeletionTimestamp, Finalizers: crd.Finalizers}}
 	conditions := make([]apiextensionsv1.CustomResourceDefinitionCondition, len(crd.Status.Conditions))
 	var key strings.Builder

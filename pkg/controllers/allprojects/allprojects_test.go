@@ -3,6 +3,7 @@ package allprojects
 import (
 	"testing"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -53,5 +54,39 @@ func TestQualifiedKeys(t *testing.T) {
 	kb, _ := KeyOf(b, false)
 	if ka.StoreKey() == kb.StoreKey() {
 		t.Fatal("two projects' objects share a store key")
+	}
+}
+
+// The controllers' informer of projects' CRDs keeps one copy of what CRDs
+// have alike, whatever project they are in, and never mixes up two that
+// differ.
+func TestSlimCRDsShareWhatTheyHaveAlike(t *testing.T) {
+	crd := func(ns, version string, at metav1.Time) *apiextensionsv1.CustomResourceDefinition {
+		names := apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Kind: "Widget"}
+		return &apiextensionsv1.CustomResourceDefinition{
+			ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.net", Namespace: ns, Annotations: map[string]string{"a": "b"}},
+			Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: "example.net", Names: names, Scope: apiextensionsv1.NamespaceScoped,
+				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: version, Served: true, Storage: true,
+					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object"}}}}},
+			Status: apiextensionsv1.CustomResourceDefinitionStatus{AcceptedNames: names, Conditions: []apiextensionsv1.CustomResourceDefinitionCondition{
+				{Type: apiextensionsv1.NamesAccepted, Status: apiextensionsv1.ConditionTrue, Reason: "NoConflicts", LastTransitionTime: at}}},
+		}
+	}
+	slim := func(c *apiextensionsv1.CustomResourceDefinition) *apiextensionsv1.CustomResourceDefinition {
+		o, err := slimCRD(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o.(*apiextensionsv1.CustomResourceDefinition)
+	}
+	a, b := slim(crd("id-a/a", "v1", metav1.Now())), slim(crd("id-b/b", "v1", metav1.Time{}))
+	if &a.Spec.Versions[0] != &b.Spec.Versions[0] || &a.Status.Conditions[0] != &b.Status.Conditions[0] {
+		t.Error("two projects' identical CRDs keep two copies of their versions or conditions")
+	}
+	if a.Spec.Versions[0].Schema != nil || a.Annotations != nil || !a.Status.Conditions[0].LastTransitionTime.IsZero() || a.Namespace != "id-a/a" {
+		t.Errorf("slim CRD keeps more than it should: %+v", a)
+	}
+	if other := slim(crd("id-c/c", "v2", metav1.Time{})); other.Spec.Versions[0].Name != "v2" || &other.Spec.Versions[0] == &a.Spec.Versions[0] {
+		t.Errorf("a CRD of another version reads %+v", other.Spec.Versions)
 	}
 }

@@ -2,8 +2,11 @@ package allprojects
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
+	"sync"
+	"unique"
 
 	apiextensionshelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -61,22 +64,104 @@ func IndexCRDsByGroup(inf cache.SharedIndexInformer) error {
 	}})
 }
 
-// slimCRD keeps of a CRD what the controllers decide on.
+// slimCRD keeps of a CRD what the controllers decide on, sharing with the
+// other CRDs of the informer what they have alike: 100,000 projects that
+// define the same CRD keep one copy of its names, versions and status.
+// Conditions lose their times, which no controller reads from the informer
+// (a status is written from a CRD read again). Nothing may change what an
+// informer holds, so sharing is safe.
 func slimCRD(obj any) (any, error) {
 	crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
 	if !ok {
 		return obj, nil
 	}
 	out := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: crd.Name, Namespace: crd.Namespace, UID: crd.UID, ResourceVersion: crd.ResourceVersion,
-			CreationTimestamp: crd.CreationTimestamp, DeletionTimestamp: crd.DeletionTimestamp, Finalizers: crd.Finalizers},
-		Spec:   apiextensionsv1.CustomResourceDefinitionSpec{Group: crd.Spec.Group, Names: crd.Spec.Names, Scope: crd.Spec.Scope},
-		Status: apiextensionsv1.CustomResourceDefinitionStatus{AcceptedNames: crd.Status.AcceptedNames, Conditions: crd.Status.Conditions},
-	}
-	for _, v := range crd.Spec.Versions {
-		out.Spec.Versions = append(out.Spec.Versions, apiextensionsv1.CustomResourceDefinitionVersion{Name: v.Name, Served: v.Served, Storage: v.Storage})
+		ObjectMeta: metav1.ObjectMeta{Name: unique.Make(crd.Name).Value(), Namespace: unique.Make(crd.Namespace).Value(), UID: crd.UID, ResourceVersion: crd.ResourceVersion,
+			CreationTimestamp: crd.CreationTimestamp, DeletionTimestamp: crd.DeletionTimestamp, Finalizers: slims.finalizers(crd.Finalizers)},
+		Spec:   slims.spec(crd),
+		Status: slims.status(crd),
 	}
 	return out, nil
+}
+
+// slims are the parts slimCRD shares, at most maxSlims of each kind: what
+// tenants name (versions, conflict messages) is not the server's to bound,
+// and past it a CRD keeps parts of its own.
+var slims = &slimParts{specs: map[string]apiextensionsv1.CustomResourceDefinitionSpec{}, statuses: map[string]apiextensionsv1.CustomResourceDefinitionStatus{}, finals: map[string][]string{}}
+
+const maxSlims = 4096
+
+type slimParts struct {
+	mu       sync.Mutex
+	specs    map[string]apiextensionsv1.CustomResourceDefinitionSpec
+	statuses map[string]apiextensionsv1.CustomResourceDefinitionStatus
+	finals   map[string][]string
+}
+
+// key encodes parts unambiguously (whatever names a tenant gives, two
+// different lists never have one key).
+func key(parts ...any) string {
+	b, _ := json.Marshal(parts)
+	return string(b)
+}
+
+func (p *slimParts) spec(crd *apiextensionsv1.CustomResourceDefinition) apiextensionsv1.CustomResourceDefinitionSpec {
+	parts := []any{crd.Spec.Group, crd.Spec.Scope, crd.Spec.Names}
+	for _, v := range crd.Spec.Versions {
+		parts = append(parts, v.Name, v.Served, v.Storage)
+	}
+	k := key(parts...)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s, ok := p.specs[k]; ok {
+		return s
+	}
+	s := apiextensionsv1.CustomResourceDefinitionSpec{Group: crd.Spec.Group, Names: crd.Spec.Names, Scope: crd.Spec.Scope}
+	for _, v := range crd.Spec.Versions {
+		s.Versions = append(s.Versions, apiextensionsv1.CustomResourceDefinitionVersion{Name: v.Name, Served: v.Served, Storage: v.Storage})
+	}
+	if len(p.specs) < maxSlims {
+		p.specs[k] = s
+	}
+	return s
+}
+
+func (p *slimParts) status(crd *apiextensionsv1.CustomResourceDefinition) apiextensionsv1.CustomResourceDefinitionStatus {
+	n := crd.Status.AcceptedNames
+	parts := []any{n}
+	for _, c := range crd.Status.Conditions {
+		parts = append(parts, c.Type, c.Status, c.Reason, c.Message)
+	}
+	k := key(parts...)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s, ok := p.statuses[k]; ok {
+		return s
+	}
+	s := apiextensionsv1.CustomResourceDefinitionStatus{AcceptedNames: n}
+	for _, c := range crd.Status.Conditions {
+		s.Conditions = append(s.Conditions, apiextensionsv1.CustomResourceDefinitionCondition{Type: c.Type, Status: c.Status, Reason: c.Reason, Message: c.Message})
+	}
+	if len(p.statuses) < maxSlims {
+		p.statuses[k] = s
+	}
+	return s
+}
+
+func (p *slimParts) finalizers(f []string) []string {
+	if len(f) == 0 {
+		return nil
+	}
+	k := key(f)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s, ok := p.finals[k]; ok {
+		return s
+	}
+	if len(p.finals) < maxSlims {
+		p.finals[k] = f
+	}
+	return f
 }
 
 // ServedVersion is the version through which a CRD's instances are read and
