@@ -141,7 +141,7 @@ func metadataOnly(values []string) (string, bool) {
 	return strings.Join(kept, ","), len(kept) > 0
 }
 
-// liveViews returns the classes of the views some project still defines
+// liveViewsLocked returns the classes of the views some project still defines
 // exactly as when they were last served, and forgets the others; the caller
 // holds s.mu.
 func (s *Serving) liveViewsLocked() []Class {

@@ -152,7 +152,7 @@ func (t *term) watchResources(ctx context.Context) {
 		running[k] = cancel
 		go t.watch(wctx, info, k.view != 0)
 	}
-	refresh := func() {
+	discover := func() {
 		for view := range 2 {
 			lists := &t.platform
 			cfg := t.clients.Config("")
@@ -185,8 +185,11 @@ func (t *term) watchResources(ctx context.Context) {
 				start(watchKey{view, info.gvr}, info)
 			}
 		}
-		// Projects' own resources, each read through the all-projects
-		// view's metadata of it, whatever schema each project gave it.
+	}
+	// Projects' own resources, each read through the all-projects view's
+	// metadata of it, whatever schema each project gave it: they change
+	// only with projects' CRDs, so only those events read them again.
+	followProjects := func() {
 		watching := map[schema.GroupResource]string{}
 		for k := range running {
 			if k.view == 2 {
@@ -206,44 +209,78 @@ func (t *term) watchResources(ctx context.Context) {
 			start(watchKey{2, gvr}, resourceInfo{gvr: gvr, namespaced: true})
 		}
 	}
-	// A CRD created, established or removed is followed within seconds (its
-	// discovery settles a moment after the event); the ticker catches
-	// anything else (an aggregated API).
-	changed := make(chan struct{}, 1)
-	signal := func(any) {
+	// A platform CRD created, established or removed is followed within
+	// seconds (its discovery settles a moment after the event); the ticker
+	// catches anything else (an aggregated API). A project's CRD is followed
+	// when the resource it names or its versions change, without discovery.
+	platformChanged, projectsChanged := make(chan struct{}, 1), make(chan struct{}, 1)
+	signal := func(c chan struct{}) {
 		select {
-		case changed <- struct{}{}:
+		case c <- struct{}{}:
 		default:
 		}
 	}
-	handler := cache.ResourceEventHandlerFuncs{AddFunc: signal, UpdateFunc: func(_, o any) { signal(o) }, DeleteFunc: signal}
+	platformHandler := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { signal(platformChanged) },
+		UpdateFunc: func(any, any) { signal(platformChanged) }, DeleteFunc: func(any) { signal(platformChanged) }}
 	if crds, err := t.clients.MetadataInformer(ctx, apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions"), false, nil); err == nil {
-		if _, err := crds.AddEventHandler(handler); err == nil {
+		if _, err := crds.AddEventHandler(platformHandler); err == nil {
 			go crds.Run(ctx.Done())
 		}
 	}
-	if !manager.StartInformers(ctx, Name, handler, t.crds) {
+	projectsHandler := cache.ResourceEventHandlerFuncs{AddFunc: func(any) { signal(projectsChanged) },
+		UpdateFunc: func(old, new any) {
+			if servesOtherwise(old, new) {
+				signal(projectsChanged)
+			}
+		},
+		DeleteFunc: func(any) { signal(projectsChanged) }}
+	if !manager.StartInformers(ctx, Name, projectsHandler, t.crds) {
 		return
 	}
-	refresh()
+	discover()
+	followProjects()
 	ticker := time.NewTicker(30 * time.Second)
 	defer ticker.Stop()
-	settle := time.NewTimer(time.Hour)
+	settle, settleProjects := time.NewTimer(time.Hour), time.NewTimer(time.Hour)
 	settle.Stop()
+	settleProjects.Stop()
+	projectsPending := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-ticker.C:
-			refresh()
-		case <-changed:
+			discover()
+		case <-platformChanged:
 			settle.Reset(2 * time.Second)
 		case <-settle.C:
 			t.platform.Invalidate()
 			t.projects.Invalidate()
-			refresh()
+			discover()
+		case <-projectsChanged:
+			// Every project's CRDs are read at once: at most once a
+			// second, however long a burst of them goes on.
+			if !projectsPending {
+				projectsPending = true
+				settleProjects.Reset(time.Second)
+			}
+		case <-settleProjects.C:
+			projectsPending = false
+			followProjects()
 		}
 	}
+}
+
+// servesOtherwise reports whether a project's CRD changed what the collector
+// watches of it: the resource its names hold, or its versions.
+func servesOtherwise(old, new any) bool {
+	a, ok1 := old.(*apiextensionsv1.CustomResourceDefinition)
+	b, ok2 := new.(*apiextensionsv1.CustomResourceDefinition)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return a.Status.AcceptedNames.Plural != b.Status.AcceptedNames.Plural || a.Spec.Group != b.Spec.Group ||
+		!slices.EqualFunc(a.Spec.Versions, b.Spec.Versions, func(x, y apiextensionsv1.CustomResourceDefinitionVersion) bool { return x.Name == y.Name })
 }
 
 // projectResources returns the resources projects' own CRDs have an
