@@ -1,5 +1,6 @@
 # Milo's build, test and code-generation targets.
 CONTROLLER_GEN ?= go run sigs.k8s.io/controller-tools/cmd/controller-gen@v0.21.0
+OPENAPI_GEN ?= go run k8s.io/kube-openapi/cmd/openapi-gen@v0.0.0-20260317180543-43fb72c5454a
 # -count=1: the e2e tests build and run the milo binary, which the test cache cannot see.
 GO_TEST_FLAGS ?= -count=1
 
@@ -35,6 +36,10 @@ test-postgres:
 generate:
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=pkg/apis/crds
+	$(OPENAPI_GEN) --output-dir pkg/apis/resourcemanager/v1alpha1 --output-pkg go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1 \
+		--output-file zz_generated.openapi.go --output-model-name-file zz_generated.model_name.go \
+		--go-header-file /dev/null --report-filename /dev/null \
+		--readonly-pkg k8s.io/apimachinery/pkg/apis/meta/v1 ./pkg/apis/resourcemanager/v1alpha1 k8s.io/apimachinery/pkg/apis/meta/v1
 	$(CONTROLLER_GEN) object paths=./examples/widgets/api/...
 	$(CONTROLLER_GEN) crd paths=./examples/widgets/api/... output:crd:artifacts:config=examples/widgets/config/crd
 

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+	"go.miloapis.com/milo/pkg/objectview"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -140,11 +141,13 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	if gvr.Group != organizations.Group {
 		return nil
 	}
-	obj, ok := a.GetObject().(*unstructured.Unstructured)
+	obj, sync, ok := objectview.Of(a.GetObject(), a.GetKind())
 	if !ok {
 		return nil
 	}
-	old, _ := a.GetOldObject().(*unstructured.Unstructured)
+	// What the plugin sets is metadata: labels, annotations, finalizers.
+	defer sync()
+	old, _, _ := objectview.Of(a.GetOldObject(), a.GetKind())
 	if old != nil && a.GetOperation() == admission.Update {
 		if err := guardFinalizers(ctx, gvr.GroupResource(), a.GetName(), old, obj); err != nil {
 			return err

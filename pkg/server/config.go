@@ -13,12 +13,14 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	aggregatorscheme "k8s.io/kube-aggregator/pkg/apiserver/scheme"
+	openapicommon "k8s.io/kube-openapi/pkg/common"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	"k8s.io/kubernetes/pkg/controlplane"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
+	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 	"go.miloapis.com/milo/pkg/catalog"
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/hierarchy"
@@ -27,6 +29,7 @@ import (
 	"go.miloapis.com/milo/pkg/iam/users"
 	"go.miloapis.com/milo/pkg/projectcrds"
 	"go.miloapis.com/milo/pkg/quota"
+	"go.miloapis.com/milo/pkg/registry/resourcemanager"
 	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/telemetry"
@@ -97,11 +100,21 @@ type CompletedConfig struct {
 // NewConfig builds the configuration of every server in the chain from the options.
 func NewConfig(opts CompletedOptions) (*Config, error) {
 	schemes := []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme}
+	resources := controlplane.DefaultGenericAPIResourceConfigSource()
+	resources.EnableVersions(resourcemanagerv1alpha1.SchemeGroupVersion)
 	generic, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
-		opts.ControlPlane, schemes, controlplane.DefaultGenericAPIResourceConfigSource(), generatedopenapi.GetOpenAPIDefinitions)
+		opts.ControlPlane, schemes, resources, openAPIDefinitions)
 	if err != nil {
 		return nil, fmt.Errorf("building generic server config: %w", err)
 	}
+	// The hierarchy's kinds are stored as they were as custom resources:
+	// JSON, under the group's name.
+	for _, gr := range resourcemanager.Resources() {
+		storageFactory.SetResourceEtcdPrefix(gr, resourcemanager.KeyPrefix(gr))
+		storageFactory.SetSerializer(gr, resourcemanager.StorageMediaType, nil)
+	}
+	generic.OpenAPIConfig.GetDefinitionName = resourcemanager.DefinitionName(generic.OpenAPIConfig.GetDefinitionName)
+	generic.OpenAPIV3Config.GetDefinitionName = resourcemanager.DefinitionName(generic.OpenAPIV3Config.GetDefinitionName)
 	generic.EffectiveVersion = serverVersion{generic.EffectiveVersion}
 	generic.OpenAPIConfig.Info.Title = "Milo"
 	generic.OpenAPIV3Config.Info.Title = "Milo"
@@ -124,6 +137,9 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	}
 	keys := keyRangesOf(etcdClient, opts.SQL != nil)
 	if err := tenantstorage.UpgradeLayout(context.Background(), keys, opts.ControlPlane.Etcd.StorageConfig.Prefix); err != nil {
+		return nil, err
+	}
+	if err := retireCRDs(context.Background(), keys, opts.ControlPlane.Etcd.StorageConfig.Prefix); err != nil {
 		return nil, err
 	}
 	prefixes := tenantstorage.NewPrefixes()
@@ -225,6 +241,19 @@ func (c *Config) Complete() CompletedConfig {
 		ControlPlane:  c.ControlPlane.Complete(),
 		APIExtensions: c.APIExtensions.Complete(),
 	}
+}
+
+// openAPIDefinitions are the built-in kinds' definitions and the hierarchy's.
+func openAPIDefinitions(ref openapicommon.ReferenceCallback) map[string]openapicommon.OpenAPIDefinition {
+	defs := generatedopenapi.GetOpenAPIDefinitions(ref)
+	for name, def := range resourcemanager.OpenAPIDefinitions(ref) {
+		// The hierarchy's definitions include the meta types they refer to:
+		// the built-in ones are kept.
+		if _, ok := defs[name]; !ok {
+			defs[name] = def
+		}
+	}
+	return defs
 }
 
 // serverVersion answers /version with the Kubernetes version Milo serves and

@@ -3,7 +3,8 @@ package server
 import (
 	"context"
 	"fmt"
-	"io/fs"
+	"path"
+	"slices"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -11,40 +12,61 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
-	"sigs.k8s.io/yaml"
 
 	"go.miloapis.com/milo/pkg/apis/crds"
+	"go.miloapis.com/milo/pkg/registry/resourcemanager"
+	"go.miloapis.com/milo/pkg/storage/keyranges"
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
-// MiloCRDs returns the CustomResourceDefinitions of Milo's own kinds.
-func MiloCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	files, err := fs.Glob(crds.FS, "*.yaml")
+// MiloCRDs returns the CustomResourceDefinitions generated from Milo's API
+// types: the kinds the server serves as custom resources, and those it serves
+// from typed storage (the hierarchy's), whose definitions describe the same API.
+func MiloCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) { return crds.All() }
+
+// servedAsCustomResources are the definitions the server installs: all but
+// the kinds it serves from typed storage.
+func servedAsCustomResources() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	all, err := crds.All()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(files))
-	for _, name := range files {
-		data, err := crds.FS.ReadFile(name)
+	typed := sets.New(resourcemanager.Resources()...)
+	return slices.DeleteFunc(all, func(crd *apiextensionsv1.CustomResourceDefinition) bool {
+		return typed.Has(schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural})
+	}), nil
+}
+
+// retireCRDs deletes from storage the definitions an earlier Milo installed
+// for the kinds now served from typed storage, before anything reads them.
+// It deletes their keys, not the objects through the API: a definition
+// deleted through the API takes every object of its kind with it. The
+// objects themselves stay where they are, read as they are by the typed
+// storage.
+func retireCRDs(ctx context.Context, keys keyranges.Store, storagePrefix string) error {
+	for _, gr := range resourcemanager.Resources() {
+		key := path.Join("/", storagePrefix, "apiextensions.k8s.io/customresourcedefinitions", tenancy.PlatformSegment, gr.Resource+"."+gr.Group)
+		deleted, err := keys.Delete(ctx, key)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("retiring the CustomResourceDefinition of %s: %w", gr, err)
 		}
-		crd := &apiextensionsv1.CustomResourceDefinition{}
-		if err := yaml.UnmarshalStrict(data, crd); err != nil {
-			return nil, fmt.Errorf("decoding %s: %w", name, err)
+		if deleted {
+			klog.InfoS("Retired the CustomResourceDefinition of a kind now served from typed storage", "resource", gr)
 		}
-		out = append(out, crd)
 	}
-	return out, nil
+	return nil
 }
 
 // InstallCRDs creates Milo's CRDs, or brings existing ones up to date with this
 // binary, and waits until every one is Established and served.
 func InstallCRDs(ctx context.Context, loopback *rest.Config) error {
-	want, err := MiloCRDs()
+	want, err := servedAsCustomResources()
 	if err != nil {
 		return err
 	}

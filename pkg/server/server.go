@@ -46,6 +46,7 @@ import (
 	"go.miloapis.com/milo/pkg/fairness"
 	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/pki"
+	"go.miloapis.com/milo/pkg/registry/resourcemanager"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/sqlstorage"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
@@ -116,7 +117,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating storage providers: %w", err)
 	}
-	if err := builtIn.InstallAPIs(storageProviders(providers, c.Tenant)...); err != nil {
+	if err := builtIn.InstallAPIs(storageProviders(append(providers, resourcemanager.StorageProvider{}), c.Tenant)...); err != nil {
 		return nil, fmt.Errorf("installing built-in APIs: %w", err)
 	}
 

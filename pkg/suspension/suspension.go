@@ -20,6 +20,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+	"go.miloapis.com/milo/pkg/objectview"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -127,12 +128,13 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 	if a.GetResource().GroupResource() != tenancy.SuspensionsResource || a.GetSubresource() != "" || a.GetOperation() == admission.Delete {
 		return nil
 	}
-	obj, ok := a.GetObject().(*unstructured.Unstructured)
+	obj, sync, ok := objectview.Of(a.GetObject(), a.GetKind())
 	if !ok {
 		return nil
 	}
+	defer sync()
 	org := ""
-	if old, ok := a.GetOldObject().(*unstructured.Unstructured); ok && a.GetOperation() == admission.Update && old.GetLabels()[tenancy.OrganizationLabel] != "" {
+	if old, _, ok := objectview.Of(a.GetOldObject(), a.GetKind()); ok && a.GetOperation() == admission.Update && old.GetLabels()[tenancy.OrganizationLabel] != "" {
 		org = old.GetLabels()[tenancy.OrganizationLabel]
 	} else if project, _, _ := unstructured.NestedString(obj.Object, "spec", "projectRef", "name"); project != "" && p.hierarchy != nil {
 		var err error
@@ -186,7 +188,7 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 // reinstateAuthority is Consumer: one the platform's operators placed with
 // Operator authority stays until they lift it.
 func liftByConsumer(a admission.Attributes, org string) error {
-	old, ok := a.GetOldObject().(*unstructured.Unstructured)
+	old, _, ok := objectview.Of(a.GetOldObject(), a.GetKind())
 	if !ok || old.GetLabels()[tenancy.OrganizationLabel] != org {
 		// (The router found it the organization's; checked again on
 		// the object being deleted.)

@@ -59,6 +59,26 @@ func TestDataDirectoryOfLayout1(t *testing.T) {
 		}
 	}
 
+	// The hierarchy written as custom resources is read by its typed storage,
+	// and the CRDs it was served by are gone from storage; Milo's other
+	// kinds are still custom resources.
+	org, err := m.dynamic(t).Resource(organizationsGVR).Get(ctx, "legacy-org", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if typ, _, _ := unstructured.NestedString(org.Object, "spec", "type"); typ != "Standard" || len(org.GetFinalizers()) == 0 {
+		t.Fatalf("old organization read as %v", org.Object)
+	}
+	crds := crdsAt(t, m.restConfig(t))
+	for _, name := range []string{"organizations", "folders", "projects", "organizationmemberships", "projectsuspensions"} {
+		if _, err := crds.Get(ctx, name+".resourcemanager.miloapis.com", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the CRD of %s after the upgrade: %v, want it gone", name, err)
+		}
+	}
+	if _, err := crds.Get(ctx, "roles.iam.miloapis.com", metav1.GetOptions{}); err != nil {
+		t.Errorf("the CRD of roles after the upgrade: %v", err)
+	}
+
 	// The controllers serve old projects: the namespace written before gets its
 	// service account and root CA, and deleting it empties and removes it.
 	legacy := m.projectKube(t, "legacy")

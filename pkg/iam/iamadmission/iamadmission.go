@@ -39,6 +39,7 @@ import (
 	iamv1alpha1 "go.miloapis.com/milo/pkg/apis/iam/v1alpha1"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/evaluator"
+	"go.miloapis.com/milo/pkg/objectview"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -286,7 +287,7 @@ func ownsOrganization(u *unstructured.Unstructured) bool {
 func (p *plugin) validateMembership(ctx context.Context, a admission.Attributes) error {
 	org, inOrg := tenancy.OrganizationOfNamespace(a.GetNamespace())
 	if a.GetOperation() != admission.Delete {
-		u, ok := a.GetObject().(*unstructured.Unstructured)
+		u, _, ok := objectview.Of(a.GetObject(), a.GetKind())
 		if !ok {
 			return nil
 		}
@@ -307,7 +308,7 @@ func (p *plugin) validateMembership(ctx context.Context, a admission.Attributes)
 			}
 		}
 		if len(errs) == 0 && a.GetOperation() == admission.Update {
-			old, _ := a.GetOldObject().(*unstructured.Unstructured)
+			old, _, _ := objectview.Of(a.GetOldObject(), a.GetKind())
 			if ownsOrganization(old) && !ownsOrganization(u) {
 				if err := p.keepAnOwner(ctx, org, a.GetName()); err != nil {
 					errs = append(errs, field.Forbidden(field.NewPath("spec", "roles"), err.Error()))
@@ -319,7 +320,7 @@ func (p *plugin) validateMembership(ctx context.Context, a admission.Attributes)
 		}
 		return nil
 	}
-	old, _ := a.GetOldObject().(*unstructured.Unstructured)
+	old, _, _ := objectview.Of(a.GetOldObject(), a.GetKind())
 	if !inOrg || !ownsOrganization(old) {
 		return nil
 	}

@@ -29,6 +29,8 @@ type Store interface {
 	Exists(ctx context.Context, key string) (bool, error)
 	// DeletePrefixes deletes every key under every prefix and reports how many it deleted.
 	DeletePrefixes(ctx context.Context, prefixes ...string) (int64, error)
+	// Delete deletes one key and reports whether it was stored.
+	Delete(ctx context.Context, key string) (bool, error)
 	// List returns every key and value under prefix.
 	List(ctx context.Context, prefix string) ([]KV, error)
 	// Keys calls f with every key under prefix, in pages, values unread.
@@ -251,6 +253,29 @@ func (s kineStore) Count(ctx context.Context, prefixes ...string) (int64, error)
 // delete kine accepts: a read and a delete of one key), until a listing
 // finds none left: keys written meanwhile go too, and a run interrupted
 // part way is finished by the next.
+func (s etcdStore) Delete(ctx context.Context, key string) (bool, error) {
+	resp, err := s.client.Delete(ctx, key)
+	if err != nil {
+		return false, fmt.Errorf("deleting %s: %w", key, err)
+	}
+	return resp.Deleted > 0, nil
+}
+
+// Delete deletes in the one transaction shape kine takes for a delete (a get
+// and a delete of the same key).
+func (s kineStore) Delete(ctx context.Context, key string) (bool, error) {
+	resp, err := s.client.Txn(ctx).Then(clientv3.OpGet(key), clientv3.OpDelete(key)).Commit()
+	if err != nil {
+		return false, fmt.Errorf("deleting %s: %w", key, err)
+	}
+	if resp.Succeeded && len(resp.Responses) > 0 {
+		if d := resp.Responses[len(resp.Responses)-1].GetResponseDeleteRange(); d != nil {
+			return d.Deleted > 0, nil
+		}
+	}
+	return false, nil
+}
+
 func (s kineStore) DeletePrefixes(ctx context.Context, prefixes ...string) (int64, error) {
 	var deleted int64
 	for _, prefix := range prefixes {

@@ -3,4 +3,6 @@
 //
 // +groupName=resourcemanager.miloapis.com
 // +kubebuilder:object:generate=true
+// +k8s:openapi-gen=true
+// +k8s:openapi-model-package=com.miloapis.resourcemanager.v1alpha1
 package v1alpha1

@@ -5,6 +5,7 @@ import (
 )
 
 // ProjectSuspensionReason is why a project is suspended.
+// +enum
 // +kubebuilder:validation:Enum=Abuse;Billing;Compliance;Administrative
 type ProjectSuspensionReason string
 
@@ -17,6 +18,7 @@ const (
 )
 
 // ProjectSuspensionReinstateAuthority is who may lift a suspension.
+// +enum
 // +kubebuilder:validation:Enum=Operator;Consumer
 type ProjectSuspensionReinstateAuthority string
 
@@ -28,6 +30,7 @@ const (
 )
 
 // ProjectSuspensionPhase is whether a suspension is in effect.
+// +enum
 // +kubebuilder:validation:Enum=Active;Lifted
 type ProjectSuspensionPhase string
 

@@ -17,6 +17,7 @@ const (
 )
 
 // OrganizationType distinguishes an individual's organization from a company's.
+// +enum
 // +kubebuilder:validation:Enum=Personal;Standard
 type OrganizationType string
 
@@ -82,6 +83,7 @@ type OrganizationList struct {
 }
 
 // ParentKind is the kind of the object a Folder or Project hangs under.
+// +enum
 // +kubebuilder:validation:Enum=Organization;Folder
 type ParentKind string
 

@@ -1,0 +1,173 @@
+package resourcemanager
+
+import (
+	"regexp"
+	"slices"
+
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	v1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+)
+
+// kind is what the group's storage needs to know of one of its resources.
+type kind struct {
+	resource, singular string
+	namespaced         bool
+	new, newList       func() runtime.Object
+	// name validates metadata.name (prefix: a generateName).
+	name apimachineryvalidation.ValidateNameFunc
+	// defaults fills in what the type's defaults say, on every write.
+	defaults func(obj runtime.Object)
+	// validate checks spec and status; old is nil on create.
+	validate func(obj, old runtime.Object) field.ErrorList
+}
+
+// kinds are the group's resources, as API.md describes them.
+var kinds = []kind{
+	{resource: "organizations", singular: "organization",
+		new: func() runtime.Object { return &v1alpha1.Organization{} }, newList: func() runtime.Object { return &v1alpha1.OrganizationList{} },
+		name: func(name string, prefix bool) []string {
+			if len(name) > 50 {
+				return []string{"organization names are at most 50 characters"}
+			}
+			return dnsLabel(name, prefix, "organization names are DNS labels: lower-case letters, digits and '-', starting and ending with a letter or digit")
+		},
+		defaults: func(obj runtime.Object) {
+			if o := obj.(*v1alpha1.Organization); o.Spec.Type == "" {
+				o.Spec.Type = v1alpha1.OrganizationTypeStandard
+			}
+		},
+		validate: func(obj, old runtime.Object) field.ErrorList {
+			o := obj.(*v1alpha1.Organization)
+			errs := oneOf(field.NewPath("spec", "type"), o.Spec.Type, v1alpha1.OrganizationTypePersonal, v1alpha1.OrganizationTypeStandard)
+			if old, ok := old.(*v1alpha1.Organization); ok && old.Spec.Type != "" && old.Spec.Type != o.Spec.Type {
+				errs = append(errs, field.Invalid(field.NewPath("spec", "type"), o.Spec.Type, "type is immutable"))
+			}
+			return append(errs, metav1validation.ValidateConditions(o.Status.Conditions, field.NewPath("status", "conditions"))...)
+		}},
+	{resource: "folders", singular: "folder",
+		new: func() runtime.Object { return &v1alpha1.Folder{} }, newList: func() runtime.Object { return &v1alpha1.FolderList{} },
+		name: func(name string, prefix bool) []string {
+			return dnsLabel(name, prefix, "folder names are DNS labels: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit")
+		},
+		validate: func(obj, _ runtime.Object) field.ErrorList {
+			f := obj.(*v1alpha1.Folder)
+			errs := parentRef(field.NewPath("spec", "parentRef"), f.Spec.ParentRef)
+			return append(errs, metav1validation.ValidateConditions(f.Status.Conditions, field.NewPath("status", "conditions"))...)
+		}},
+	{resource: "projects", singular: "project",
+		new: func() runtime.Object { return &v1alpha1.Project{} }, newList: func() runtime.Object { return &v1alpha1.ProjectList{} },
+		name: func(name string, prefix bool) []string {
+			return dnsLabel(name, prefix, "project names are DNS labels: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit")
+		},
+		validate: func(obj, _ runtime.Object) field.ErrorList {
+			p := obj.(*v1alpha1.Project)
+			errs := parentRef(field.NewPath("spec", "ownerRef"), p.Spec.OwnerRef)
+			return append(errs, metav1validation.ValidateConditions(p.Status.Conditions, field.NewPath("status", "conditions"))...)
+		}},
+	{resource: "organizationmemberships", singular: "organizationmembership", namespaced: true,
+		new:     func() runtime.Object { return &v1alpha1.OrganizationMembership{} },
+		newList: func() runtime.Object { return &v1alpha1.OrganizationMembershipList{} },
+		name:    apimachineryvalidation.NameIsDNSSubdomain,
+		validate: func(obj, old runtime.Object) field.ErrorList {
+			m := obj.(*v1alpha1.OrganizationMembership)
+			spec := field.NewPath("spec")
+			errs := required(spec.Child("organizationRef", "name"), m.Spec.OrganizationRef.Name)
+			errs = append(errs, required(spec.Child("userRef", "name"), m.Spec.UserRef.Name)...)
+			for i, r := range m.Spec.Roles {
+				errs = append(errs, required(spec.Child("roles").Index(i).Child("name"), r.Name)...)
+			}
+			if old, ok := old.(*v1alpha1.OrganizationMembership); ok {
+				errs = append(errs, immutable(spec.Child("organizationRef"), m.Spec.OrganizationRef, old.Spec.OrganizationRef, "organizationRef is immutable")...)
+				errs = append(errs, immutable(spec.Child("userRef"), m.Spec.UserRef, old.Spec.UserRef, "userRef is immutable")...)
+			}
+			for i, r := range m.Status.AppliedRoles {
+				if r.Status != "" {
+					errs = append(errs, oneOf(field.NewPath("status", "appliedRoles").Index(i).Child("status"), r.Status, "Applied", "Pending")...)
+				}
+			}
+			return append(errs, metav1validation.ValidateConditions(m.Status.Conditions, field.NewPath("status", "conditions"))...)
+		}},
+	{resource: "projectsuspensions", singular: "projectsuspension",
+		new:     func() runtime.Object { return &v1alpha1.ProjectSuspension{} },
+		newList: func() runtime.Object { return &v1alpha1.ProjectSuspensionList{} },
+		name:    apimachineryvalidation.NameIsDNSSubdomain,
+		validate: func(obj, old runtime.Object) field.ErrorList {
+			s := obj.(*v1alpha1.ProjectSuspension)
+			spec := field.NewPath("spec")
+			errs := required(spec.Child("projectRef", "name"), s.Spec.ProjectRef.Name)
+			errs = append(errs, oneOf(spec.Child("reason"), s.Spec.Reason, v1alpha1.ReasonAbuse, v1alpha1.ReasonBilling, v1alpha1.ReasonCompliance, v1alpha1.ReasonAdministrative)...)
+			errs = append(errs, oneOf(spec.Child("reinstateAuthority"), s.Spec.ReinstateAuthority, v1alpha1.AuthorityOperator, v1alpha1.AuthorityConsumer)...)
+			errs = append(errs, required(spec.Child("requestedBy"), s.Spec.RequestedBy)...)
+			if old, ok := old.(*v1alpha1.ProjectSuspension); ok {
+				errs = append(errs, immutable(spec.Child("projectRef"), s.Spec.ProjectRef, old.Spec.ProjectRef, "projectRef is immutable")...)
+				errs = append(errs, immutable(spec.Child("reason"), s.Spec.Reason, old.Spec.Reason, "reason is immutable")...)
+				errs = append(errs, immutable(spec.Child("reinstateAuthority"), s.Spec.ReinstateAuthority, old.Spec.ReinstateAuthority, "reinstateAuthority is immutable")...)
+				errs = append(errs, immutable(spec.Child("requestedBy"), s.Spec.RequestedBy, old.Spec.RequestedBy, "requestedBy is immutable")...)
+			}
+			if s.Status.Phase != "" {
+				errs = append(errs, oneOf(field.NewPath("status", "phase"), s.Status.Phase, v1alpha1.SuspensionActive, v1alpha1.SuspensionLifted)...)
+			}
+			return errs
+		}},
+}
+
+var dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// dnsLabel is the name rule of the hierarchy's kinds: a DNS label, with the
+// message their definitions have always given.
+func dnsLabel(name string, prefix bool, msg string) []string {
+	if prefix {
+		// A generateName: the server appends 5 characters to it.
+		if len(name)+5 > 63 || !dnsLabelRE.MatchString(name+"x") {
+			return []string{msg}
+		}
+		return nil
+	}
+	if len(name) > 63 || !dnsLabelRE.MatchString(name) {
+		return []string{msg}
+	}
+	return nil
+}
+
+// parentRef checks a Folder's parentRef or a Project's ownerRef.
+func parentRef(path *field.Path, ref v1alpha1.ParentReference) field.ErrorList {
+	errs := oneOf(path.Child("kind"), ref.Kind, v1alpha1.ParentKindOrganization, v1alpha1.ParentKindFolder)
+	errs = append(errs, required(path.Child("name"), ref.Name)...)
+	if len(ref.Name) > 63 {
+		errs = append(errs, field.TooLong(path.Child("name"), ref.Name, 63))
+	}
+	return errs
+}
+
+func required(path *field.Path, value string) field.ErrorList {
+	if value == "" {
+		return field.ErrorList{field.Required(path, "")}
+	}
+	return nil
+}
+
+// oneOf requires value to be one of allowed (an enum of the definition).
+func oneOf[T ~string](path *field.Path, value T, allowed ...T) field.ErrorList {
+	if value == "" {
+		return field.ErrorList{field.Required(path, "")}
+	}
+	if slices.Contains(allowed, value) {
+		return nil
+	}
+	names := make([]string, len(allowed))
+	for i, a := range allowed {
+		names[i] = string(a)
+	}
+	return field.ErrorList{field.NotSupported(path, value, names)}
+}
+
+func immutable[T comparable](path *field.Path, value, old T, msg string) field.ErrorList {
+	if value != old {
+		return field.ErrorList{field.Invalid(path, value, msg)}
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+package resourcemanager
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	v1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+)
+
+func kindOf(t *testing.T, resource string) kind {
+	t.Helper()
+	for _, k := range kinds {
+		if k.resource == resource {
+			return k
+		}
+	}
+	t.Fatalf("no kind %s", resource)
+	return kind{}
+}
+
+func project(name string) *v1alpha1.Project {
+	return &v1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Name: name, ResourceVersion: "1"},
+		Spec: v1alpha1.ProjectSpec{OwnerRef: v1alpha1.ParentReference{Kind: v1alpha1.ParentKindOrganization, Name: "acme"}}}
+}
+
+// TestCreateDropsStatusAndStartsTheGeneration: as for a custom resource with a
+// status subresource, a create writes no status and starts at generation 1.
+func TestCreateDropsStatusAndStartsTheGeneration(t *testing.T) {
+	s := newStrategy(kindOf(t, "projects"))
+	p := project("web")
+	p.Generation = 7
+	p.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}
+	s.PrepareForCreate(context.Background(), p)
+	if p.Generation != 1 || len(p.Status.Conditions) != 0 {
+		t.Fatalf("after create: generation %d, status %+v", p.Generation, p.Status)
+	}
+	if errs := s.Validate(context.Background(), p); len(errs) != 0 {
+		t.Fatalf("valid project refused: %v", errs)
+	}
+}
+
+// TestUpdatesCountSpecChangesAndKeepStatus: the main resource keeps the stored
+// status and bumps the generation for a spec change only; the status
+// subresource writes status and nothing else.
+func TestUpdatesCountSpecChangesAndKeepStatus(t *testing.T) {
+	ctx := context.Background()
+	s := newStrategy(kindOf(t, "projects"))
+	old := project("web")
+	old.Generation = 3
+	old.Status.ObservedGeneration = 3
+
+	labelsOnly := old.DeepCopy()
+	labelsOnly.Labels = map[string]string{"team": "a"}
+	labelsOnly.Status = v1alpha1.ProjectStatus{}
+	s.PrepareForUpdate(ctx, labelsOnly, old)
+	if labelsOnly.Generation != 3 || labelsOnly.Status.ObservedGeneration != 3 {
+		t.Errorf("label change: generation %d, status %+v", labelsOnly.Generation, labelsOnly.Status)
+	}
+
+	moved := old.DeepCopy()
+	moved.Spec.OwnerRef = v1alpha1.ParentReference{Kind: v1alpha1.ParentKindFolder, Name: "team"}
+	s.PrepareForUpdate(ctx, moved, old)
+	if moved.Generation != 4 {
+		t.Errorf("spec change: generation %d, want 4", moved.Generation)
+	}
+
+	status := old.DeepCopy()
+	status.Spec.OwnerRef.Name = "other"
+	status.Labels = map[string]string{"sneaked": "in"}
+	status.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}}
+	statusStrategy{s}.PrepareForUpdate(ctx, status, old)
+	if status.Spec.OwnerRef.Name != "acme" || status.Labels != nil || len(status.Status.Conditions) != 1 {
+		t.Errorf("status update: spec %+v, labels %v, status %+v", status.Spec, status.Labels, status.Status)
+	}
+	if errs := (statusStrategy{s}).ValidateUpdate(ctx, status, old); len(errs) != 0 {
+		t.Errorf("valid status refused: %v", errs)
+	}
+}
+
+// TestValidationSaysWhatTheDefinitionsSaid: names, enums, required
+// references and immutable fields are refused with the messages the kinds'
+// definitions gave.
+func TestValidationSaysWhatTheDefinitionsSaid(t *testing.T) {
+	ctx := context.Background()
+	org := newStrategy(kindOf(t, "organizations"))
+	for _, c := range []struct {
+		obj  runtime.Object
+		s    strategy
+		want string
+	}{
+		{&v1alpha1.Organization{ObjectMeta: metav1.ObjectMeta{Name: "Not.A.Label"}}, org, "organization names are DNS labels"},
+		{&v1alpha1.Organization{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 51)}}, org, "organization names are at most 50 characters"},
+		{&v1alpha1.Organization{ObjectMeta: metav1.ObjectMeta{Name: "acme"}, Spec: v1alpha1.OrganizationSpec{Type: "Weird"}}, org, `spec.type: Unsupported value: "Weird"`},
+		{&v1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 64)}}, newStrategy(kindOf(t, "projects")), "project names are DNS labels"},
+		{&v1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Name: "web"}}, newStrategy(kindOf(t, "projects")), "spec.ownerRef.kind: Required value"},
+		{&v1alpha1.Folder{ObjectMeta: metav1.ObjectMeta{Name: "team"}, Spec: v1alpha1.FolderSpec{ParentRef: v1alpha1.ParentReference{Kind: "Project", Name: "x"}}},
+			newStrategy(kindOf(t, "folders")), `spec.parentRef.kind: Unsupported value: "Project"`},
+		{&v1alpha1.ProjectSuspension{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: v1alpha1.ProjectSuspensionSpec{ProjectRef: v1alpha1.ProjectReference{Name: "web"}, Reason: "Boredom", ReinstateAuthority: v1alpha1.AuthorityOperator, RequestedBy: "ops"}},
+			newStrategy(kindOf(t, "projectsuspensions")), `spec.reason: Unsupported value: "Boredom"`},
+	} {
+		c.s.PrepareForCreate(ctx, c.obj)
+		errs := c.s.Validate(ctx, c.obj)
+		if !strings.Contains(errs.ToAggregate().Error(), c.want) {
+			t.Errorf("%T: errors %v, want one saying %q", c.obj, errs, c.want)
+		}
+	}
+
+	// Defaults fill the type; once set, it cannot change.
+	o := &v1alpha1.Organization{ObjectMeta: metav1.ObjectMeta{Name: "acme", ResourceVersion: "1"}}
+	org.PrepareForCreate(ctx, o)
+	if o.Spec.Type != v1alpha1.OrganizationTypeStandard {
+		t.Fatalf("default type %q", o.Spec.Type)
+	}
+	changed := o.DeepCopy()
+	changed.Spec.Type = v1alpha1.OrganizationTypePersonal
+	org.PrepareForUpdate(ctx, changed, o)
+	if errs := org.ValidateUpdate(ctx, changed, o); !strings.Contains(errs.ToAggregate().Error(), "type is immutable") {
+		t.Errorf("type change: %v", errs)
+	}
+
+	m := newStrategy(kindOf(t, "organizationmemberships"))
+	old := &v1alpha1.OrganizationMembership{ObjectMeta: metav1.ObjectMeta{Name: "alice", Namespace: "organization-acme", ResourceVersion: "1"},
+		Spec: v1alpha1.OrganizationMembershipSpec{OrganizationRef: v1alpha1.OrganizationReference{Name: "acme"}, UserRef: v1alpha1.UserReference{Name: "alice"}}}
+	moved := old.DeepCopy()
+	moved.Spec.UserRef.Name = "mallory"
+	if errs := m.ValidateUpdate(ctx, moved, old); !strings.Contains(errs.ToAggregate().Error(), "userRef is immutable") {
+		t.Errorf("membership user change: %v", errs)
+	}
+}
+
+// TestEveryKindHasItsColumns: the printer columns come from the generated
+// definitions; a kind without one would not be served.
+func TestEveryKindHasItsColumns(t *testing.T) {
+	for _, k := range kinds {
+		table, err := printerColumns(k)
+		if err != nil || table == nil {
+			t.Errorf("%s: %v", k.resource, err)
+		}
+	}
+}
