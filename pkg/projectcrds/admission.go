@@ -52,8 +52,37 @@ func Register(plugins *admission.Plugins, rules *Rules, index *Index) {
 	})
 }
 
+// BuiltInGroups are Milo's groups the server serves from typed storage: no
+// CustomResourceDefinition may name them.
+var BuiltInGroups = []string{"resourcemanager.miloapis.com"}
+
+// builtInGroup refuses, at the platform, a CRD of a group the server serves
+// itself. Such a CRD (one an earlier Milo installed, or an old manifest
+// applied again) would name the same keys as the typed storage, and deleting
+// it through the API would delete every object of its kinds with it: its
+// creation and update are invalid, its deletion forbidden (the server retires
+// such a definition from storage as it starts).
+func builtInGroup(ctx context.Context, a admission.Attributes) error {
+	if tenancy.From(ctx).Kind != tenancy.Platform || a.GetSubresource() != "" {
+		return nil
+	}
+	for _, group := range BuiltInGroups {
+		if a.GetOperation() == admission.Delete {
+			if strings.HasSuffix(a.GetName(), "."+group) {
+				return apierrors.NewForbidden(tenancy.CRDs, a.GetName(), fmt.Errorf("group %q is served by the server itself: deleting this definition through the API would delete every object of its kinds; restart the server to retire it", group))
+			}
+			continue
+		}
+		if crd, ok := a.GetObject().(*apiextensions.CustomResourceDefinition); ok && crd.Spec.Group == group {
+			return apierrors.NewInvalid(apiextensions.Kind("CustomResourceDefinition"), crd.Name, field.ErrorList{field.Forbidden(field.NewPath("spec", "group"),
+				fmt.Sprintf("group %q is served by the server itself, from typed storage; a CustomResourceDefinition of it would share its objects' storage", group))})
+		}
+	}
+	return nil
+}
+
 func newPlugin(rules Rules, index *Index) *plugin {
-	return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update), rules: rules, index: index}
+	return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete), rules: rules, index: index}
 }
 
 type plugin struct {
@@ -74,6 +103,12 @@ var _ admission.ValidationInterface = &plugin{}
 // instances never share a key range.
 func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if a.GetResource().GroupResource() != tenancy.CRDs {
+		return nil
+	}
+	if err := builtInGroup(ctx, a); err != nil {
+		return err
+	}
+	if a.GetOperation() == admission.Delete {
 		return nil
 	}
 	crd, ok := a.GetObject().(*apiextensions.CustomResourceDefinition)

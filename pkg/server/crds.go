@@ -56,9 +56,15 @@ func retireCRDs(ctx context.Context, keys keyranges.Store, storagePrefix string)
 		if err != nil {
 			return fmt.Errorf("retiring the CustomResourceDefinition of %s: %w", gr, err)
 		}
-		if deleted {
-			klog.InfoS("Retired the CustomResourceDefinition of a kind now served from typed storage", "resource", gr)
+		if !deleted {
+			// kine answers a delete it could not write (a concurrent
+			// write) as nothing deleted: the key must be gone either way.
+			if left, err := keys.Exists(ctx, key); err != nil || left {
+				return fmt.Errorf("retiring the CustomResourceDefinition of %s: it is still stored (%v)", gr, err)
+			}
+			continue
 		}
+		klog.InfoS("Retired the CustomResourceDefinition of a kind now served from typed storage", "resource", gr)
 	}
 	return nil
 }

@@ -36,6 +36,7 @@ import (
 	aggregatorapiserver "k8s.io/kube-aggregator/pkg/apiserver"
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 
+	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 	servicesv1alpha1 "go.miloapis.com/milo/pkg/apis/services/v1alpha1"
 	"go.miloapis.com/milo/pkg/catalog"
 	"go.miloapis.com/milo/pkg/controllers"
@@ -121,9 +122,12 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		return nil, fmt.Errorf("installing built-in APIs: %w", err)
 	}
 
+	priorities := controlplaneapiserver.DefaultGenericAPIServicePriorities()
+	// The hierarchy's group gets the APIService its CRDs had (listed in
+	// /apis, after the built-in groups).
+	priorities[resourcemanagerv1alpha1.SchemeGroupVersion] = controlplaneapiserver.APIServicePriority{Group: 1000, Version: 100}
 	aggregator, err := controlplaneapiserver.CreateAggregatorServer(c.Aggregator, builtIn.GenericAPIServer,
-		apiExtensions.Informers.Apiextensions().V1().CustomResourceDefinitions(), crdAPIEnabled,
-		controlplaneapiserver.DefaultGenericAPIServicePriorities())
+		apiExtensions.Informers.Apiextensions().V1().CustomResourceDefinitions(), crdAPIEnabled, priorities)
 	if err != nil {
 		return nil, fmt.Errorf("creating aggregator: %w", err)
 	}

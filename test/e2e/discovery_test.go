@@ -134,3 +134,44 @@ func TestProjectDiscoveryAndOpenAPIMatchWhatIsServed(t *testing.T) {
 func hiddenInProjects(gr schema.GroupResource) bool {
 	return tenancy.PlatformOnly(gr) && gr != tenancy.CRDs
 }
+
+// TestHierarchyIsDiscoveredAsBefore: the hierarchy's group, served from typed
+// storage, is in the platform's legacy discovery (an APIGroupList built from
+// APIServices, which clients without aggregated discovery read) and its
+// aggregated discovery, with its kinds, their status subresources and the
+// milo category, as when it was served by CRDs.
+func TestHierarchyIsDiscoveredAsBefore(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	body, err := m.kube(t).Discovery().RESTClient().Get().AbsPath("/apis").SetHeader("Accept", "application/json").DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var groups metav1.APIGroupList
+	if err := json.Unmarshal(body, &groups); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, g := range groups.Groups {
+		found = found || (g.Name == "resourcemanager.miloapis.com" && g.PreferredVersion.Version == "v1alpha1")
+	}
+	if !found {
+		t.Errorf("resourcemanager.miloapis.com/v1alpha1 missing from the legacy /apis: %s", body)
+	}
+	resources, err := m.kube(t).Discovery().ServerResourcesForGroupVersion("resourcemanager.miloapis.com/v1alpha1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, r := range resources.APIResources {
+		got[r.Name] = true
+		if !strings.Contains(r.Name, "/") && !contains(r.Categories, "milo") {
+			t.Errorf("%s is not in the milo category: %v", r.Name, r.Categories)
+		}
+	}
+	for _, name := range []string{"organizations", "folders", "projects", "organizationmemberships", "projectsuspensions"} {
+		if !got[name] || !got[name+"/status"] {
+			t.Errorf("%s or its status missing from discovery: %v", name, got)
+		}
+	}
+}

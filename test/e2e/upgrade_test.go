@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	milocrds "go.miloapis.com/milo/pkg/apis/crds"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -77,6 +78,14 @@ func TestDataDirectoryOfLayout1(t *testing.T) {
 	}
 	if _, err := crds.Get(ctx, "roles.iam.miloapis.com", metav1.GetOptions{}); err != nil {
 		t.Errorf("the CRD of roles after the upgrade: %v", err)
+	}
+	// Nor can such a CRD come back: it would name the typed storage's keys.
+	def, err := milocrds.Definition("resourcemanager.miloapis.com", "projects")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crds.Create(ctx, def, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("creating the CRD of projects again: %v, want 422", err)
 	}
 
 	// The controllers serve old projects: the namespace written before gets its

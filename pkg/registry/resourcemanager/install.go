@@ -38,4 +38,14 @@ func Install(scheme *runtime.Scheme) {
 		scheme.AddKnownTypes(internal, k.new(), k.newList())
 	}
 	utilruntime.Must(scheme.SetVersionPriority(v1alpha1.SchemeGroupVersion))
+	// Defaults are applied where a custom resource's were: as a request or
+	// a stored object is decoded, before admission sees it.
+	scheme.AddTypeDefaultingFunc(&v1alpha1.Organization{}, func(obj any) { defaultOrganization(obj.(*v1alpha1.Organization)) })
+}
+
+// defaultOrganization: an Organization's type is Standard unless it says otherwise.
+func defaultOrganization(o *v1alpha1.Organization) {
+	if o.Spec.Type == "" {
+		o.Spec.Type = v1alpha1.OrganizationTypeStandard
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -19,13 +20,14 @@ type kind struct {
 	new, newList       func() runtime.Object
 	// name validates metadata.name (prefix: a generateName).
 	name apimachineryvalidation.ValidateNameFunc
-	// defaults fills in what the type's defaults say, on every write.
-	defaults func(obj runtime.Object)
-	// validate checks spec and status; old is nil on create.
-	validate func(obj, old runtime.Object) field.ErrorList
+	// spec checks what the main resource writes; old is nil on create.
+	spec func(obj, old runtime.Object) field.ErrorList
+	// status checks what the status subresource writes.
+	status func(obj runtime.Object) field.ErrorList
 }
 
-// kinds are the group's resources, as API.md describes them.
+// kinds are the group's resources, as API.md describes them. Their one
+// default, an Organization's type, is the scheme's (defaults.go).
 var kinds = []kind{
 	{resource: "organizations", singular: "organization",
 		new: func() runtime.Object { return &v1alpha1.Organization{} }, newList: func() runtime.Object { return &v1alpha1.OrganizationList{} },
@@ -35,44 +37,44 @@ var kinds = []kind{
 			}
 			return dnsLabel(name, prefix, "organization names are DNS labels: lower-case letters, digits and '-', starting and ending with a letter or digit")
 		},
-		defaults: func(obj runtime.Object) {
-			if o := obj.(*v1alpha1.Organization); o.Spec.Type == "" {
-				o.Spec.Type = v1alpha1.OrganizationTypeStandard
-			}
-		},
-		validate: func(obj, old runtime.Object) field.ErrorList {
+		spec: func(obj, old runtime.Object) field.ErrorList {
 			o := obj.(*v1alpha1.Organization)
 			errs := oneOf(field.NewPath("spec", "type"), o.Spec.Type, v1alpha1.OrganizationTypePersonal, v1alpha1.OrganizationTypeStandard)
 			if old, ok := old.(*v1alpha1.Organization); ok && old.Spec.Type != "" && old.Spec.Type != o.Spec.Type {
 				errs = append(errs, field.Invalid(field.NewPath("spec", "type"), o.Spec.Type, "type is immutable"))
 			}
-			return append(errs, metav1validation.ValidateConditions(o.Status.Conditions, field.NewPath("status", "conditions"))...)
+			return errs
+		},
+		status: func(obj runtime.Object) field.ErrorList {
+			return conditions(obj.(*v1alpha1.Organization).Status.Conditions)
 		}},
 	{resource: "folders", singular: "folder",
 		new: func() runtime.Object { return &v1alpha1.Folder{} }, newList: func() runtime.Object { return &v1alpha1.FolderList{} },
 		name: func(name string, prefix bool) []string {
 			return dnsLabel(name, prefix, "folder names are DNS labels: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit")
 		},
-		validate: func(obj, _ runtime.Object) field.ErrorList {
-			f := obj.(*v1alpha1.Folder)
-			errs := parentRef(field.NewPath("spec", "parentRef"), f.Spec.ParentRef)
-			return append(errs, metav1validation.ValidateConditions(f.Status.Conditions, field.NewPath("status", "conditions"))...)
+		spec: func(obj, _ runtime.Object) field.ErrorList {
+			return parentRef(field.NewPath("spec", "parentRef"), obj.(*v1alpha1.Folder).Spec.ParentRef)
+		},
+		status: func(obj runtime.Object) field.ErrorList {
+			return conditions(obj.(*v1alpha1.Folder).Status.Conditions)
 		}},
 	{resource: "projects", singular: "project",
 		new: func() runtime.Object { return &v1alpha1.Project{} }, newList: func() runtime.Object { return &v1alpha1.ProjectList{} },
 		name: func(name string, prefix bool) []string {
 			return dnsLabel(name, prefix, "project names are DNS labels: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit")
 		},
-		validate: func(obj, _ runtime.Object) field.ErrorList {
-			p := obj.(*v1alpha1.Project)
-			errs := parentRef(field.NewPath("spec", "ownerRef"), p.Spec.OwnerRef)
-			return append(errs, metav1validation.ValidateConditions(p.Status.Conditions, field.NewPath("status", "conditions"))...)
+		spec: func(obj, _ runtime.Object) field.ErrorList {
+			return parentRef(field.NewPath("spec", "ownerRef"), obj.(*v1alpha1.Project).Spec.OwnerRef)
+		},
+		status: func(obj runtime.Object) field.ErrorList {
+			return conditions(obj.(*v1alpha1.Project).Status.Conditions)
 		}},
 	{resource: "organizationmemberships", singular: "organizationmembership", namespaced: true,
 		new:     func() runtime.Object { return &v1alpha1.OrganizationMembership{} },
 		newList: func() runtime.Object { return &v1alpha1.OrganizationMembershipList{} },
 		name:    apimachineryvalidation.NameIsDNSSubdomain,
-		validate: func(obj, old runtime.Object) field.ErrorList {
+		spec: func(obj, old runtime.Object) field.ErrorList {
 			m := obj.(*v1alpha1.OrganizationMembership)
 			spec := field.NewPath("spec")
 			errs := required(spec.Child("organizationRef", "name"), m.Spec.OrganizationRef.Name)
@@ -84,34 +86,42 @@ var kinds = []kind{
 				errs = append(errs, immutable(spec.Child("organizationRef"), m.Spec.OrganizationRef, old.Spec.OrganizationRef, "organizationRef is immutable")...)
 				errs = append(errs, immutable(spec.Child("userRef"), m.Spec.UserRef, old.Spec.UserRef, "userRef is immutable")...)
 			}
+			return errs
+		},
+		status: func(obj runtime.Object) field.ErrorList {
+			m := obj.(*v1alpha1.OrganizationMembership)
+			var errs field.ErrorList
 			for i, r := range m.Status.AppliedRoles {
 				if r.Status != "" {
 					errs = append(errs, oneOf(field.NewPath("status", "appliedRoles").Index(i).Child("status"), r.Status, "Applied", "Pending")...)
 				}
 			}
-			return append(errs, metav1validation.ValidateConditions(m.Status.Conditions, field.NewPath("status", "conditions"))...)
+			return append(errs, conditions(m.Status.Conditions)...)
 		}},
 	{resource: "projectsuspensions", singular: "projectsuspension",
 		new:     func() runtime.Object { return &v1alpha1.ProjectSuspension{} },
 		newList: func() runtime.Object { return &v1alpha1.ProjectSuspensionList{} },
 		name:    apimachineryvalidation.NameIsDNSSubdomain,
-		validate: func(obj, old runtime.Object) field.ErrorList {
+		spec: func(obj, old runtime.Object) field.ErrorList {
 			s := obj.(*v1alpha1.ProjectSuspension)
 			spec := field.NewPath("spec")
-			errs := required(spec.Child("projectRef", "name"), s.Spec.ProjectRef.Name)
-			errs = append(errs, oneOf(spec.Child("reason"), s.Spec.Reason, v1alpha1.ReasonAbuse, v1alpha1.ReasonBilling, v1alpha1.ReasonCompliance, v1alpha1.ReasonAdministrative)...)
+			// projectRef.name and requestedBy are required to be present,
+			// not to be non-empty, as the definition said.
+			errs := oneOf(spec.Child("reason"), s.Spec.Reason, v1alpha1.ReasonAbuse, v1alpha1.ReasonBilling, v1alpha1.ReasonCompliance, v1alpha1.ReasonAdministrative)
 			errs = append(errs, oneOf(spec.Child("reinstateAuthority"), s.Spec.ReinstateAuthority, v1alpha1.AuthorityOperator, v1alpha1.AuthorityConsumer)...)
-			errs = append(errs, required(spec.Child("requestedBy"), s.Spec.RequestedBy)...)
 			if old, ok := old.(*v1alpha1.ProjectSuspension); ok {
 				errs = append(errs, immutable(spec.Child("projectRef"), s.Spec.ProjectRef, old.Spec.ProjectRef, "projectRef is immutable")...)
 				errs = append(errs, immutable(spec.Child("reason"), s.Spec.Reason, old.Spec.Reason, "reason is immutable")...)
 				errs = append(errs, immutable(spec.Child("reinstateAuthority"), s.Spec.ReinstateAuthority, old.Spec.ReinstateAuthority, "reinstateAuthority is immutable")...)
 				errs = append(errs, immutable(spec.Child("requestedBy"), s.Spec.RequestedBy, old.Spec.RequestedBy, "requestedBy is immutable")...)
 			}
-			if s.Status.Phase != "" {
-				errs = append(errs, oneOf(field.NewPath("status", "phase"), s.Status.Phase, v1alpha1.SuspensionActive, v1alpha1.SuspensionLifted)...)
-			}
 			return errs
+		},
+		status: func(obj runtime.Object) field.ErrorList {
+			if phase := obj.(*v1alpha1.ProjectSuspension).Status.Phase; phase != "" {
+				return oneOf(field.NewPath("status", "phase"), phase, v1alpha1.SuspensionActive, v1alpha1.SuspensionLifted)
+			}
+			return nil
 		}},
 }
 
@@ -141,6 +151,10 @@ func parentRef(path *field.Path, ref v1alpha1.ParentReference) field.ErrorList {
 		errs = append(errs, field.TooLong(path.Child("name"), ref.Name, 63))
 	}
 	return errs
+}
+
+func conditions(c []metav1.Condition) field.ErrorList {
+	return metav1validation.ValidateConditions(c, field.NewPath("status", "conditions"))
 }
 
 func required(path *field.Path, value string) field.ErrorList {

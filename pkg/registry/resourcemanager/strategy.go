@@ -52,23 +52,27 @@ func (s strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	accessor(obj).SetGeneration(generation)
 }
 
-func (s strategy) defaults(obj runtime.Object) {
-	if s.kind.defaults != nil {
-		s.kind.defaults(obj)
-	}
-}
+// defaults are the scheme's, which decoding a request already applied: a
+// write that did not come through decoding gets them too.
+func (s strategy) defaults(obj runtime.Object) { legacyscheme.Scheme.Default(obj) }
 
 // Validate checks a new object.
 func (s strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMetaAccessor(accessor(obj), s.kind.namespaced, s.kind.name, field.NewPath("metadata"))
-	return append(errs, s.kind.validate(obj, nil)...)
+	return append(errs, s.kind.spec(obj, nil)...)
 }
 
-// ValidateUpdate checks an update against the stored object.
+// ValidateUpdate checks an update against the stored object. An unchanged
+// spec is not checked again, as a custom resource's unchanged fields are
+// not (validation ratcheting): an object stored under other rules can still
+// have its metadata changed, its finalizers removed.
 func (s strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMetaAccessorUpdate(accessor(obj), accessor(old), field.NewPath("metadata"))
 	errs = append(errs, apimachineryvalidation.ValidateObjectMetaAccessor(accessor(obj), s.kind.namespaced, s.kind.name, field.NewPath("metadata"))...)
-	return append(errs, s.kind.validate(obj, old)...)
+	if apiequality.Semantic.DeepEqual(fieldOf(obj, "Spec"), fieldOf(old, "Spec")) {
+		return errs
+	}
+	return append(errs, s.kind.spec(obj, old)...)
 }
 
 // WarningsOnCreate has nothing to warn of.
@@ -111,13 +115,13 @@ func (statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Objec
 // ValidateUpdate checks the status written (the rest is the stored object's).
 func (s statusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMetaAccessorUpdate(accessor(obj), accessor(old), field.NewPath("metadata"))
-	return append(errs, s.kind.validate(obj, old)...)
+	return append(errs, s.kind.status(obj)...)
 }
 
-// GetResetFields: the status subresource does not write spec.
+// GetResetFields: the status subresource writes neither metadata nor spec.
 func (statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
 	return map[fieldpath.APIVersion]*fieldpath.Set{
-		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(fieldpath.MakePathOrDie("spec")),
+		fieldpath.APIVersion(v1alpha1.SchemeGroupVersion.String()): fieldpath.NewSet(fieldpath.MakePathOrDie("metadata"), fieldpath.MakePathOrDie("spec")),
 	}
 }
 

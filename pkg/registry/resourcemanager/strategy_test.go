@@ -132,6 +132,31 @@ func TestValidationSaysWhatTheDefinitionsSaid(t *testing.T) {
 	}
 }
 
+// TestUnchangedSpecIsNotCheckedAgain: an object stored under other rules
+// keeps accepting metadata changes (its finalizers removed) and status
+// writes, as a custom resource's unchanged fields do (ratcheting).
+func TestUnchangedSpecIsNotCheckedAgain(t *testing.T) {
+	ctx := context.Background()
+	s := newStrategy(kindOf(t, "folders"))
+	old := &v1alpha1.Folder{ObjectMeta: metav1.ObjectMeta{Name: "team", ResourceVersion: "1", Finalizers: []string{"x/y"}},
+		Spec: v1alpha1.FolderSpec{ParentRef: v1alpha1.ParentReference{Kind: "Legacy", Name: "acme"}}}
+	done := old.DeepCopy()
+	done.Finalizers = nil
+	if errs := s.ValidateUpdate(ctx, done, old); len(errs) != 0 {
+		t.Errorf("finalizer removal refused: %v", errs)
+	}
+	status := old.DeepCopy()
+	status.Status.ObservedGeneration = 1
+	if errs := (statusStrategy{s}).ValidateUpdate(ctx, status, old); len(errs) != 0 {
+		t.Errorf("status write refused: %v", errs)
+	}
+	moved := old.DeepCopy()
+	moved.Spec.ParentRef.Name = "other"
+	if errs := s.ValidateUpdate(ctx, moved, old); len(errs) == 0 {
+		t.Error("a changed invalid spec accepted")
+	}
+}
+
 // TestEveryKindHasItsColumns: the printer columns come from the generated
 // definitions; a kind without one would not be served.
 func TestEveryKindHasItsColumns(t *testing.T) {

@@ -249,10 +249,6 @@ func (s kineStore) Count(ctx context.Context, prefixes ...string) (int64, error)
 	return n, nil
 }
 
-// DeletePrefixes lists each range's keys and deletes them one by one (the
-// delete kine accepts: a read and a delete of one key), until a listing
-// finds none left: keys written meanwhile go too, and a run interrupted
-// part way is finished by the next.
 func (s etcdStore) Delete(ctx context.Context, key string) (bool, error) {
 	resp, err := s.client.Delete(ctx, key)
 	if err != nil {
@@ -276,6 +272,10 @@ func (s kineStore) Delete(ctx context.Context, key string) (bool, error) {
 	return false, nil
 }
 
+// DeletePrefixes lists each range's keys and deletes them one by one (the
+// delete kine accepts: a read and a delete of one key), until a listing
+// finds none left: keys written meanwhile go too, and a run interrupted
+// part way is finished by the next.
 func (s kineStore) DeletePrefixes(ctx context.Context, prefixes ...string) (int64, error) {
 	var deleted int64
 	for _, prefix := range prefixes {

@@ -47,6 +47,7 @@ type Organization struct {
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
 	// +kubebuilder:default={}
+	// +default={}
 	// +optional
 	Spec   OrganizationSpec   `json:"spec,omitempty"`
 	Status OrganizationStatus `json:"status,omitempty"`
@@ -56,6 +57,7 @@ type Organization struct {
 type OrganizationSpec struct {
 	// Type is Personal or Standard. It cannot change after creation.
 	// +kubebuilder:default=Standard
+	// +default="Standard"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="type is immutable"
 	// +optional
 	Type OrganizationType `json:"type,omitempty"`

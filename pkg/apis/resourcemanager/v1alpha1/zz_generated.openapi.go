@@ -639,6 +639,7 @@ func schema_pkg_apis_resourcemanager_v1alpha1_OrganizationSpec(ref common.Refere
 					"type": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Type is Personal or Standard. It cannot change after creation.\n\nPossible enum values:\n - `\"Personal\"` is an organization that belongs to one person.\n - `\"Standard\"` is an organization shared by a team or company.",
+							Default:     "Standard",
 							Type:        []string{"string"},
 							Format:      "",
 							Enum:        []interface{}{"Personal", "Standard"},
