@@ -93,3 +93,31 @@ func withVersions(crd *apiextensions.CustomResourceDefinition, n int) *apiextens
 	}
 	return crd
 }
+
+// TestGroupsServedFromTypedStorageHaveNoCRDs: at the platform, a CRD of the
+// hierarchy's group is refused (it would name the typed storage's keys), and
+// one that exists anyway cannot be deleted through the API (its cleanup would
+// delete the hierarchy); a group that merely ends like it is not concerned.
+func TestGroupsServedFromTypedStorageHaveNoCRDs(t *testing.T) {
+	platform := tenancy.Tenant{}
+	on := Rules{Enabled: true}
+	if err := admit(t, on, platform, crdOf("resourcemanager.miloapis.com", nil), ""); !apierrors.IsInvalid(err) {
+		t.Errorf("creating a CRD of the hierarchy's group: %v, want 422", err)
+	}
+	del := func(tenant tenancy.Tenant, name string) error {
+		p := newPlugin(on, nil)
+		a := admission.NewAttributesRecord(nil, nil, schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+			"", name, schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+			"", admission.Delete, &metav1.DeleteOptions{}, false, &user.DefaultInfo{Name: "admin", Groups: []string{"system:masters"}})
+		return p.Validate(tenancy.WithTenant(context.Background(), tenant), a, nil)
+	}
+	if err := del(platform, "projects.resourcemanager.miloapis.com"); !apierrors.IsForbidden(err) {
+		t.Errorf("deleting the CRD of projects: %v, want 403", err)
+	}
+	if err := del(platform, "widgets.foo.resourcemanager.miloapis.com"); err != nil {
+		t.Errorf("deleting a CRD of another group: %v", err)
+	}
+	if err := del(tenancy.Tenant{Kind: tenancy.Project, Name: "p", ID: "p.1"}, "widgets.example.com"); err != nil {
+		t.Errorf("deleting a project's CRD: %v", err)
+	}
+}

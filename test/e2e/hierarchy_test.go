@@ -184,3 +184,127 @@ func TestProjectDeletionEmptiesItAndReleasesTheName(t *testing.T) {
 		t.Fatalf("the re-created project holds configmaps %v %v", cms, err)
 	}
 }
+
+// TestHierarchyKindsBehaveAsTheirDefinitionsSaid: served from typed storage,
+// the hierarchy's kinds keep the behaviour they had as custom resources with
+// a status subresource: defaults applied and shown, a status sent with the
+// object dropped, the generation counting spec changes only, status writes
+// changing nothing else, server-side apply, printer columns, field
+// selectors on metadata.name only, and JSON for a client that asks for
+// protobuf first.
+func TestHierarchyKindsBehaveAsTheirDefinitionsSaid(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	n := projectSeq.Add(1)
+	org := fmt.Sprintf("typed-%d", n)
+	orgs := m.dynamic(t).Resource(organizationsGVR)
+	created, err := orgs.Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Organization", "metadata": map[string]any{"name": org},
+		"status": map[string]any{"observedGeneration": int64(42)},
+	}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if typ, _, _ := unstructured.NestedString(created.Object, "spec", "type"); typ != "Standard" {
+		t.Errorf("default type %q, want Standard", typ)
+	}
+	if g, _, _ := unstructured.NestedInt64(created.Object, "status", "observedGeneration"); g == 42 || created.GetGeneration() != 1 {
+		t.Errorf("created with generation %d and the status sent: %v", created.GetGeneration(), created.Object["status"])
+	}
+
+	folders := m.dynamic(t).Resource(foldersGVR)
+	f, err := folders.Create(ctx, folder(fmt.Sprintf("typed-a-%d", n), "Organization", org), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := folders.Create(ctx, folder(fmt.Sprintf("typed-b-%d", n), "Organization", org), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// A label is no spec change; a move is.
+	eventuallyUpdate := func(what string, change func(*unstructured.Unstructured)) *unstructured.Unstructured {
+		var out *unstructured.Unstructured
+		eventually(t, what, func() error {
+			cur, err := folders.Get(ctx, f.GetName(), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			change(cur)
+			out, err = folders.Update(ctx, cur, metav1.UpdateOptions{})
+			return err
+		})
+		return out
+	}
+	labelled := eventuallyUpdate("label the folder", func(u *unstructured.Unstructured) {
+		u.SetLabels(map[string]string{"team": "a", orgLabel: org})
+		_ = unstructured.SetNestedField(u.Object, int64(99), "status", "observedGeneration")
+	})
+	if labelled.GetGeneration() != 1 {
+		t.Errorf("a label change made generation %d", labelled.GetGeneration())
+	}
+	if g, _, _ := unstructured.NestedInt64(labelled.Object, "status", "observedGeneration"); g == 99 {
+		t.Error("the main resource wrote status")
+	}
+	moved := eventuallyUpdate("move the folder", func(u *unstructured.Unstructured) {
+		_ = unstructured.SetNestedField(u.Object, fmt.Sprintf("typed-b-%d", n), "spec", "parentRef", "name")
+		_ = unstructured.SetNestedField(u.Object, "Folder", "spec", "parentRef", "kind")
+	})
+	if moved.GetGeneration() != 2 {
+		t.Errorf("a move made generation %d, want 2", moved.GetGeneration())
+	}
+
+	// A status write keeps spec and metadata.
+	eventually(t, "write the folder's status", func() error {
+		cur, err := folders.Get(ctx, f.GetName(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		_ = unstructured.SetNestedField(cur.Object, "Organization", "spec", "parentRef", "kind")
+		cur.SetLabels(map[string]string{"sneaked": "in"})
+		_ = unstructured.SetNestedField(cur.Object, int64(7), "status", "observedGeneration")
+		_, err = folders.UpdateStatus(ctx, cur, metav1.UpdateOptions{})
+		return err
+	})
+	after, err := folders.Get(ctx, f.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind, _, _ := unstructured.NestedString(after.Object, "spec", "parentRef", "kind"); kind != "Folder" || after.GetLabels()["sneaked"] != "" {
+		t.Errorf("a status write changed spec or labels: %v %v", after.Object["spec"], after.GetLabels())
+	}
+
+	// Server-side apply, as kubectl does it, and the printer columns.
+	applied := fmt.Sprintf("typed-c-%d", n)
+	m.mustKubectl(t, fmt.Sprintf("apiVersion: resourcemanager.miloapis.com/v1alpha1\nkind: Folder\nmetadata: {name: %s}\nspec: {parentRef: {kind: Organization, name: %s}}\n", applied, org),
+		"apply", "--server-side", "--field-manager=typed-test", "-f", "-")
+	got, err := folders.Get(ctx, applied, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	managers := map[string]bool{}
+	for _, mf := range got.GetManagedFields() {
+		managers[mf.Manager] = true
+	}
+	if !managers["typed-test"] {
+		t.Errorf("server-side apply left managers %v", managers)
+	}
+	out := m.mustKubectl(t, "", "get", "folder", applied)
+	if !strings.Contains(out, "PARENT KIND") || !strings.Contains(out, "ORGANIZATION") || !strings.Contains(out, org) {
+		t.Errorf("kubectl get folder printed:\n%s", out)
+	}
+
+	// Field selectors: metadata.name, and nothing else.
+	list, err := folders.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + applied})
+	if err != nil || len(list.Items) != 1 {
+		t.Errorf("field selector on metadata.name: %v %v", list, err)
+	}
+	if _, err := folders.List(ctx, metav1.ListOptions{FieldSelector: "spec.parentRef.name=" + org}); !apierrors.IsBadRequest(err) {
+		t.Errorf("field selector on spec: %v, want 400", err)
+	}
+
+	// A client asking for protobuf first is answered in JSON.
+	body, err := m.kube(t).Discovery().RESTClient().Get().AbsPath("/apis/resourcemanager.miloapis.com/v1alpha1/organizations", org).
+		SetHeader("Accept", "application/vnd.kubernetes.protobuf, application/json").DoRaw(ctx)
+	if err != nil || !strings.HasPrefix(string(body), "{") {
+		t.Errorf("protobuf first: %v %.80s", err, body)
+	}
+}
