@@ -68,8 +68,14 @@ func builtInGroup(ctx context.Context, a admission.Attributes) error {
 	}
 	for _, group := range BuiltInGroups {
 		if a.GetOperation() == admission.Delete {
-			// A CRD's name is its plural (no dots) and its group.
-			if _, named, _ := strings.Cut(a.GetName(), "."); named == group {
+			// A CRD's name is its plural (no dots) and its group; a
+			// deletecollection names none, and each CRD it deletes is
+			// the old object.
+			_, named, _ := strings.Cut(a.GetName(), ".")
+			if old, ok := a.GetOldObject().(*apiextensions.CustomResourceDefinition); ok {
+				named = old.Spec.Group
+			}
+			if named == group {
 				return apierrors.NewForbidden(tenancy.CRDs, a.GetName(), fmt.Errorf("group %q is served by the server itself: deleting this definition through the API would delete every object of its kinds; restart the server to retire it", group))
 			}
 			continue

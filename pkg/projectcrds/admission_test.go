@@ -9,6 +9,7 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -106,7 +107,11 @@ func TestGroupsServedFromTypedStorageHaveNoCRDs(t *testing.T) {
 	}
 	del := func(tenant tenancy.Tenant, name string) error {
 		p := newPlugin(on, nil)
-		a := admission.NewAttributesRecord(nil, nil, schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+		var old runtime.Object
+		if name == "" { // a deletecollection: each CRD it deletes is the old object
+			old = crdOf("resourcemanager.miloapis.com", nil)
+		}
+		a := admission.NewAttributesRecord(nil, old, schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
 			"", name, schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
 			"", admission.Delete, &metav1.DeleteOptions{}, false, &user.DefaultInfo{Name: "admin", Groups: []string{"system:masters"}})
 		return p.Validate(tenancy.WithTenant(context.Background(), tenant), a, nil)
@@ -117,7 +122,11 @@ func TestGroupsServedFromTypedStorageHaveNoCRDs(t *testing.T) {
 	if err := del(platform, "widgets.foo.resourcemanager.miloapis.com"); err != nil {
 		t.Errorf("deleting a CRD of another group: %v", err)
 	}
-	if err := del(tenancy.Tenant{Kind: tenancy.Project, Name: "p", ID: "p.1"}, "widgets.example.com"); err != nil {
+	if err := del(platform, ""); !apierrors.IsForbidden(err) {
+		t.Errorf("deleting the CRDs of the group in a collection: %v, want 403", err)
+	}
+	// A project's own CRDs of any name are the project's to delete.
+	if err := del(tenancy.Tenant{Kind: tenancy.Project, Name: "p", ID: "p.1"}, "projects.resourcemanager.miloapis.com"); err != nil {
 		t.Errorf("deleting a project's CRD: %v", err)
 	}
 }

@@ -3,6 +3,7 @@ package resourcemanager
 import (
 	"regexp"
 	"slices"
+	"unicode/utf8"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,7 +28,7 @@ type kind struct {
 }
 
 // kinds are the group's resources, as API.md describes them. Their one
-// default, an Organization's type, is the scheme's (defaults.go).
+// default, an Organization's type, is the scheme's (install.go).
 var kinds = []kind{
 	{resource: "organizations", singular: "organization",
 		new: func() runtime.Object { return &v1alpha1.Organization{} }, newList: func() runtime.Object { return &v1alpha1.OrganizationList{} },
@@ -105,9 +106,11 @@ var kinds = []kind{
 		spec: func(obj, old runtime.Object) field.ErrorList {
 			s := obj.(*v1alpha1.ProjectSuspension)
 			spec := field.NewPath("spec")
-			// projectRef.name and requestedBy are required to be present,
-			// not to be non-empty, as the definition said.
-			errs := oneOf(spec.Child("reason"), s.Spec.Reason, v1alpha1.ReasonAbuse, v1alpha1.ReasonBilling, v1alpha1.ReasonCompliance, v1alpha1.ReasonAdministrative)
+			// The definition required projectRef.name and requestedBy to be
+			// present; absent and empty are one here, and both refused.
+			errs := required(spec.Child("projectRef", "name"), s.Spec.ProjectRef.Name)
+			errs = append(errs, required(spec.Child("requestedBy"), s.Spec.RequestedBy)...)
+			errs = append(errs, oneOf(spec.Child("reason"), s.Spec.Reason, v1alpha1.ReasonAbuse, v1alpha1.ReasonBilling, v1alpha1.ReasonCompliance, v1alpha1.ReasonAdministrative)...)
 			errs = append(errs, oneOf(spec.Child("reinstateAuthority"), s.Spec.ReinstateAuthority, v1alpha1.AuthorityOperator, v1alpha1.AuthorityConsumer)...)
 			if old, ok := old.(*v1alpha1.ProjectSuspension); ok {
 				errs = append(errs, immutable(spec.Child("projectRef"), s.Spec.ProjectRef, old.Spec.ProjectRef, "projectRef is immutable")...)
@@ -131,8 +134,9 @@ var dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
 // message their definitions have always given.
 func dnsLabel(name string, prefix bool, msg string) []string {
 	if prefix {
-		// A generateName: the server appends 5 characters to it.
-		if len(name)+5 > 63 || !dnsLabelRE.MatchString(name+"x") {
+		// A generateName: the server cuts it to 58 characters and appends
+		// 5; the name it makes is checked as a name.
+		if !dnsLabelRE.MatchString(name + "x") {
 			return []string{msg}
 		}
 		return nil
@@ -147,7 +151,7 @@ func dnsLabel(name string, prefix bool, msg string) []string {
 func parentRef(path *field.Path, ref v1alpha1.ParentReference) field.ErrorList {
 	errs := oneOf(path.Child("kind"), ref.Kind, v1alpha1.ParentKindOrganization, v1alpha1.ParentKindFolder)
 	errs = append(errs, required(path.Child("name"), ref.Name)...)
-	if len(ref.Name) > 63 {
+	if utf8.RuneCountInString(ref.Name) > 63 {
 		errs = append(errs, field.TooLong(path.Child("name"), ref.Name, 63))
 	}
 	return errs

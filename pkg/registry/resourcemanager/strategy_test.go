@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/kubernetes/pkg/api/legacyscheme"
 
 	v1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 )
@@ -165,5 +166,19 @@ func TestEveryKindHasItsColumns(t *testing.T) {
 		if err != nil || table == nil {
 			t.Errorf("%s: %v", k.resource, err)
 		}
+	}
+}
+
+// TestDefaultsAreAppliedOnDecode: as a custom resource's, an Organization's
+// type is defaulted when a request or a stored object is decoded, before
+// admission sees it, not only when it is written.
+func TestDefaultsAreAppliedOnDecode(t *testing.T) {
+	obj, err := runtime.Decode(legacyscheme.Codecs.UniversalDecoder(),
+		[]byte(`{"apiVersion":"resourcemanager.miloapis.com/v1alpha1","kind":"Organization","metadata":{"name":"acme"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, ok := obj.(*v1alpha1.Organization); !ok || o.Spec.Type != v1alpha1.OrganizationTypeStandard {
+		t.Fatalf("decoded %#v", obj)
 	}
 }
