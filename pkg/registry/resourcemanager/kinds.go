@@ -1,6 +1,7 @@
 package resourcemanager
 
 import (
+	"reflect"
 	"regexp"
 	"slices"
 	"unicode/utf8"
@@ -46,9 +47,7 @@ var kinds = []kind{
 			}
 			return errs
 		},
-		status: func(obj runtime.Object) field.ErrorList {
-			return conditions(obj.(*v1alpha1.Organization).Status.Conditions)
-		}},
+		status: conditionsOnly},
 	{resource: "folders", singular: "folder",
 		new: func() runtime.Object { return &v1alpha1.Folder{} }, newList: func() runtime.Object { return &v1alpha1.FolderList{} },
 		name: func(name string, prefix bool) []string {
@@ -57,9 +56,7 @@ var kinds = []kind{
 		spec: func(obj, _ runtime.Object) field.ErrorList {
 			return parentRef(field.NewPath("spec", "parentRef"), obj.(*v1alpha1.Folder).Spec.ParentRef)
 		},
-		status: func(obj runtime.Object) field.ErrorList {
-			return conditions(obj.(*v1alpha1.Folder).Status.Conditions)
-		}},
+		status: conditionsOnly},
 	{resource: "projects", singular: "project",
 		new: func() runtime.Object { return &v1alpha1.Project{} }, newList: func() runtime.Object { return &v1alpha1.ProjectList{} },
 		name: func(name string, prefix bool) []string {
@@ -68,9 +65,7 @@ var kinds = []kind{
 		spec: func(obj, _ runtime.Object) field.ErrorList {
 			return parentRef(field.NewPath("spec", "ownerRef"), obj.(*v1alpha1.Project).Spec.OwnerRef)
 		},
-		status: func(obj runtime.Object) field.ErrorList {
-			return conditions(obj.(*v1alpha1.Project).Status.Conditions)
-		}},
+		status: conditionsOnly},
 	{resource: "organizationmemberships", singular: "organizationmembership", namespaced: true,
 		new:     func() runtime.Object { return &v1alpha1.OrganizationMembership{} },
 		newList: func() runtime.Object { return &v1alpha1.OrganizationMembershipList{} },
@@ -155,6 +150,12 @@ func parentRef(path *field.Path, ref v1alpha1.ParentReference) field.ErrorList {
 		errs = append(errs, field.TooLong(path.Child("name"), ref.Name, 63))
 	}
 	return errs
+}
+
+// conditionsOnly is the status rule of a kind whose status holds nothing
+// to check but its conditions.
+func conditionsOnly(obj runtime.Object) field.ErrorList {
+	return conditions(reflect.ValueOf(obj).Elem().FieldByName("Status").FieldByName("Conditions").Interface().([]metav1.Condition))
 }
 
 func conditions(c []metav1.Condition) field.ErrorList {

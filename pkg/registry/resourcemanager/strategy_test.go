@@ -182,3 +182,18 @@ func TestDefaultsAreAppliedOnDecode(t *testing.T) {
 		t.Fatalf("decoded %#v", obj)
 	}
 }
+
+// TestStatusConditionsAreChecked: a status write with an invalid condition
+// is refused, for each kind whose status is its conditions.
+func TestStatusConditionsAreChecked(t *testing.T) {
+	bad := []metav1.Condition{{Type: "Ready", Status: "Maybe", Reason: "R", LastTransitionTime: metav1.Now()}}
+	for _, obj := range []runtime.Object{
+		&v1alpha1.Organization{Status: v1alpha1.OrganizationStatus{Conditions: bad}},
+		&v1alpha1.Folder{Status: v1alpha1.FolderStatus{Conditions: bad}},
+		&v1alpha1.Project{Status: v1alpha1.ProjectStatus{Conditions: bad}},
+	} {
+		if errs := conditionsOnly(obj); len(errs) == 0 {
+			t.Errorf("%T: an invalid condition accepted", obj)
+		}
+	}
+}
