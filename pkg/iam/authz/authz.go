@@ -133,16 +133,8 @@ func (z *Authorizer) Authorize(ctx context.Context, a authorizer.Attributes) (au
 // rules, for SelfSubjectRulesReview (kubectl auth can-i --list). At the
 // platform IAM grants only on named objects, which rules do not list.
 func (z *Authorizer) RulesFor(ctx context.Context, u user.Info, _ string) ([]authorizer.ResourceRuleInfo, []authorizer.NonResourceRuleInfo, bool, error) {
-	t := tenancy.From(ctx)
-	var target evaluator.Node
-	switch {
-	case u == nil || projectServiceAccount(t, u):
-		return nil, nil, false, nil
-	case t.IsProject():
-		target = evaluator.Project(t.Name)
-	case t.Kind == tenancy.Organization:
-		target = evaluator.Organization(t.Name)
-	default:
+	target, ok := rulesTarget(ctx, u)
+	if !ok {
 		return nil, nil, false, nil
 	}
 	type groupResource struct{ group, resource string }
@@ -160,6 +152,22 @@ func (z *Authorizer) RulesFor(ctx context.Context, u user.Info, _ string) ([]aut
 		rules = append(rules, &authorizer.DefaultResourceRuleInfo{APIGroups: []string{k.group}, Resources: []string{k.resource}, Verbs: verbs[k]})
 	}
 	return rules, nil, false, nil
+}
+
+// rulesTarget is the node whose grants RulesFor lists for u in the
+// request's context, if IAM grants anything there: a project's own service
+// accounts get their permissions from the project's RBAC only.
+func rulesTarget(ctx context.Context, u user.Info) (evaluator.Node, bool) {
+	t := tenancy.From(ctx)
+	switch {
+	case u == nil || projectServiceAccount(t, u):
+		return evaluator.Node{}, false
+	case t.IsProject():
+		return evaluator.Project(t.Name), true
+	case t.Kind == tenancy.Organization:
+		return evaluator.Organization(t.Name), true
+	}
+	return evaluator.Node{}, false
 }
 
 func targetOf(t tenancy.Tenant, a authorizer.Attributes) (evaluator.Node, bool) {

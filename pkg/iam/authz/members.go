@@ -9,6 +9,6 @@ import (
 // HasGrants reports whether IAM grants u anything in the project or
 // organization of the request: what lets a user in there at all.
 func (z *Authorizer) HasGrants(ctx context.Context, u user.Info) bool {
-	rules, _, _, err := z.RulesFor(ctx, u, "")
-	return err == nil && len(rules) > 0
+	target, ok := rulesTarget(ctx, u)
+	return ok && z.iam.GrantsAny(u.GetName(), u.GetGroups(), target, z.missingAncestry(ctx, target))
 }

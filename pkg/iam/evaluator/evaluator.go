@@ -513,12 +513,62 @@ func (e *Evaluator) Permissions(user string, groups []string, target Node, ances
 			return false
 		})
 	}
-	perms := make([]Permission, 0, len(out))
-	for p := range out {
-		perms = append(perms, p)
+	// Sorted by their names, each name made once: a comparator that made
+	// them would allocate twice per comparison.
+	type named struct {
+		name string
+		p    Permission
 	}
-	slices.SortFunc(perms, func(a, b Permission) int { return strings.Compare(a.String(), b.String()) })
+	sorted := make([]named, 0, len(out))
+	for p := range out {
+		sorted = append(sorted, named{p.String(), p})
+	}
+	slices.SortFunc(sorted, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	perms := make([]Permission, len(sorted))
+	for i, n := range sorted {
+		perms[i] = n.p
+	}
 	return perms
+}
+
+// GrantsAny reports whether Permissions would return anything, without
+// building the list: it is asked of every request in a project (whether its
+// user belongs there at all), where the list is asked for only by a review.
+func (e *Evaluator) GrantsAny(user string, groups []string, target Node, ancestry []Edge) bool {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	var chain [maxDepth]Node
+	n, org := e.ancestry(target, ancestry, &chain)
+	found := false
+	for _, node := range chain[:n] {
+		e.eachGrant(e.onNode[node], user, groups, org, func(g grant) bool {
+			for p := range g.role.permissions() {
+				if grants(e.grantedAt(p), node) {
+					found = true
+					break
+				}
+			}
+			return found
+		})
+		if found {
+			return true
+		}
+	}
+	for kind, bySubject := range e.onKind {
+		e.eachGrant(bySubject, user, groups, org, func(g grant) bool {
+			for p := range g.role.permissions() {
+				if (p.Group == kind.Group || p.Group == "*") && (p.Resource == kind.Resource || p.Resource == "*") {
+					found = true
+					break
+				}
+			}
+			return found
+		})
+		if found {
+			return true
+		}
+	}
+	return false
 }
 
 func serviceAccount(user string) (namespace, name string, ok bool) {

@@ -194,6 +194,9 @@ func TestPermissionsListWhatHoldsOnTheTarget(t *testing.T) {
 		for _, p := range e.Permissions(user, groups, target, nil) {
 			out = append(out, p.String())
 		}
+		if any := e.GrantsAny(user, groups, target, nil); any != (len(out) > 0) {
+			t.Errorf("%s on %v: GrantsAny %v, permissions %v", user, target, any, out)
+		}
 		return out
 	}
 	// The kind binding narrows the editor role to its kind: nothing of it names secrets.
@@ -268,6 +271,9 @@ func TestSuppliedAncestryServesOneDecisionOnly(t *testing.T) {
 	}
 	if got := e.Permissions("bob", nil, fresh, edges); len(got) == 0 {
 		t.Fatal("rules of a new project ignore the supplied ancestry")
+	}
+	if !e.GrantsAny("bob", nil, fresh, edges) || e.GrantsAny("bob", nil, fresh, nil) {
+		t.Fatal("GrantsAny does not follow the supplied ancestry, and it alone")
 	}
 }
 
@@ -344,6 +350,21 @@ func TestGrantsFollowParentResources(t *testing.T) {
 	}
 	if slices.Contains(listed, "example.com/gadgets.get") || !slices.Contains(listed, "example.com/widgets.get") {
 		t.Errorf("on-project's permissions in web: %v", listed)
+	}
+	// A binding whose only kind is granted higher up grants nothing where it is.
+	e.SetRole(RoleKey{"milo-system", "org-kinds"}, []string{"example.com/gadgets.get"}, nil)
+	web, acme := Project("web"), Organization("acme")
+	e.SetBinding("b/org-kinds-on-project", Binding{Role: RoleKey{"milo-system", "org-kinds"}, Subjects: []Subject{{Kind: "User", Name: "dora"}}, Resource: &web})
+	if got := e.Permissions("dora", nil, web, nil); len(got) != 0 || e.GrantsAny("dora", nil, web, nil) {
+		t.Errorf("an organization-level kind bound on the project: permissions %v, GrantsAny %v", got, e.GrantsAny("dora", nil, web, nil))
+	}
+	e.SetBinding("b/org-kinds-on-org", Binding{Role: RoleKey{"milo-system", "org-kinds"}, Subjects: []Subject{{Kind: "User", Name: "dora"}}, Resource: &acme})
+	if !e.GrantsAny("dora", nil, web, nil) {
+		t.Error("the same role bound on the organization grants nothing in its project")
+	}
+	// Every request in a project asks it (its user's membership): it builds nothing.
+	if allocs := testing.AllocsPerRun(100, func() { e.GrantsAny("dora", []string{"devs"}, web, nil) }); allocs != 0 {
+		t.Errorf("GrantsAny allocates %.0f times", allocs)
 	}
 	// A second registration of the kind without parents, or none at all,
 	// grants it at every level again.
