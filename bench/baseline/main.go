@@ -117,11 +117,12 @@ func runServer() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	clientURL, peerURL, err := embeddedetcd.PickURLs()
+	// The same member as Milo's embedded one, gRPC apart from HTTP.
+	clientURL, httpURL, peerURL, err := embeddedetcd.PickURLs()
 	if err != nil {
 		return err
 	}
-	etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Config{Dir: filepath.Join(*dataDir, "etcd"), ClientURL: clientURL, PeerURL: peerURL,
+	etcd, err := embeddedetcd.Start(ctx, embeddedetcd.Config{Dir: filepath.Join(*dataDir, "etcd"), ClientURL: clientURL, HTTPURL: httpURL, PeerURL: peerURL,
 		CertFile: files.EtcdServer.CertFile, KeyFile: files.EtcdServer.KeyFile, CAFile: files.CA.CertFile})
 	if err != nil {
 		return err

@@ -499,13 +499,14 @@ func kineSocket(dataDir string) string {
 }
 
 func embeddedEtcdConfig(dir string, files pki.Files) (*embeddedetcd.Config, error) {
-	clientURL, peerURL, err := embeddedetcd.PickURLs()
+	clientURL, httpURL, peerURL, err := embeddedetcd.PickURLs()
 	if err != nil {
 		return nil, fmt.Errorf("choosing ports for the embedded etcd: %w", err)
 	}
 	return &embeddedetcd.Config{
 		Dir:       dir,
 		ClientURL: clientURL,
+		HTTPURL:   httpURL,
 		PeerURL:   peerURL,
 		CertFile:  files.EtcdServer.CertFile,
 		KeyFile:   files.EtcdServer.KeyFile,

@@ -88,7 +88,7 @@ func etcdCluster(t *testing.T, dir string, files pki.Files) ([]*etcdMember, []st
 	t.Helper()
 	var clients, peers []string
 	for range 3 {
-		c, p, err := embeddedetcd.PickURLs()
+		c, _, p, err := embeddedetcd.PickURLs()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -30,11 +30,11 @@ func StartEtcd(dir string) (*Etcd, error) {
 	if err != nil {
 		return nil, err
 	}
-	clientURL, peerURL, err := embeddedetcd.PickURLs()
+	clientURL, httpURL, peerURL, err := embeddedetcd.PickURLs()
 	if err != nil {
 		return nil, err
 	}
-	s, err := embeddedetcd.Start(context.Background(), embeddedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientURL: clientURL, PeerURL: peerURL,
+	s, err := embeddedetcd.Start(context.Background(), embeddedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientURL: clientURL, HTTPURL: httpURL, PeerURL: peerURL,
 		CertFile: files.EtcdServer.CertFile, KeyFile: files.EtcdServer.KeyFile, CAFile: files.CA.CertFile, UnsafeNoFsync: true})
 	if err != nil {
 		return nil, err

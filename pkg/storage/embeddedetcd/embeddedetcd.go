@@ -2,8 +2,9 @@
 // `milo start` needs nothing but its data directory.
 //
 // The member listens on loopback only, on ports picked when it starts, and
-// requires mutual TLS on both its client and its peer port: any local process
-// can reach loopback, but only holders of a certificate from Milo's CA get in.
+// requires mutual TLS on each of them (client, HTTP and peer): any local
+// process can reach loopback, but only holders of a certificate from Milo's
+// CA get in.
 package embeddedetcd
 
 import (
@@ -25,6 +26,12 @@ type Config struct {
 	Dir string
 	// ClientURL and PeerURL are where the member listens; PickURLs chooses free loopback ones.
 	ClientURL, PeerURL url.URL
+	// HTTPURL, when set, is where the member serves its HTTP endpoints
+	// (/health, /metrics, /version), and ClientURL serves gRPC alone. On one
+	// port etcd serves both through Go's HTTP/2 server, which hands gRPC to
+	// grpc-go's ServeHTTP: the slow path of every storage request, which its
+	// own transport, serving ClientURL alone, does not take.
+	HTTPURL url.URL
 	// CertFile and KeyFile serve both the client and the peer port; CAFile verifies clients.
 	CertFile, KeyFile, CAFile string
 	// QuotaBackendBytes bounds the database; 0 means the default of this package (8 GiB),
@@ -58,6 +65,9 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	cfg.Dir = c.Dir
 	cfg.ListenClientUrls = []url.URL{clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{clientURL}
+	if c.HTTPURL.Host != "" {
+		cfg.ListenClientHttpUrls = []url.URL{c.HTTPURL}
+	}
 	cfg.ListenPeerUrls = []url.URL{peerURL}
 	cfg.AdvertisePeerUrls = []url.URL{peerURL}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
@@ -118,15 +128,17 @@ func (s *Server) Close() {
 	klog.InfoS("Embedded etcd stopped")
 }
 
-// PickURLs chooses a client and a peer URL on free loopback ports.
-func PickURLs() (client, peer url.URL, err error) {
-	ports, err := freeLoopbackPorts(2)
+// PickURLs chooses a client, an HTTP and a peer URL on distinct free
+// loopback ports.
+func PickURLs() (client, http, peer url.URL, err error) {
+	ports, err := freeLoopbackPorts(3)
 	if err != nil {
-		return url.URL{}, url.URL{}, err
+		return url.URL{}, url.URL{}, url.URL{}, err
 	}
-	client = url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0]))}
-	peer = url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[1]))}
-	return client, peer, nil
+	at := func(port int) url.URL {
+		return url.URL{Scheme: "https", Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	}
+	return at(ports[0]), at(ports[1]), at(ports[2]), nil
 }
 
 // freeLoopbackPorts asks the kernel for n distinct free ports on 127.0.0.1.

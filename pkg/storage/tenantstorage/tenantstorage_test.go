@@ -52,13 +52,13 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	clientURL, peerURL, err := embeddedetcd.PickURLs()
+	clientURL, httpURL, peerURL, err := embeddedetcd.PickURLs()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	etcd, err := embeddedetcd.Start(context.Background(), embeddedetcd.Config{
-		Dir: filepath.Join(dir, "etcd"), ClientURL: clientURL, PeerURL: peerURL,
+		Dir: filepath.Join(dir, "etcd"), ClientURL: clientURL, HTTPURL: httpURL, PeerURL: peerURL,
 		CertFile: files.EtcdServer.CertFile, KeyFile: files.EtcdServer.KeyFile, CAFile: files.CA.CertFile,
 		// Benchmarks measure dispatch, not the disk.
 		UnsafeNoFsync: true,

@@ -1,0 +1,78 @@
+package embeddedetcd_test
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/http"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"go.miloapis.com/milo/pkg/pki"
+	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
+)
+
+// With an HTTP URL the client URL serves gRPC alone (etcd's own transport)
+// and the HTTP endpoints answer on the other port, both behind mutual TLS.
+func TestClientURLServesGRPCAndHTTPURLTheRest(t *testing.T) {
+	dir := t.TempDir()
+	files, err := pki.Ensure(filepath.Join(dir, "pki"), pki.ServingNames{IPs: []net.IP{net.ParseIP("127.0.0.1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clientURL, httpURL, peerURL, err := embeddedetcd.PickURLs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if clientURL == httpURL || httpURL == peerURL || clientURL == peerURL {
+		t.Fatalf("URLs not distinct: %s %s %s", clientURL.String(), httpURL.String(), peerURL.String())
+	}
+	s, err := embeddedetcd.Start(context.Background(), embeddedetcd.Config{Dir: filepath.Join(dir, "etcd"), ClientURL: clientURL, HTTPURL: httpURL, PeerURL: peerURL,
+		CertFile: files.EtcdServer.CertFile, KeyFile: files.EtcdServer.KeyFile, CAFile: files.CA.CertFile, UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	tlsConfig, err := transport.TLSInfo{CertFile: files.EtcdClient.CertFile, KeyFile: files.EtcdClient.KeyFile, TrustedCAFile: files.CA.CertFile}.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{s.ClientURL()}, TLS: tlsConfig, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := c.Put(ctx, "/k", "v"); err != nil {
+		t.Fatalf("gRPC on the client URL: %v", err)
+	}
+
+	web := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	get := func(base string) (int, error) {
+		resp, err := web.Get(base + "/health")
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close() //nolint:errcheck
+		return resp.StatusCode, nil
+	}
+	if code, err := get(httpURL.String()); err != nil || code != http.StatusOK {
+		t.Fatalf("/health on the HTTP URL: %d, %v", code, err)
+	}
+	if code, err := get(s.ClientURL()); err == nil && code == http.StatusOK {
+		t.Fatal("the client URL still serves HTTP: gRPC goes through the HTTP server's slow path")
+	}
+	// Without a client certificate nothing answers.
+	noCert := &tls.Config{RootCAs: tlsConfig.RootCAs, MinVersion: tls.VersionTLS12}
+	anonymous := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: noCert}}
+	if resp, err := anonymous.Get(httpURL.String() + "/health"); err == nil {
+		resp.Body.Close() //nolint:errcheck
+		t.Fatalf("the HTTP URL answered %d without a client certificate", resp.StatusCode)
+	}
+}
