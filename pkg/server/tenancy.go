@@ -14,6 +14,7 @@ import (
 
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
 	"go.miloapis.com/milo/pkg/fairness"
+	"go.miloapis.com/milo/pkg/growstack"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
@@ -141,7 +142,7 @@ func authenticateTenants(c *Config) error {
 	verifier := satokens.Verifier{Issuers: authn.ServiceAccountIssuers, Keys: authn.ServiceAccountPublicKeysGetter, Audiences: authn.APIAudiences}
 	for _, info := range []*genericapiserver.AuthenticationInfo{&c.ControlPlane.Generic.Authentication, &c.Aggregator.GenericConfig.Authentication, &c.APIExtensions.GenericConfig.Authentication} {
 		if info.Authenticator != nil {
-			info.Authenticator = telemetry.RecordTenant(c.Users.Authenticator(satokens.Authenticator(info.Authenticator, c.Tenant, verifier)))
+			info.Authenticator = growstack.Authenticator(telemetry.RecordTenant(c.Users.Authenticator(satokens.Authenticator(info.Authenticator, c.Tenant, verifier))))
 		}
 	}
 	return nil
@@ -182,7 +183,7 @@ func routeTenants(c *Config, tree *hierarchy.Tree) error {
 		// that the tenant is served what it asks for, and give a create
 		// its joint transaction.
 		chain := genericapiserver.DefaultBuildHandlerChain(router.CheckExistence(router.CheckServices(issuers.Wrap(c.Joints.Wrap(apiHandler)))), gc)
-		return router.Wrap(chain)
+		return growstack.Handler(router.Wrap(chain))
 	}
 	return nil
 }

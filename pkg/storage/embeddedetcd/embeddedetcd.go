@@ -17,6 +17,7 @@ import (
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	"go.etcd.io/etcd/server/v3/embed"
+	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 )
 
@@ -54,6 +55,9 @@ type Server struct {
 
 const defaultQuota = 8 << 30
 
+// streamWorkers is how many goroutines serve gRPC calls (see Start).
+const streamWorkers = 128
+
 // Start starts the member and returns once it serves client requests.
 func Start(ctx context.Context, c Config) (*Server, error) {
 	clientURL, peerURL := c.ClientURL, c.PeerURL
@@ -88,6 +92,14 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	// The API server compacts on its own schedule (--etcd-compaction-interval).
 	cfg.AutoCompactionRetention = "0"
 	cfg.UnsafeNoFsync = c.UnsafeNoFsync
+	// Calls are served by long-lived workers, whose stacks have grown, and
+	// not each by a new goroutine that grows its stack through etcd's
+	// handler chain doubling by doubling (a fifth of the server's stack
+	// growth in CPU profiles). A call finding no worker idle gets a
+	// goroutine as before, and a watch stream holds its worker for its
+	// life, so there are more workers than the API server has watch
+	// streams (one per resource).
+	cfg.GRPCAdditionalServerOptions = append(cfg.GRPCAdditionalServerOptions, grpc.NumStreamWorkers(streamWorkers))
 	cfg.LogLevel = "error"
 	cfg.LogOutputs = []string{"stderr"}
 
