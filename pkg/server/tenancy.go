@@ -142,8 +142,14 @@ func authenticateTenants(c *Config) error {
 	verifier := satokens.Verifier{Issuers: authn.ServiceAccountIssuers, Keys: authn.ServiceAccountPublicKeysGetter, Audiences: authn.APIAudiences}
 	for _, info := range []*genericapiserver.AuthenticationInfo{&c.ControlPlane.Generic.Authentication, &c.Aggregator.GenericConfig.Authentication, &c.APIExtensions.GenericConfig.Authentication} {
 		if info.Authenticator != nil {
-			info.Authenticator = growstack.Authenticator(telemetry.RecordTenant(c.Users.Authenticator(satokens.Authenticator(info.Authenticator, c.Tenant, verifier))))
+			info.Authenticator = telemetry.RecordTenant(c.Users.Authenticator(satokens.Authenticator(info.Authenticator, c.Tenant, verifier)))
 		}
+	}
+	// Requests are authenticated by the aggregator's chain, the outermost
+	// (the others' authenticators serve TokenReviews, deep in a request,
+	// where growing the stack would copy all of it).
+	if info := &c.Aggregator.GenericConfig.Authentication; info.Authenticator != nil {
+		info.Authenticator = growstack.Authenticator(info.Authenticator)
 	}
 	return nil
 }

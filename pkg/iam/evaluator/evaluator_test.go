@@ -194,8 +194,8 @@ func TestPermissionsListWhatHoldsOnTheTarget(t *testing.T) {
 		for _, p := range e.Permissions(user, groups, target, nil) {
 			out = append(out, p.String())
 		}
-		if any := e.GrantsAny(user, groups, target, nil); any != (len(out) > 0) {
-			t.Errorf("%s on %v: GrantsAny %v, permissions %v", user, target, any, out)
+		if granted := e.GrantsAny(user, groups, target, nil); granted != (len(out) > 0) {
+			t.Errorf("%s on %v: GrantsAny %v, permissions %v", user, target, granted, out)
 		}
 		return out
 	}

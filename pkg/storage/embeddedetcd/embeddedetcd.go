@@ -33,7 +33,7 @@ type Config struct {
 	// grpc-go's ServeHTTP: the slow path of every storage request, which its
 	// own transport, serving ClientURL alone, does not take.
 	HTTPURL url.URL
-	// CertFile and KeyFile serve both the client and the peer port; CAFile verifies clients.
+	// CertFile and KeyFile serve every port (client, HTTP and peer); CAFile verifies clients.
 	CertFile, KeyFile, CAFile string
 	// QuotaBackendBytes bounds the database; 0 means the default of this package (8 GiB),
 	// larger than etcd's own 2 GiB because one Milo holds many projects.
@@ -123,7 +123,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 		e.Close()
 		return nil, ctx.Err()
 	}
-	klog.InfoS("Embedded etcd is serving", "dir", c.Dir, "clientURL", clientURL.String())
+	klog.InfoS("Embedded etcd is serving", "dir", c.Dir, "clientURL", clientURL.String(), "httpURL", c.HTTPURL.String())
 	return &Server{etcd: e, clientURL: clientURL.String()}, nil
 }
 

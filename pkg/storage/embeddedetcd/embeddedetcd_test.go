@@ -68,7 +68,17 @@ func TestClientURLServesGRPCAndHTTPURLTheRest(t *testing.T) {
 	if code, err := get(s.ClientURL()); err == nil && code == http.StatusOK {
 		t.Fatal("the client URL still serves HTTP: gRPC goes through the HTTP server's slow path")
 	}
-	// Without a client certificate nothing answers.
+	// Without a client certificate nothing answers, on either port.
+	bare, err := clientv3.New(clientv3.Config{Endpoints: []string{s.ClientURL()}, TLS: &tls.Config{RootCAs: tlsConfig.RootCAs, MinVersion: tls.VersionTLS12}, DialTimeout: 5 * time.Second})
+	if err == nil {
+		short, stop := context.WithTimeout(ctx, 5*time.Second)
+		_, err = bare.Get(short, "/k")
+		stop()
+		bare.Close() //nolint:errcheck
+	}
+	if err == nil {
+		t.Fatal("the client URL served gRPC without a client certificate")
+	}
 	noCert := &tls.Config{RootCAs: tlsConfig.RootCAs, MinVersion: tls.VersionTLS12}
 	anonymous := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: noCert}}
 	if resp, err := anonymous.Get(httpURL.String() + "/health"); err == nil {
