@@ -487,32 +487,11 @@ func (e *Evaluator) eachGrant(bySubject map[Subject][]grant, user string, groups
 // kind bindings, narrowed to their kind. It answers "what can I do here"
 // (SelfSubjectRulesReview); decisions use Allowed.
 func (e *Evaluator) Permissions(user string, groups []string, target Node, ancestry []Edge) []Permission {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
 	out := map[Permission]struct{}{}
-	var chain [maxDepth]Node
-	n, org := e.ancestry(target, ancestry, &chain)
-	for _, node := range chain[:n] {
-		e.eachGrant(e.onNode[node], user, groups, org, func(g grant) bool {
-			for p := range g.role.permissions() {
-				// A wildcard is kept whole: it may stand for kinds granted here.
-				if grants(e.grantedAt(p), node) {
-					out[p] = struct{}{}
-				}
-			}
-			return false
-		})
-	}
-	for kind, bySubject := range e.onKind {
-		e.eachGrant(bySubject, user, groups, org, func(g grant) bool {
-			for p := range g.role.permissions() {
-				if (p.Group == kind.Group || p.Group == "*") && (p.Resource == kind.Resource || p.Resource == "*") {
-					out[Permission{Group: kind.Group, Resource: kind.Resource, Verb: p.Verb}] = struct{}{}
-				}
-			}
-			return false
-		})
-	}
+	e.eachPermission(user, groups, target, ancestry, func(p Permission) bool {
+		out[p] = struct{}{}
+		return false
+	})
 	// Sorted by their names, each name made once: a comparator that made
 	// them would allocate twice per comparison.
 	type named struct {
@@ -535,40 +514,54 @@ func (e *Evaluator) Permissions(user string, groups []string, target Node, ances
 // building the list: it is asked of every request in a project (whether its
 // user belongs there at all), where the list is asked for only by a review.
 func (e *Evaluator) GrantsAny(user string, groups []string, target Node, ancestry []Edge) bool {
+	found := false
+	e.eachPermission(user, groups, target, ancestry, func(Permission) bool {
+		found = true
+		return true
+	})
+	return found
+}
+
+// eachPermission calls fn with every permission the user holds on the target
+// (repeats included) until fn returns true: those of every role bound to it
+// on the target or an ancestor that the binding may grant there, a wildcard
+// kept whole, and those of kind bindings narrowed to their kind.
+func (e *Evaluator) eachPermission(user string, groups []string, target Node, ancestry []Edge, fn func(Permission) bool) {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	var chain [maxDepth]Node
 	n, org := e.ancestry(target, ancestry, &chain)
-	found := false
+	stop := false
 	for _, node := range chain[:n] {
 		e.eachGrant(e.onNode[node], user, groups, org, func(g grant) bool {
 			for p := range g.role.permissions() {
-				if grants(e.grantedAt(p), node) {
-					found = true
+				// A wildcard is kept whole: it may stand for kinds granted here.
+				if grants(e.grantedAt(p), node) && fn(p) {
+					stop = true
 					break
 				}
 			}
-			return found
+			return stop
 		})
-		if found {
-			return true
+		if stop {
+			return
 		}
 	}
 	for kind, bySubject := range e.onKind {
 		e.eachGrant(bySubject, user, groups, org, func(g grant) bool {
 			for p := range g.role.permissions() {
-				if (p.Group == kind.Group || p.Group == "*") && (p.Resource == kind.Resource || p.Resource == "*") {
-					found = true
+				if (p.Group == kind.Group || p.Group == "*") && (p.Resource == kind.Resource || p.Resource == "*") &&
+					fn(Permission{Group: kind.Group, Resource: kind.Resource, Verb: p.Verb}) {
+					stop = true
 					break
 				}
 			}
-			return found
+			return stop
 		})
-		if found {
-			return true
+		if stop {
+			return
 		}
 	}
-	return false
 }
 
 func serviceAccount(user string) (namespace, name string, ok bool) {
