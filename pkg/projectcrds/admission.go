@@ -89,6 +89,9 @@ func builtInGroup(ctx context.Context, a admission.Attributes) error {
 }
 
 func newPlugin(rules Rules, index *Index) *plugin {
+	if index == nil {
+		index = &Index{}
+	}
 	return &plugin{Handler: admission.NewHandler(admission.Create, admission.Update, admission.Delete), rules: rules, index: index}
 }
 
@@ -143,8 +146,12 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if !p.rules.Enabled {
 		return admission.NewForbidden(a, fmt.Errorf("this server does not serve CustomResourceDefinitions defined in projects (its operator enables them with --project-crds)"))
 	}
-	if a.GetOperation() == admission.Create && p.rules.MaxPerProject > 0 && len(p.index.ofProject(t.ID)) >= p.rules.MaxPerProject {
-		return admission.NewForbidden(a, fmt.Errorf("project %s defines %d CustomResourceDefinitions, the most one project may define", t.Name, p.rules.MaxPerProject))
+	if a.GetOperation() == admission.Create && p.rules.MaxPerProject > 0 {
+		have := p.index.namesOf(t.ID)
+		// A name the project has already is refused by storage (409), not here.
+		if !slices.Contains(have, crd.Name) && !p.index.pending.reserve(t.ID, crd.Name, have, p.rules.MaxPerProject) {
+			return admission.NewForbidden(a, fmt.Errorf("project %s defines %d CustomResourceDefinitions (those being created included), the most one project may define", t.Name, p.rules.MaxPerProject))
+		}
 	}
 	errs := ReservedGroup(crd.Spec.Group, field.NewPath("spec", "group"))
 	if len(crd.Spec.Versions) > MaxVersions {

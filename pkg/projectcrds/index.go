@@ -38,6 +38,11 @@ type Index struct {
 	classes map[Class]*classEntry
 	// statuses are the distinct statuses entries share (at most maxShared).
 	statuses map[string]*statusEntry
+
+	// watches are the open watches of projects' kinds (watches.go).
+	watches watchEnds
+	// pending are the CRDs admitted for creation not in the index yet.
+	pending creates
 }
 
 // entry is what the index keeps of one project's CRD: its metadata, minus
@@ -85,6 +90,9 @@ func (s *Index) Init(clients *allprojects.Clients) error {
 	}
 	if err == nil {
 		err = crds.AddIndexers(cache.Indexers{ByResource: byResource})
+	}
+	if err == nil {
+		_, err = crds.AddEventHandler(s.handler())
 	}
 	if err != nil {
 		return err
@@ -183,6 +191,19 @@ func (s *Index) ofProject(projectID string) []*apiextensionsv1.CustomResourceDef
 	out := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(objs))
 	for _, e := range entries(objs) {
 		out = append(out, e.crd())
+	}
+	return out
+}
+
+// namesOf returns the names of one project's CRDs (by storage id).
+func (s *Index) namesOf(projectID string) []string {
+	if s == nil || s.crds == nil {
+		return nil
+	}
+	objs, _ := s.crds.GetIndexer().ByIndex(allprojects.ByProject, projectID)
+	out := make([]string, 0, len(objs))
+	for _, e := range entries(objs) {
+		out = append(out, e.Name)
 	}
 	return out
 }

@@ -11,6 +11,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
 	"k8s.io/kube-openapi/pkg/spec3"
+	"k8s.io/utils/lru"
 )
 
 // servedAt returns the project's CRDs of group that serve version, whose
@@ -33,20 +34,47 @@ func (s *Index) servedAt(projectID, group, version string) []*apiextensionsv1.Cu
 // group versions: a hash of the classes of the CRDs it is made of, so that a
 // client's cached document is reused exactly as long as it is current.
 func (s *Index) OpenAPIV3Hash(projectID, group, version string) string {
+	return classesHash(s.servedAt(projectID, group, version))
+}
+
+// classesHash hashes the classes of crds, in their order.
+func classesHash(crds []*apiextensionsv1.CustomResourceDefinition) string {
 	h := sha256.New()
-	for _, crd := range s.servedAt(projectID, group, version) {
+	for _, crd := range crds {
 		h.Write([]byte(crd.Annotations[classAnnotation] + "\n"))
 	}
 	return strings.ToUpper(hex.EncodeToString(h.Sum(nil)))
 }
 
+// documents keeps the OpenAPI documents of projects' own kinds by what they
+// are made of (the classes of their CRDs and, for v3, the version), not by
+// project: every project that defines the same CRDs reads one document, and
+// a project's change makes another key without rebuilding anybody's. A
+// document of a class is the same in every project: the builder reads a CRD's
+// spec and accepted names, which its class is the hash of.
+var documents = lru.New(documentsCached)
+
+// documentsCached is how many documents are kept: the distinct sets of
+// CRDs projects define (a few kinds of operator), not projects.
+const documentsCached = 256
+
+// v2Parts is what a set of CRDs adds to an OpenAPI v2 document.
+type v2Parts struct {
+	paths, definitions, parameters map[string]json.RawMessage
+}
+
 // OpenAPIV3 returns the OpenAPI v3 document of one of a project's own group
-// versions (what `kubectl explain` reads), built on request with upstream's
-// builder from the project's CRDs; false if the project serves none there.
+// versions (what `kubectl explain` reads), built with upstream's builder
+// from the project's CRDs the first time their classes are asked for; false
+// if the project serves none there.
 func (s *Index) OpenAPIV3(projectID, group, version string) ([]byte, bool) {
 	crds := s.servedAt(projectID, group, version)
 	if len(crds) == 0 {
 		return nil, false
+	}
+	key := "v3/" + group + "/" + version + "/" + classesHash(crds)
+	if doc, ok := documents.Get(key); ok {
+		return doc.([]byte), true
 	}
 	specs := make([]*spec3.OpenAPI, 0, len(crds))
 	for _, crd := range crds {
@@ -61,16 +89,21 @@ func (s *Index) OpenAPIV3(projectID, group, version string) ([]byte, bool) {
 		return nil, false
 	}
 	out, err := json.Marshal(merged)
-	return out, err == nil
+	if err != nil {
+		return nil, false
+	}
+	documents.Add(key, out)
+	return out, true
 }
 
 // OpenAPIV2 returns what the project's own CRDs add to its OpenAPI v2
 // document (/openapi/v2: clients older than OpenAPI v3, `kubectl explain
 // --output=plaintext-openapiv2`): paths, definitions and parameters, each
-// entry as JSON, built on request with upstream's builder from every served
-// version of the project's CRDs whose names are accepted; false if there
-// are none. Definitions every CRD shares (ObjectMeta and the like) are in
-// it too: the document they are added to keeps its own.
+// entry as JSON, built with upstream's builder from every served version of
+// the project's CRDs whose names are accepted, the first time their classes
+// are asked for; false if there are none. Definitions every CRD shares
+// (ObjectMeta and the like) are in it too: the document they are added to
+// keeps its own. The maps are shared: callers only read them.
 func (s *Index) OpenAPIV2(projectID string) (paths, definitions, parameters map[string]json.RawMessage, ok bool) {
 	objs := s.ofProject(projectID)
 	crds := make([]*apiextensionsv1.CustomResourceDefinition, 0, len(objs))
@@ -80,7 +113,12 @@ func (s *Index) OpenAPIV2(projectID string) (paths, definitions, parameters map[
 		}
 	}
 	slices.SortFunc(crds, func(a, b *apiextensionsv1.CustomResourceDefinition) int { return strings.Compare(a.Name, b.Name) })
-	paths, definitions, parameters = map[string]json.RawMessage{}, map[string]json.RawMessage{}, map[string]json.RawMessage{}
+	key := "v2/" + classesHash(crds)
+	if parts, ok := documents.Get(key); ok {
+		p := parts.(*v2Parts)
+		return p.paths, p.definitions, p.parameters, len(p.paths) > 0
+	}
+	p := &v2Parts{paths: map[string]json.RawMessage{}, definitions: map[string]json.RawMessage{}, parameters: map[string]json.RawMessage{}}
 	for _, crd := range crds {
 		for _, v := range crd.Spec.Versions {
 			if !v.Served {
@@ -91,13 +129,14 @@ func (s *Index) OpenAPIV2(projectID string) (paths, definitions, parameters map[
 				continue // as upstream: a CRD whose schema cannot be published is left out
 			}
 			if doc.Paths != nil {
-				addJSON(paths, doc.Paths.Paths)
+				addJSON(p.paths, doc.Paths.Paths)
 			}
-			addJSON(definitions, doc.Definitions)
-			addJSON(parameters, doc.Parameters)
+			addJSON(p.definitions, doc.Definitions)
+			addJSON(p.parameters, doc.Parameters)
 		}
 	}
-	return paths, definitions, parameters, len(paths) > 0
+	documents.Add(key, p)
+	return p.paths, p.definitions, p.parameters, len(p.paths) > 0
 }
 
 // addJSON adds each entry of from, encoded, to to.

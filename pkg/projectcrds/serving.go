@@ -29,6 +29,7 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
+	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -58,8 +59,10 @@ type Serving struct {
 	config ServingConfig
 	index  *Index
 
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	classes map[Class]*classHandler
+	// building are the classes whose handlers are being built.
+	building map[Class]*classBuild
 	// views are the classes of the all-projects view's resources, by
 	// "<plural>.<group>" (view.go).
 	views map[string]Class
@@ -80,7 +83,7 @@ type classHandler struct {
 
 // NewServing prepares the serving of the CRDs of index.
 func NewServing(config ServingConfig, index *Index) *Serving {
-	return &Serving{config: config, index: index, classes: map[Class]*classHandler{}, views: map[string]Class{}, sweepAt: minSweep}
+	return &Serving{config: config, index: index, classes: map[Class]*classHandler{}, building: map[Class]*classBuild{}, views: map[string]Class{}, sweepAt: minSweep}
 }
 
 // minSweep is how many class handlers are built before the first sweep.
@@ -124,26 +127,84 @@ func (s *Serving) Handler(next http.Handler) http.Handler {
 			responsewriters.ErrorNegotiated(err, s.config.NegotiatedSerializer, gv, w, req)
 			return
 		}
-		h, err := s.class(crd)
+		h, err := s.class(ctx, crd)
 		if err != nil {
 			responsewriters.ErrorNegotiated(apierrors.NewInternalError(fmt.Errorf("serving %s: %w", crd.Name, err)), s.config.NegotiatedSerializer, gv, w, req)
 			return
+		}
+		if info.Verb == "watch" {
+			// Ended when the project's CRD leaves the class serving it
+			// (watches.go); checked again once registered, for a change
+			// the index saw in between.
+			key, class := allprojects.Key{Project: t.Name, ID: t.ID, Name: crd.Name}.StoreKey(), Class(crd.Annotations[classAnnotation])
+			watchCtx, done := s.index.watches.add(ctx, key, class)
+			defer done()
+			if now := s.index.lookup(t, crd.Name); now == nil || Class(now.Annotations[classAnnotation]) != class {
+				done()
+			}
+			req = req.WithContext(watchCtx)
 		}
 		h.ServeHTTP(w, req)
 	})
 }
 
 // class returns the handler of crd's schema class, building it on first use.
-func (s *Serving) class(crd *apiextensionsv1.CustomResourceDefinition) (http.Handler, error) {
+// A class is built outside the lock: compiling a schema and its CEL rules
+// takes milliseconds to seconds, and the classes already built keep serving
+// every other project meanwhile; requests for a class being built wait for
+// that one build (or for their own request to end).
+func (s *Serving) class(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) (http.Handler, error) {
 	class := Class(crd.Annotations[classAnnotation])
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if h, ok := s.classes[class]; ok {
+	s.mu.RLock()
+	h, ok := s.classes[class]
+	s.mu.RUnlock()
+	if ok {
 		return h, nil
 	}
-	if len(s.classes) >= s.sweepAt {
-		s.sweepLocked()
+	s.mu.Lock()
+	if h, ok := s.classes[class]; ok {
+		s.mu.Unlock()
+		return h, nil
 	}
+	b, building := s.building[class]
+	if !building {
+		if len(s.classes) >= s.sweepAt {
+			s.sweepLocked()
+		}
+		b = &classBuild{done: make(chan struct{})}
+		s.building[class] = b
+	}
+	s.mu.Unlock()
+	if building {
+		select {
+		case <-b.done:
+			return b.handler, b.err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	b.handler, b.err = s.build(crd, class)
+	s.mu.Lock()
+	delete(s.building, class)
+	if b.err == nil {
+		s.classes[class] = b.handler
+		classHandlers.Set(float64(len(s.classes)))
+	}
+	s.mu.Unlock()
+	close(b.done)
+	return b.handler, b.err
+}
+
+// classBuild is a class's handler being built, which requests for the class
+// wait for.
+type classBuild struct {
+	done    chan struct{}
+	handler *classHandler
+	err     error
+}
+
+// build makes the handler of class, whose CRD crd is.
+func (s *Serving) build(crd *apiextensionsv1.CustomResourceDefinition, class Class) (*classHandler, error) {
 	// The class's canonical CRD: named as upstream names it, identified by
 	// its class (upstream keeps a handler's storage by CRD UID), served.
 	canonical := &apiextensionsv1.CustomResourceDefinition{
@@ -167,10 +228,7 @@ func (s *Serving) class(crd *apiextensionsv1.CustomResourceDefinition) (http.Han
 	if !one.start() {
 		return nil, fmt.Errorf("the informer of class %s did not start", class)
 	}
-	c := &classHandler{Handler: h, crd: one}
-	s.classes[class] = c
-	classHandlers.Set(float64(len(s.classes)))
-	return c, nil
+	return &classHandler{Handler: h, crd: one}, nil
 }
 
 // sweepLocked tears down the handlers of the classes no project's CRD has

@@ -112,7 +112,7 @@ func (s *Serving) serveView(w http.ResponseWriter, req *http.Request, group, ver
 	s.mu.Lock()
 	s.views[view.Name] = class
 	s.mu.Unlock()
-	h, err := s.class(view)
+	h, err := s.class(req.Context(), view)
 	if err != nil {
 		responsewriters.ErrorNegotiated(apierrors.NewInternalError(fmt.Errorf("serving %s: %w", view.Name, err)), s.config.NegotiatedSerializer, gv, w, req)
 		return true

@@ -117,7 +117,7 @@ func NewOptions() *Options {
 	iam := evaluator.New()
 	iamadmission.Register(cp.Admission.GenericAdmission.Plugins, iam, tree)
 	o := &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches, TenantCPUShare: fairness.DefaultCPUShare, TenantConcurrency: fairness.DefaultSeats(), TopProjects: telemetry.DefaultTopOptions,
-		ProjectCRDs: projectcrds.Rules{MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}, catalog: &catalog.Catalog{},
+		ProjectCRDs: projectcrds.Rules{Enabled: true, MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}, catalog: &catalog.Catalog{},
 		quota: quota.NewLedger(), suspensions: suspension.NewIndex()}
 	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs, o.projectCRDs)
 	catalog.Register(cp.Admission.GenericAdmission.Plugins, o.catalog)
@@ -188,9 +188,9 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"0 never counts them.")
 	fs.BoolVar(&o.ProjectCRDs.Enabled, "project-crds", o.ProjectCRDs.Enabled, ""+
 		"Let projects define their own CustomResourceDefinitions, each seen and served only in its project "+
-		"(alpha; see docs/project-crds.md).")
+		"(see docs/project-crds.md). --project-crds=false keeps every CRD the platform's.")
 	fs.IntVar(&o.ProjectCRDs.MaxPerProject, "max-project-crds", o.ProjectCRDs.MaxPerProject, ""+
-		"With --project-crds, the most CustomResourceDefinitions one project defines; more are refused with 403. 0: no bound.")
+		"The most CustomResourceDefinitions one project defines, those being created included; more are refused with 403. 0: no bound.")
 	fs.StringSliceVar(&o.ProjectCRDs.ConversionWebhookURLPrefixes, "project-crd-conversion-webhook-prefixes", o.ProjectCRDs.ConversionWebhookURLPrefixes, ""+
 		"URL prefixes (https, ending in '/') a project CRD's conversion webhook may call. None by default: a conversion "+
 		"webhook would make the server call whatever URL a tenant names, so project CRDs are refused one unless its URL starts with one of these.")

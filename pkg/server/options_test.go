@@ -203,12 +203,15 @@ func TestMiloCRDsCoverTheAPIContract(t *testing.T) {
 
 func itoa(i int) string { return strconv.Itoa(i) }
 
-// TestProjectCRDFlags: project CRDs are off by default, and a conversion
+// TestProjectCRDFlags: project CRDs are on by default, and a conversion
 // webhook prefix must be an https URL ending in '/', so that it cannot also
 // allow a host that merely starts like it.
 func TestProjectCRDFlags(t *testing.T) {
-	if o := parse(t); o.ProjectCRDs.Enabled || len(o.ProjectCRDs.ConversionWebhookURLPrefixes) != 0 {
+	if o := parse(t); !o.ProjectCRDs.Enabled || len(o.ProjectCRDs.ConversionWebhookURLPrefixes) != 0 {
 		t.Errorf("project CRDs by default: %+v", o.ProjectCRDs)
+	}
+	if o := parse(t, "--project-crds=false"); o.ProjectCRDs.Enabled {
+		t.Errorf("--project-crds=false left them on: %+v", o.ProjectCRDs)
 	}
 	o := parse(t, "--project-crds", "--project-crd-conversion-webhook-prefixes=https://convert.example.net/,https://hooks.example.net/crds/")
 	if !o.ProjectCRDs.Enabled || len(o.ProjectCRDs.ConversionWebhookURLPrefixes) != 2 || len(o.validateMiloFlags()) != 0 {

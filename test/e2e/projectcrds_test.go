@@ -783,6 +783,73 @@ func TestProjectCRDSchemaChurnIsBounded(t *testing.T) {
 	}
 }
 
+// TestProjectCRDWatchesEndWithTheirSchema: a watch of a project's kind
+// ends when the project changes its CRD's schema (as upstream ends every
+// watch of a CRD whose storage it rebuilds), so the client lists again under
+// the new schema; another project's watch of the same kind and schema,
+// served by the same shared handler, goes on.
+func TestProjectCRDWatchesEndWithTheirSchema(t *testing.T) {
+	m := crdServer(t)
+	ctx := context.Background()
+	changer, bystander := m.newProject(t, "crd-watch-changer"), m.newProject(t, "crd-watch-bystander")
+	gvr := schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "tides"}
+	watches := map[string]watch.Interface{}
+	for _, p := range []string{changer, bystander} {
+		crds := crdsAt(t, m.projectConfig(t, p))
+		if _, err := crds.Create(ctx, projectCRD("tides", "Tide", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitNames(t, crds, "tides.crd.example.net", apiextensionsv1.ConditionTrue)
+		tides := m.projectDynamic(t, p).Resource(gvr).Namespace("default")
+		eventually(t, "the kind served in "+p, func() error { _, err := tides.List(ctx, metav1.ListOptions{}); return err })
+		w, err := tides.Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		watches[p] = w
+	}
+	crds := crdsAt(t, m.projectConfig(t, changer))
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crd, err := crds.Get(ctx, "tides.crd.example.net", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+		size := spec.Properties["size"]
+		limit := float64(7)
+		size.Maximum = &limit
+		spec.Properties["size"] = size
+		crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+		_, err = crds.Update(ctx, crd, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(30 * time.Second)
+	for ended := false; !ended; {
+		select {
+		case _, open := <-watches[changer].ResultChan():
+			ended = !open
+		case <-deadline:
+			t.Fatal("the watch of a kind whose schema changed is still open after 30 s")
+		}
+	}
+	tide := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.example.net/v1", "kind": "Tide",
+		"metadata": map[string]any{"name": "high"}, "spec": map[string]any{"size": int64(9)}}}
+	if _, err := m.projectDynamic(t, bystander).Resource(gvr).Namespace("default").Create(ctx, tide, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev, open := <-watches[bystander].ResultChan():
+		if !open || ev.Type != watch.Added {
+			t.Fatalf("the other project's watch gave %v (open %v), want its object added", ev.Type, open)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the other project's watch saw nothing of its own create")
+	}
+}
+
 // TestProjectCRDClassIsTheServers: a tenant cannot choose which schema
 // class serves it — a class named in its CRD's annotations is ignored — so
 // it cannot have another project's requests served by a handler built from
