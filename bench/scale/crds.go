@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,9 +19,18 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 )
 
-// crdOptions size the measurement of projects' own CRDs (Milo with --project-crds).
+// crdOptions size the measurement of projects' own CRDs. Milo: each project
+// defines the CRDs itself. The baseline, which has no projects to define
+// CRDs in, stores the same objects in each project's namespace — each CRD's
+// manifest in a ConfigMap of its own beside one instance of the platform's
+// CRD of that schema — so that the difference between the two is what Milo
+// spends beyond storing the objects; and for each unique schema it installs
+// a platform CRD of its own (upstream's cost per CRD: a handler and a watch
+// cache each, as kcp pays per CRD per workspace).
 type crdOptions struct {
 	// Projects each define PerProject CRDs of the same schemas and one instance of each.
 	Projects, PerProject int
@@ -76,13 +88,11 @@ func crdFor(i int, unique string) *apiextensionsv1.CustomResourceDefinition {
 func measureProjectCRDs(ctx context.Context, s *system, o crdOptions, settle time.Duration, dir string) (*crdResult, error) {
 	r := &crdResult{Options: o}
 	var err error
-	if r.Before, err = s.measure(ctx, filepath.Join(dir, "crds-heap-before.pprof")); err != nil {
-		return nil, err
-	}
 	var mu sync.Mutex
 	var established latencies
-	define := func(project string, crd *apiextensionsv1.CustomResourceDefinition, timed bool) error {
-		cfg := s.projectConfig(project)
+	// install defines crd where cfg points (a project in Milo, the platform
+	// in the baseline) and waits for it to be Established.
+	install := func(cfg *rest.Config, project string, crd *apiextensionsv1.CustomResourceDefinition, timed bool) error {
 		client, err := apiextensionsclient.NewForConfigAndClient(cfg, s.http)
 		if err != nil {
 			return err
@@ -108,7 +118,11 @@ func measureProjectCRDs(ctx context.Context, s *system, o crdOptions, settle tim
 			established = append(established, time.Since(began))
 			mu.Unlock()
 		}
-		dyn, err := dynamic.NewForConfigAndClient(cfg, s.http)
+		return nil
+	}
+	// instance makes project's one object of crd's kind, once it is served.
+	instance := func(project string, crd *apiextensionsv1.CustomResourceDefinition) error {
+		dyn, err := dynamic.NewForConfigAndClient(s.projectConfig(project), s.http)
 		if err != nil {
 			return err
 		}
@@ -116,7 +130,7 @@ func measureProjectCRDs(ctx context.Context, s *system, o crdOptions, settle tim
 		// The server serves the kind once its own index has seen the CRD
 		// established, a moment after the CRD says so (as upstream's handler).
 		return wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			_, err := dyn.Resource(gvr).Namespace("default").Create(ctx, &unstructured.Unstructured{Object: map[string]any{
+			_, err := dyn.Resource(gvr).Namespace(s.namespaceOf(project)).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": crd.Spec.Group + "/v1", "kind": crd.Spec.Names.Kind, "metadata": map[string]any{"name": "one"},
 				"spec": map[string]any{"color": "red", "tags": []any{"a", "b"}}}}, metav1.CreateOptions{})
 			switch {
@@ -127,6 +141,39 @@ func measureProjectCRDs(ctx context.Context, s *system, o crdOptions, settle tim
 			}
 			return false, err
 		})
+	}
+	define := func(project string, crd *apiextensionsv1.CustomResourceDefinition, timed bool) error {
+		if err := install(s.projectConfig(project), project, crd, timed); err != nil {
+			return err
+		}
+		return instance(project, crd)
+	}
+	if !s.isMilo() {
+		// The platform's CRDs of the shared schemas, once.
+		for i := range o.PerProject {
+			if err := install(s.config, "", crdFor(i, ""), false); err != nil {
+				return nil, err
+			}
+		}
+		cms, err := kubernetes.NewForConfigAndClient(s.config, s.http)
+		if err != nil {
+			return nil, err
+		}
+		define = func(project string, crd *apiextensionsv1.CustomResourceDefinition, _ bool) error {
+			manifest, err := json.Marshal(crd)
+			if err != nil {
+				return err
+			}
+			_, err = cms.CoreV1().ConfigMaps(project).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "crd-" + crd.Name},
+				Data: map[string]string{"crd": string(manifest)}}, metav1.CreateOptions{})
+			if err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+			return instance(project, crd)
+		}
+	}
+	if r.Before, err = s.measure(ctx, filepath.Join(dir, "crds-heap-before.pprof")); err != nil {
+		return nil, err
 	}
 	every := max(1, o.Projects*o.PerProject/max(1, o.Samples))
 	var took time.Duration
@@ -158,12 +205,22 @@ func measureProjectCRDs(ctx context.Context, s *system, o crdOptions, settle tim
 	if r.Shared, err = s.measure(ctx, filepath.Join(dir, "crds-heap-shared.pprof")); err != nil {
 		return nil, err
 	}
-	progress("[milo] %d projects × %d CRDs: heap %.0f → %.0f MiB (%.2f KiB per project), %v → %v goroutines, %v → %v etcd watches; %.0f CRDs/s; Established p50 %.0f / p99 %.0f ms",
-		o.Projects, o.PerProject, r.Before.HeapBytes/(1<<20), r.Shared.HeapBytes/(1<<20), (r.Shared.HeapBytes-r.Before.HeapBytes)/1024/float64(max(1, o.Projects)),
+	progress("[%s] %d projects × %d CRDs: heap %.0f → %.0f MiB (%.2f KiB per project), %v → %v goroutines, %v → %v etcd watches; %.0f CRDs/s; Established p50 %.0f / p99 %.0f ms",
+		s.name, o.Projects, o.PerProject, r.Before.HeapBytes/(1<<20), r.Shared.HeapBytes/(1<<20), (r.Shared.HeapBytes-r.Before.HeapBytes)/1024/float64(max(1, o.Projects)),
 		r.Before.Goroutines, r.Shared.Goroutines, r.Before.EtcdWatches, r.Shared.EtcdWatches, r.SharedPerSecond, r.Established.P50, r.Established.P99)
 	if o.Unique > 0 {
 		began := time.Now()
 		err = parallel(ctx, "unique project CRDs defined", o.Projects, o.Projects+o.Unique, 32, func(i int) error {
+			if !s.isMilo() {
+				// A platform CRD of its own name: the platform has one namespace of names.
+				crd := crdFor(0, projectName(i))
+				crd.Spec.Names = apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets" + projectName(i), Singular: "widget" + projectName(i), Kind: "Widget" + strings.ToUpper(projectName(i))}
+				crd.Name = crd.Spec.Names.Plural + "." + crd.Spec.Group
+				if err := install(s.config, "", crd, i%max(1, o.Unique/max(1, o.Samples)) == 0); err != nil {
+					return err
+				}
+				return instance(projectName(i), crd)
+			}
 			return define(projectName(i), crdFor(0, projectName(i)), false)
 		})
 		if err != nil {
@@ -176,8 +233,13 @@ func measureProjectCRDs(ctx context.Context, s *system, o crdOptions, settle tim
 		if r.Unique, err = s.measure(ctx, filepath.Join(dir, "crds-heap-unique.pprof")); err != nil {
 			return nil, err
 		}
-		progress("[milo] %d projects with a schema of their own: heap %.0f → %.0f MiB (%.1f KiB per schema), %v → %v goroutines, %v → %v etcd watches",
-			o.Unique, r.Shared.HeapBytes/(1<<20), r.Unique.HeapBytes/(1<<20), (r.Unique.HeapBytes-r.Shared.HeapBytes)/1024/float64(o.Unique),
+		if !s.isMilo() {
+			// The baseline's CRDs timed are its platform CRDs of unique schemas.
+			slices.Sort(established)
+			r.Established = quantiles{P50: ms(established.quantile(0.5)), P99: ms(established.quantile(0.99))}
+		}
+		progress("[%s] %d projects with a schema of their own: heap %.0f → %.0f MiB (%.1f KiB per schema), %v → %v goroutines, %v → %v etcd watches",
+			s.name, o.Unique, r.Shared.HeapBytes/(1<<20), r.Unique.HeapBytes/(1<<20), (r.Unique.HeapBytes-r.Shared.HeapBytes)/1024/float64(o.Unique),
 			r.Shared.Goroutines, r.Unique.Goroutines, r.Shared.EtcdWatches, r.Unique.EtcdWatches)
 	}
 	return r, nil

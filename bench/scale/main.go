@@ -69,7 +69,7 @@ type options struct {
 	// MiloArgs are added to every start of `milo start`.
 	MiloArgs []string
 	// CRDs, when Projects > 0, measures projects' own CRDs after the last step
-	// (Milo only; its server runs with --project-crds).
+	// (the baseline: the same objects stored in its namespaces; crds.go).
 	CRDs crdOptions
 	// Catalog, when Projects > 0, measures the service catalog after the
 	// last step (Milo only).
@@ -126,7 +126,7 @@ func main() {
 	noisyProfiles := flag.Bool("noisy-profiles", false, "keep a CPU profile of the server over each noisy-neighbour phase and an execution trace of a few seconds of it (noisy-{configuration}-{phase}.cpu.pprof and .trace)")
 	probeInProcess := flag.Bool("noisy-probe-in-process", false, "run the quiet project's GETs in the harness's own process, beside the flood's clients, as before (default: a process of its own, one core)")
 	probeRate := flag.Int("noisy-probe-rate", -1, "the quiet project's GETs per second in the noisy-neighbour measurement (-1: the default, 100; 0: back to back)")
-	flag.IntVar(&o.CRDs.Projects, "crd-projects", 0, "after the last step, this many projects each define --crd-per-project CRDs of the same schemas and one instance of each (Milo, with --project-crds); 0: not measured")
+	flag.IntVar(&o.CRDs.Projects, "crd-projects", 0, "after the last step, this many projects each define --crd-per-project CRDs of the same schemas and one instance of each (the baseline stores the same objects in their namespaces); 0: not measured")
 	flag.IntVar(&o.CRDs.PerProject, "crd-per-project", 10, "CRDs each of --crd-projects defines")
 	flag.IntVar(&o.CRDs.Unique, "crd-unique", 0, "then this many further projects each define one CRD of a schema of its own")
 	flag.IntVar(&o.CRDs.Samples, "crd-samples", 200, "CRDs timed from create to Established")
@@ -145,7 +145,7 @@ func main() {
 	flag.Parse()
 	o.MiloArgs = strings.Fields(miloArgs)
 	if o.CRDs.Projects > 0 {
-		o.MiloArgs = append(o.MiloArgs, "--project-crds", fmt.Sprintf("--max-project-crds=%d", max(o.CRDs.PerProject, 200)))
+		o.MiloArgs = append(o.MiloArgs, fmt.Sprintf("--max-project-crds=%d", max(o.CRDs.PerProject, 200)))
 	}
 	for _, s := range strings.Split(steps, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
@@ -422,7 +422,7 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 			return err
 		}
 	}
-	if s.isMilo() && o.CRDs.Projects > 0 {
+	if o.CRDs.Projects > 0 {
 		if o.CRDs.Projects+o.CRDs.Unique > have {
 			return fmt.Errorf("--crd-projects and --crd-unique need %d projects, the last step has %d", o.CRDs.Projects+o.CRDs.Unique, have)
 		}

@@ -41,7 +41,7 @@ type systemResult struct {
 	Deleted         int
 	DeleteSeconds   float64
 	DeletePerSecond float64
-	// CRDs is the measurement of projects' own CRDs at the last step (Milo only).
+	// CRDs is the measurement of projects' own CRDs at the last step (the baseline: the same objects stored; crds.go).
 	CRDs *crdResult `json:",omitempty"`
 	// Catalog is the service catalog's measurement (Milo only).
 	Catalog *catalogResult `json:",omitempty"`
@@ -335,7 +335,11 @@ func (r *results) markdown() string {
 		b.WriteString(milo.Catalog.section())
 	}
 	if milo != nil && milo.CRDs != nil {
-		b.WriteString(milo.CRDs.section())
+		var baseCRDs *crdResult
+		if base != nil {
+			baseCRDs = base.CRDs
+		}
+		b.WriteString(milo.CRDs.section(baseCRDs))
 	}
 	if milo != nil && len(milo.Service) > 0 {
 		b.WriteString(serviceSection(milo.Service))
@@ -538,36 +542,65 @@ func addLine(p *plot.Plot, name string, pts plotter.XYs, c color.Color, dashes [
 	return nil
 }
 
-// section reports the measurement of projects' own CRDs.
-func (c *crdResult) section() string {
+// section reports the measurement of projects' own CRDs, beside the
+// baseline's of the same objects if it ran.
+func (c *crdResult) section(base *crdResult) string {
 	var b strings.Builder
 	o := c.Options
-	fmt.Fprintf(&b, "## Projects' own CRDs\n\n%d projects each define the same %d CRDs (one schema class each) and one instance of each; then %d projects each define one CRD of a schema of its own. Heap after GC.\n\n",
+	fmt.Fprintf(&b, "## Projects' own CRDs\n\n%d projects each define the same %d CRDs (one schema class each) and one instance of each; then %d projects each define one CRD of a schema of its own. Heap after GC.",
 		o.Projects, o.PerProject, o.Unique)
-	b.WriteString("| | heap in use | live | goroutines | etcd watches (one per watch cache) |\n|---|---|---|---|---|\n")
-	row := func(what string, r resources) {
-		fmt.Fprintf(&b, "| %s | %.0f MiB | %.0f MiB | %.0f | %.0f |\n", what, r.HeapBytes/(1<<20), r.HeapLiveBytes/(1<<20), r.Goroutines, r.EtcdWatches)
+	if base != nil {
+		b.WriteString(" Baseline: the platform's CRDs of the shared schemas installed once, and in each project's namespace the same objects stored — each CRD's manifest in a ConfigMap of its own, one instance of each kind; then one platform CRD per unique schema, with one instance (upstream's cost per CRD).")
 	}
-	row("before", c.Before)
-	half := o.Projects / 2
-	if half > 0 && c.Half.HeapBytes > 0 {
-		row(fmt.Sprintf("%d projects × %d shared CRDs", half, o.PerProject), c.Half)
+	b.WriteString("\n\n| | heap in use | live | goroutines | etcd watches (one per watch cache) |\n|---|---|---|---|---|\n")
+	rows := func(system string, c *crdResult) {
+		row := func(what string, r resources) {
+			fmt.Fprintf(&b, "| %s: %s | %.0f MiB | %.0f MiB | %.0f | %.0f |\n", system, what, r.HeapBytes/(1<<20), r.HeapLiveBytes/(1<<20), r.Goroutines, r.EtcdWatches)
+		}
+		o := c.Options
+		row("before", c.Before)
+		if half := o.Projects / 2; half > 0 && c.Half.HeapBytes > 0 {
+			row(fmt.Sprintf("%d projects × %d shared CRDs", half, o.PerProject), c.Half)
+		}
+		row(fmt.Sprintf("%d projects × %d shared CRDs", o.Projects, o.PerProject), c.Shared)
+		if o.Unique > 0 {
+			row(fmt.Sprintf("+ %d unique schemas", o.Unique), c.Unique)
+		}
 	}
-	row(fmt.Sprintf("%d projects × %d shared CRDs", o.Projects, o.PerProject), c.Shared)
-	if o.Unique > 0 {
-		row(fmt.Sprintf("+ %d unique schemas", o.Unique), c.Unique)
+	rows("milo", c)
+	if base != nil {
+		rows("baseline", base)
 	}
-	fmt.Fprintf(&b, "\nShared: %.2f KiB in use and %.2f KiB live per project (%d CRDs and instances each), %.0f CRDs/s with their instances; create → Established p50 %.0f ms, p99 %.0f ms.\n",
-		(c.Shared.HeapBytes-c.Before.HeapBytes)/1024/float64(max(1, o.Projects)), (c.Shared.HeapLiveBytes-c.Before.HeapLiveBytes)/1024/float64(max(1, o.Projects)),
-		o.PerProject, c.SharedPerSecond, c.Established.P50, c.Established.P99)
-	if half > 0 && c.Half.HeapBytes > 0 {
-		fmt.Fprintf(&b, "Each project past the first %d: %.2f KiB in use and %.2f KiB live (what the first fill once — admission pools, buffers, etcd's raft log — left out).\n",
-			half, (c.Shared.HeapBytes-c.Half.HeapBytes)/1024/float64(o.Projects-half), (c.Shared.HeapLiveBytes-c.Half.HeapLiveBytes)/1024/float64(o.Projects-half))
+	b.WriteString("\n")
+	lines := func(system string, c *crdResult) {
+		o := c.Options
+		half := o.Projects / 2
+		fmt.Fprintf(&b, "- %s, shared: %.2f KiB in use and %.2f KiB live per project (%d CRDs and instances each), %.0f CRDs/s with their instances.",
+			system, (c.Shared.HeapBytes-c.Before.HeapBytes)/1024/float64(max(1, o.Projects)), (c.Shared.HeapLiveBytes-c.Before.HeapLiveBytes)/1024/float64(max(1, o.Projects)),
+			o.PerProject, c.SharedPerSecond)
+		if half > 0 && c.Half.HeapBytes > 0 {
+			fmt.Fprintf(&b, " Each project past the first %d: %.2f KiB in use and %.2f KiB live (what the first fill once — admission pools, buffers, etcd's raft log — left out).",
+				half, (c.Shared.HeapBytes-c.Half.HeapBytes)/1024/float64(o.Projects-half), (c.Shared.HeapLiveBytes-c.Half.HeapLiveBytes)/1024/float64(o.Projects-half))
+		}
+		if o.Unique > 0 {
+			fmt.Fprintf(&b, " Unique: %.1f KiB in use, %.1f KiB live, %.1f goroutines and %.2f etcd watches per distinct schema, %.0f CRDs/s.",
+				(c.Unique.HeapBytes-c.Shared.HeapBytes)/1024/float64(o.Unique), (c.Unique.HeapLiveBytes-c.Shared.HeapLiveBytes)/1024/float64(o.Unique),
+				(c.Unique.Goroutines-c.Shared.Goroutines)/float64(o.Unique), (c.Unique.EtcdWatches-c.Shared.EtcdWatches)/float64(o.Unique), c.UniquePerSecond)
+		}
+		if c.Established.P50 > 0 {
+			fmt.Fprintf(&b, " Create → Established p50 %.0f ms, p99 %.0f ms.", c.Established.P50, c.Established.P99)
+		}
+		b.WriteString("\n")
 	}
-	if o.Unique > 0 {
-		fmt.Fprintf(&b, "Unique: %.1f KiB in use, %.1f KiB live, %.1f goroutines and %.2f etcd watches per distinct schema, %.0f CRDs/s.\n",
-			(c.Unique.HeapBytes-c.Shared.HeapBytes)/1024/float64(o.Unique), (c.Unique.HeapLiveBytes-c.Shared.HeapLiveBytes)/1024/float64(o.Unique),
-			(c.Unique.Goroutines-c.Shared.Goroutines)/float64(o.Unique), (c.Unique.EtcdWatches-c.Shared.EtcdWatches)/float64(o.Unique), c.UniquePerSecond)
+	lines("milo", c)
+	if base != nil {
+		lines("baseline", base)
+		if half := o.Projects / 2; half > 0 && c.Half.HeapBytes > 0 && base.Half.HeapBytes > 0 {
+			per := func(c *crdResult) float64 {
+				return (c.Shared.HeapLiveBytes - c.Half.HeapLiveBytes) / 1024 / float64(o.Projects-half)
+			}
+			fmt.Fprintf(&b, "- Beyond the stored objects (live per project past the first %d, Milo − baseline): %.2f KiB.\n", half, per(c)-per(base))
+		}
 	}
 	b.WriteString("\n")
 	return b.String()

@@ -32,6 +32,11 @@ type Rules struct {
 	ConversionWebhookURLPrefixes []string
 	// MaxPerProject is the most CRDs one project defines (--max-project-crds).
 	MaxPerProject int
+	// ReservedGroups are API groups, each with its subdomains, that only the
+	// platform defines CRDs in (--project-crd-reserved-groups), beside
+	// miloapis.com: the groups of CRDs the operator installs, or will, at
+	// the platform, which a project holding names in first would block (409).
+	ReservedGroups []string
 }
 
 // DefaultMaxPerProject is how many CRDs one project may define by default:
@@ -146,14 +151,7 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if !p.rules.Enabled {
 		return admission.NewForbidden(a, fmt.Errorf("this server does not serve CustomResourceDefinitions defined in projects (its operator enables them with --project-crds)"))
 	}
-	if a.GetOperation() == admission.Create && p.rules.MaxPerProject > 0 {
-		have := p.index.namesOf(t.ID)
-		// A name the project has already is refused by storage (409), not here.
-		if !slices.Contains(have, crd.Name) && !p.index.pending.reserve(t.ID, crd.Name, have, p.rules.MaxPerProject) {
-			return admission.NewForbidden(a, fmt.Errorf("project %s defines %d CustomResourceDefinitions (those being created included), the most one project may define", t.Name, p.rules.MaxPerProject))
-		}
-	}
-	errs := ReservedGroup(crd.Spec.Group, field.NewPath("spec", "group"))
+	errs := ReservedGroup(crd.Spec.Group, field.NewPath("spec", "group"), p.rules.ReservedGroups)
 	if len(crd.Spec.Versions) > MaxVersions {
 		// Each version of a served class is a storage of the server's.
 		errs = append(errs, field.TooMany(field.NewPath("spec", "versions"), len(crd.Spec.Versions), MaxVersions))
@@ -161,6 +159,12 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	errs = append(errs, p.conversion(crd.Spec.Conversion, field.NewPath("spec", "conversion"))...)
 	if len(errs) > 0 {
 		return apierrors.NewInvalid(apiextensions.Kind("CustomResourceDefinition"), crd.Name, errs)
+	}
+	// Counted last, so that a create this plugin refuses holds no place; a
+	// dry run is counted but reserves nothing, as it stores nothing.
+	if a.GetOperation() == admission.Create && p.rules.MaxPerProject > 0 &&
+		!p.index.pending.reserve(t.ID, crd.Name, func() []string { return p.index.namesOf(t.ID) }, p.rules.MaxPerProject, !a.IsDryRun()) {
+		return admission.NewForbidden(a, fmt.Errorf("project %s defines %d CustomResourceDefinitions (those being created included), the most one project may define", t.Name, p.rules.MaxPerProject))
 	}
 	return nil
 }
@@ -172,9 +176,10 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 // platform serves is refused its names by the naming controller.
 var reservedSuffixes = []string{"miloapis.com"}
 
-// ReservedGroup refuses an API group a project may not define kinds in.
-func ReservedGroup(group string, path *field.Path) field.ErrorList {
-	for _, s := range reservedSuffixes {
+// ReservedGroup refuses an API group a project may not define kinds in:
+// Milo's, or one of the operator's (each with its subdomains).
+func ReservedGroup(group string, path *field.Path, operators []string) field.ErrorList {
+	for _, s := range append(slices.Clip(reservedSuffixes), operators...) {
 		if group == s || strings.HasSuffix(group, "."+s) {
 			return field.ErrorList{field.Forbidden(path, fmt.Sprintf("the groups of %s and its subdomains are reserved for the platform; a project defines its kinds in a group of its own domain", s))}
 		}

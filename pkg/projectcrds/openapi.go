@@ -11,7 +11,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/controller/openapi/builder"
 	"k8s.io/kube-openapi/pkg/spec3"
-	"k8s.io/utils/lru"
 )
 
 // servedAt returns the project's CRDs of group that serve version, whose
@@ -46,21 +45,20 @@ func classesHash(crds []*apiextensionsv1.CustomResourceDefinition) string {
 	return strings.ToUpper(hex.EncodeToString(h.Sum(nil)))
 }
 
-// documents keeps the OpenAPI documents of projects' own kinds by what they
-// are made of (the classes of their CRDs and, for v3, the version), not by
-// project: every project that defines the same CRDs reads one document, and
-// a project's change makes another key without rebuilding anybody's. A
-// document of a class is the same in every project: the builder reads a CRD's
-// spec and accepted names, which its class is the hash of.
-var documents = lru.New(documentsCached)
-
-// documentsCached is how many documents are kept: the distinct sets of
-// CRDs projects define (a few kinds of operator), not projects.
-const documentsCached = 256
-
 // v2Parts is what a set of CRDs adds to an OpenAPI v2 document.
 type v2Parts struct {
 	paths, definitions, parameters map[string]json.RawMessage
+}
+
+// size is about how many bytes p holds.
+func (p *v2Parts) size() int {
+	n := 0
+	for _, m := range []map[string]json.RawMessage{p.paths, p.definitions, p.parameters} {
+		for k, v := range m {
+			n += len(k) + len(v)
+		}
+	}
+	return n
 }
 
 // OpenAPIV3 returns the OpenAPI v3 document of one of a project's own group
@@ -73,7 +71,7 @@ func (s *Index) OpenAPIV3(projectID, group, version string) ([]byte, bool) {
 		return nil, false
 	}
 	key := "v3/" + group + "/" + version + "/" + classesHash(crds)
-	if doc, ok := documents.Get(key); ok {
+	if doc, ok := documents.get(key); ok {
 		return doc.([]byte), true
 	}
 	specs := make([]*spec3.OpenAPI, 0, len(crds))
@@ -92,7 +90,7 @@ func (s *Index) OpenAPIV3(projectID, group, version string) ([]byte, bool) {
 	if err != nil {
 		return nil, false
 	}
-	documents.Add(key, out)
+	documents.add(key, out, len(out))
 	return out, true
 }
 
@@ -114,7 +112,7 @@ func (s *Index) OpenAPIV2(projectID string) (paths, definitions, parameters map[
 	}
 	slices.SortFunc(crds, func(a, b *apiextensionsv1.CustomResourceDefinition) int { return strings.Compare(a.Name, b.Name) })
 	key := "v2/" + classesHash(crds)
-	if parts, ok := documents.Get(key); ok {
+	if parts, ok := documents.get(key); ok {
 		p := parts.(*v2Parts)
 		return p.paths, p.definitions, p.parameters, len(p.paths) > 0
 	}
@@ -135,7 +133,7 @@ func (s *Index) OpenAPIV2(projectID string) (paths, definitions, parameters map[
 			addJSON(p.parameters, doc.Parameters)
 		}
 	}
-	documents.Add(key, p)
+	documents.add(key, p, p.size())
 	return p.paths, p.definitions, p.parameters, len(p.paths) > 0
 }
 

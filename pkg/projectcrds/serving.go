@@ -83,6 +83,7 @@ type classHandler struct {
 
 // NewServing prepares the serving of the CRDs of index.
 func NewServing(config ServingConfig, index *Index) *Serving {
+	config.Admission = forbidCreateWhileTerminating{config.Admission}
 	return &Serving{config: config, index: index, classes: map[Class]*classHandler{}, building: map[Class]*classBuild{}, views: map[string]Class{}, sweepAt: minSweep}
 }
 
@@ -114,45 +115,60 @@ func (s *Serving) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, req)
 			return
 		}
-		crd := s.index.lookup(t, info.Resource+"."+info.APIGroup)
-		if crd == nil || !apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
-			next.ServeHTTP(w, req)
-			return
-		}
-		gv := schema.GroupVersion{Group: info.APIGroup, Version: info.APIVersion}
-		if info.Verb == "create" && crd.DeletionTimestamp != nil {
-			// As upstream: nothing new while the CRD's instances are being deleted.
-			err := apierrors.NewMethodNotSupported(schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, "create")
-			err.ErrStatus.Message = fmt.Sprintf("create not allowed while custom resource definition %s is terminating", crd.Name)
-			responsewriters.ErrorNegotiated(err, s.config.NegotiatedSerializer, gv, w, req)
-			return
-		}
-		h, err := s.class(ctx, crd)
-		if err != nil {
-			responsewriters.ErrorNegotiated(apierrors.NewInternalError(fmt.Errorf("serving %s: %w", crd.Name, err)), s.config.NegotiatedSerializer, gv, w, req)
-			return
-		}
-		if info.Verb == "watch" {
-			// Ended when the project's CRD leaves the class serving it
-			// (watches.go); checked again once registered, for a change
-			// the index saw in between.
-			key, class := allprojects.Key{Project: t.Name, ID: t.ID, Name: crd.Name}.StoreKey(), Class(crd.Annotations[classAnnotation])
-			watchCtx, done := s.index.watches.add(ctx, key, class)
-			defer done()
-			if now := s.index.lookup(t, crd.Name); now == nil || Class(now.Annotations[classAnnotation]) != class {
-				done()
-			}
-			req = req.WithContext(watchCtx)
-		}
-		h.ServeHTTP(w, req)
+		s.serve(w, req, next, t, info, 0)
 	})
 }
 
+// serve hands a request of project t for a kind it may define to its
+// CRD's class handler, or to next if it defines none. A watch whose CRD
+// changed class while it was being registered is served afresh (up to
+// attempt 3, then with its context ended: the client watches again).
+func (s *Serving) serve(w http.ResponseWriter, req *http.Request, next http.Handler, t tenancy.Tenant, info *request.RequestInfo, attempt int) {
+	orig, ctx := req, req.Context()
+	crd := s.index.lookup(t, info.Resource+"."+info.APIGroup)
+	if crd == nil || !apiextensionshelpers.IsCRDConditionTrue(crd, apiextensionsv1.NamesAccepted) {
+		next.ServeHTTP(w, req)
+		return
+	}
+	gv := schema.GroupVersion{Group: info.APIGroup, Version: info.APIVersion}
+	if crd.DeletionTimestamp != nil {
+		// As upstream: nothing new while the CRD's instances are being
+		// deleted, by POST or by a patch that creates (server-side
+		// apply); updates go on (finalizers are removed by them).
+		ctx = context.WithValue(ctx, terminatingKey{}, crd.Name)
+		req = req.WithContext(ctx)
+	}
+	h, err := s.class(ctx, crd)
+	if err != nil {
+		responsewriters.ErrorNegotiated(apierrors.NewInternalError(fmt.Errorf("serving %s: %w", crd.Name, err)), s.config.NegotiatedSerializer, gv, w, req)
+		return
+	}
+	if info.Verb == "watch" {
+		// Ended when the project's CRD leaves the class serving it
+		// (watches.go); checked again once registered, for a change
+		// the index saw in between.
+		key, class := allprojects.Key{Project: t.Name, ID: t.ID, Name: crd.Name}.StoreKey(), Class(crd.Annotations[classAnnotation])
+		watchCtx, done := s.index.watches.add(ctx, key, class)
+		defer done()
+		if now := s.index.lookup(t, crd.Name); now == nil || Class(now.Annotations[classAnnotation]) != class {
+			done()
+			if attempt < 3 {
+				s.serve(w, orig, next, t, info, attempt+1)
+				return
+			}
+		}
+		req = req.WithContext(watchCtx)
+	}
+	h.ServeHTTP(w, req)
+}
+
 // class returns the handler of crd's schema class, building it on first use.
-// A class is built outside the lock: compiling a schema and its CEL rules
-// takes milliseconds to seconds, and the classes already built keep serving
-// every other project meanwhile; requests for a class being built wait for
-// that one build (or for their own request to end).
+// A class is built outside the lock: building it starts the informer of its
+// one CRD and waits for it to fill (a tenth of a second or so; upstream's
+// handler compiles the schema and its CEL rules later, on its first
+// request, under a lock of its own), and the classes already built keep
+// serving every other project meanwhile; requests for a class being built
+// wait for that one build (or for their own request to end).
 func (s *Serving) class(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) (http.Handler, error) {
 	class := Class(crd.Annotations[classAnnotation])
 	s.mu.RLock()
@@ -183,15 +199,20 @@ func (s *Serving) class(ctx context.Context, crd *apiextensionsv1.CustomResource
 			return nil, ctx.Err()
 		}
 	}
+	// What the waiters get should the build panic (the server's panic
+	// filter answers the builder's request); the next request builds anew.
+	b.err = fmt.Errorf("building the handler of class %s failed", class)
+	defer func() {
+		s.mu.Lock()
+		delete(s.building, class)
+		if b.err == nil {
+			s.classes[class] = b.handler
+			classHandlers.Set(float64(len(s.classes)))
+		}
+		s.mu.Unlock()
+		close(b.done)
+	}()
 	b.handler, b.err = s.build(crd, class)
-	s.mu.Lock()
-	delete(s.building, class)
-	if b.err == nil {
-		s.classes[class] = b.handler
-		classHandlers.Set(float64(len(s.classes)))
-	}
-	s.mu.Unlock()
-	close(b.done)
 	return b.handler, b.err
 }
 
@@ -298,4 +319,46 @@ func (o *oneCRD) Informer() cache.SharedIndexInformer { return o.informer }
 
 func (o *oneCRD) Lister() apiextensionslisters.CustomResourceDefinitionLister {
 	return apiextensionslisters.NewCustomResourceDefinitionLister(o.informer.GetIndexer())
+}
+
+// terminatingKey marks, in a request's context, a request for a kind whose
+// project CRD is being deleted; its value is the CRD's name.
+type terminatingKey struct{}
+
+// forbidCreateWhileTerminating refuses every create (by POST, or by a patch
+// or apply that creates) of an instance whose project CRD is being deleted,
+// as upstream's handler does for a terminating CRD: the class handler serves
+// every project of the class, so the refusal follows the request's project
+// CRD rather than the handler's.
+type forbidCreateWhileTerminating struct{ delegate admission.Interface }
+
+func (f forbidCreateWhileTerminating) Handles(op admission.Operation) bool {
+	return op == admission.Create || (f.delegate != nil && f.delegate.Handles(op))
+}
+
+func (f forbidCreateWhileTerminating) refuse(ctx context.Context, a admission.Attributes) error {
+	if name, ok := ctx.Value(terminatingKey{}).(string); ok && a.GetOperation() == admission.Create {
+		return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(), fmt.Errorf("create not allowed while custom resource definition %s is terminating", name))
+	}
+	return nil
+}
+
+func (f forbidCreateWhileTerminating) Admit(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	if err := f.refuse(ctx, a); err != nil {
+		return err
+	}
+	if m, ok := f.delegate.(admission.MutationInterface); ok && m.Handles(a.GetOperation()) {
+		return m.Admit(ctx, a, o)
+	}
+	return nil
+}
+
+func (f forbidCreateWhileTerminating) Validate(ctx context.Context, a admission.Attributes, o admission.ObjectInterfaces) error {
+	if err := f.refuse(ctx, a); err != nil {
+		return err
+	}
+	if v, ok := f.delegate.(admission.ValidationInterface); ok && v.Handles(a.GetOperation()) {
+		return v.Validate(ctx, a, o)
+	}
+	return nil
 }

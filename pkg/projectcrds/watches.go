@@ -137,11 +137,18 @@ const reservationTTL = 10 * time.Second
 const maxPendingProjects = 1024
 
 // reserve counts the create of name in project against max, with the
-// project's CRDs in the index (have); false if it would pass max.
-func (c *creates) reserve(project, name string, have []string, max int) bool {
+// project's CRDs in the index (read by have, under the lock, so that a CRD
+// the index takes in meanwhile is counted there or as reserved, never
+// neither); false if it would pass max. It reserves a place only if keep.
+// A name the project has already passes: storage refuses its create (409).
+func (c *creates) reserve(project, name string, have func() []string, max int, keep bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	now := c.clock()
+	names := have()
+	if slices.Contains(names, name) {
+		return true
+	}
 	if c.byProject == nil {
 		c.byProject = map[string]map[string]time.Time{}
 	}
@@ -158,10 +165,10 @@ func (c *creates) reserve(project, name string, have []string, max int) bool {
 		}
 	}
 	pending := c.byProject[project]
-	count := len(have)
+	count := len(names)
 	for n, until := range pending {
 		switch {
-		case !now.Before(until) || slices.Contains(have, n):
+		case !now.Before(until) || slices.Contains(names, n):
 			delete(pending, n)
 		case n != name:
 			count++
@@ -169,6 +176,9 @@ func (c *creates) reserve(project, name string, have []string, max int) bool {
 	}
 	if count >= max {
 		return false
+	}
+	if !keep {
+		return true
 	}
 	if pending == nil {
 		pending = map[string]time.Time{}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
@@ -56,27 +57,67 @@ func TestWatchesEndWhenTheirCRDLeavesTheClass(t *testing.T) {
 func TestCreatesCountUntilTheIndexSeesThem(t *testing.T) {
 	now := time.Unix(1000, 0)
 	c := creates{now: func() time.Time { return now }}
-	if !c.reserve("p", "a.example.com", []string{"x.example.com"}, 3) || !c.reserve("p", "b.example.com", []string{"x.example.com"}, 3) {
+	stored := []string{"x.example.com"}
+	have := func() []string { return stored }
+	if !c.reserve("p", "a.example.com", have, 3, true) || !c.reserve("p", "b.example.com", have, 3, true) {
 		t.Fatal("creates under the bound refused")
 	}
-	if c.reserve("p", "c.example.com", []string{"x.example.com"}, 3) {
+	if c.reserve("p", "c.example.com", have, 3, true) {
 		t.Fatal("a third create counted beside one stored and two being created passed a bound of 3")
 	}
-	if !c.reserve("q", "c.example.com", nil, 3) {
+	if c.reserve("p", "c.example.com", have, 3, false) {
+		t.Fatal("a dry run past the bound admitted")
+	}
+	if !c.reserve("q", "c.example.com", func() []string { return nil }, 3, true) {
 		t.Fatal("another project's creates were counted")
 	}
-	if !c.reserve("p", "a.example.com", []string{"x.example.com"}, 3) {
+	if !c.reserve("p", "a.example.com", have, 3, true) {
 		t.Fatal("the same name admitted again (a retry) counted twice")
 	}
-	// The index sees a: it is counted there, not twice.
-	c.seen("p", "a.example.com")
-	if c.reserve("p", "c.example.com", []string{"x.example.com", "a.example.com"}, 3) {
+	if !c.reserve("p", "x.example.com", have, 3, true) {
+		t.Fatal("a create of a name the project has (storage answers 409) refused by the bound")
+	}
+	// The index takes a in: it is counted there, not twice, whether or
+	// not its reservation was dropped yet.
+	stored = append(stored, "a.example.com")
+	if c.reserve("p", "c.example.com", have, 3, true) {
 		t.Fatal("a stored create no longer counted")
+	}
+	c.seen("p", "a.example.com")
+	if c.reserve("p", "c.example.com", have, 3, true) {
+		t.Fatal("a stored create no longer counted once seen")
 	}
 	// b was refused after admission and never stored: it frees its place at the TTL.
 	now = now.Add(reservationTTL)
-	if !c.reserve("p", "c.example.com", []string{"x.example.com", "a.example.com"}, 3) {
+	if !c.reserve("p", "c.example.com", have, 3, true) {
 		t.Fatal("a create that never reached the index still counted after the TTL")
+	}
+}
+
+func TestDocumentCacheIsBoundedInBytes(t *testing.T) {
+	c := newDocumentCache(100)
+	c.add("a", "A", 20)
+	c.add("b", "B", 20)
+	c.add("c", "C", 20)
+	if _, ok := c.get("a"); !ok { // a is now the most recently read
+		t.Fatal("a document under the bound was not kept")
+	}
+	c.add("d", "D", 25)
+	c.add("e", "E", 25) // 110 bytes: the least recently read, b, goes
+	if _, ok := c.get("b"); ok {
+		t.Error("the least recently read document was kept past the bound")
+	}
+	for _, k := range []string{"a", "c", "d", "e"} {
+		if _, ok := c.get(k); !ok {
+			t.Errorf("document %s was dropped, though the bound holds it", k)
+		}
+	}
+	c.add("big", "X", 26)
+	if _, ok := c.get("big"); ok {
+		t.Error("a document of more than a quarter of the bound was kept")
+	}
+	if c.size > c.max {
+		t.Errorf("the cache holds %d bytes, past its bound of %d", c.size, c.max)
 	}
 }
 
@@ -103,5 +144,32 @@ func TestParallelCreatesKeepToTheBound(t *testing.T) {
 	wg.Wait()
 	if n := admitted.Load(); n != bound {
 		t.Errorf("%d of %d parallel creates admitted under a bound of %d", n, tries, bound)
+	}
+}
+
+// TestRefusedCreatesHoldNoPlace: a create the plugin refuses for another
+// reason, and a dry run, do not count against the bound afterwards.
+func TestRefusedCreatesHoldNoPlace(t *testing.T) {
+	p := newPlugin(Rules{Enabled: true, MaxPerProject: 1, ReservedGroups: []string{"platform.example.org"}}, nil)
+	ctx := tenancy.WithTenant(context.Background(), tenancy.Tenant{Kind: tenancy.Project, Name: "p", ID: "p.1"})
+	create := func(name, group string, dryRun bool) error {
+		crd := &apiextensions.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: name + "." + group},
+			Spec: apiextensions.CustomResourceDefinitionSpec{Group: group}}
+		a := admission.NewAttributesRecord(crd, nil, schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+			"", crd.Name, schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+			"", admission.Create, &metav1.CreateOptions{}, dryRun, &user.DefaultInfo{Name: "tenant"})
+		return p.Validate(ctx, a, nil)
+	}
+	if err := create("gears", "sub.platform.example.org", false); !apierrors.IsInvalid(err) {
+		t.Fatalf("a CRD in a group the operator reserves: %v, want 422", err)
+	}
+	if err := create("gears", "example.com", true); err != nil {
+		t.Fatalf("a dry run under the bound: %v", err)
+	}
+	if err := create("gears", "example.com", false); err != nil {
+		t.Fatalf("the first create after a refused one and a dry run: %v, want admitted", err)
+	}
+	if err := create("cogs", "example.com", true); !apierrors.IsForbidden(err) {
+		t.Fatalf("a dry run past the bound: %v, want 403", err)
 	}
 }

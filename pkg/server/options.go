@@ -16,6 +16,7 @@ import (
 	"strings"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apimachinery/pkg/util/validation"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientfeatures "k8s.io/client-go/features"
@@ -194,6 +195,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 	fs.StringSliceVar(&o.ProjectCRDs.ConversionWebhookURLPrefixes, "project-crd-conversion-webhook-prefixes", o.ProjectCRDs.ConversionWebhookURLPrefixes, ""+
 		"URL prefixes (https, ending in '/') a project CRD's conversion webhook may call. None by default: a conversion "+
 		"webhook would make the server call whatever URL a tenant names, so project CRDs are refused one unless its URL starts with one of these.")
+	fs.StringSliceVar(&o.ProjectCRDs.ReservedGroups, "project-crd-reserved-groups", o.ProjectCRDs.ReservedGroups, ""+
+		"API groups, each with its subdomains, that projects may not define CustomResourceDefinitions in (422), beside "+
+		"miloapis.com: the groups of CRDs the platform installs or will install, which a project holding names in first "+
+		"would keep the platform from installing (409).")
 	fs.Int64Var(&o.MaxListItems, "max-project-list-items", o.MaxListItems, ""+
 		"The most items one LIST of a project or an organization context returns: a larger page is cut to this many "+
 		"(with a continue token), a list asked without a limit that would hold more is refused with 400. "+
@@ -357,8 +362,13 @@ func (o *Options) validateMiloFlags() []error {
 	if o.ProjectCRDs.MaxPerProject < 0 {
 		errs = append(errs, errors.New("--max-project-crds must not be negative"))
 	}
+	for _, group := range o.ProjectCRDs.ReservedGroups {
+		if msgs := validation.IsDNS1123Subdomain(group); len(msgs) > 0 {
+			errs = append(errs, fmt.Errorf("--project-crd-reserved-groups: %q is not an API group: %s", group, strings.Join(msgs, "; ")))
+		}
+	}
 	if o.ProjectCRDs.Enabled && slices.Contains(o.ControlPlane.Admission.GenericAdmission.DisablePlugins, projectcrds.PluginName) {
-		errs = append(errs, fmt.Errorf("--project-crds needs the admission plugin %s: it keeps projects' CRDs from calling URLs of their choosing", projectcrds.PluginName))
+		errs = append(errs, fmt.Errorf("--project-crds needs the admission plugin %s: it keeps projects' CRDs from calling URLs of their choosing (--project-crds=false turns projects' CRDs off)", projectcrds.PluginName))
 	}
 	if o.MaxWatches < 0 {
 		errs = append(errs, errors.New("--max-project-watches must not be negative"))

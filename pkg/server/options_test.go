@@ -213,6 +213,12 @@ func TestProjectCRDFlags(t *testing.T) {
 	if o := parse(t, "--project-crds=false"); o.ProjectCRDs.Enabled {
 		t.Errorf("--project-crds=false left them on: %+v", o.ProjectCRDs)
 	}
+	if o := parse(t, "--project-crd-reserved-groups=cert-manager.io,gateway.networking.k8s.io"); len(o.ProjectCRDs.ReservedGroups) != 2 || len(o.validateMiloFlags()) != 0 {
+		t.Errorf("reserved groups not applied or refused: %+v %v", o.ProjectCRDs, o.validateMiloFlags())
+	}
+	if errs := parse(t, "--project-crd-reserved-groups=Not_A/Group").validateMiloFlags(); len(errs) != 1 {
+		t.Errorf("a reserved group that is no API group: %v, want one error", errs)
+	}
 	o := parse(t, "--project-crds", "--project-crd-conversion-webhook-prefixes=https://convert.example.net/,https://hooks.example.net/crds/")
 	if !o.ProjectCRDs.Enabled || len(o.ProjectCRDs.ConversionWebhookURLPrefixes) != 2 || len(o.validateMiloFlags()) != 0 {
 		t.Errorf("flags not applied or refused: %+v %v", o.ProjectCRDs, o.validateMiloFlags())

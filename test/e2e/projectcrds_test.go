@@ -850,6 +850,59 @@ func TestProjectCRDWatchesEndWithTheirSchema(t *testing.T) {
 	}
 }
 
+// TestProjectCRDTerminatingRefusesCreates: while a project's CRD is being
+// deleted, its kind refuses creates by POST and by server-side apply (403,
+// as upstream), and updates go on, so that an instance's finalizer can be
+// removed and the CRD can go.
+func TestProjectCRDTerminatingRefusesCreates(t *testing.T) {
+	m := crdServer(t)
+	ctx := context.Background()
+	p := m.newProject(t, "crd-terminating")
+	crds := crdsAt(t, m.projectConfig(t, p))
+	if _, err := crds.Create(ctx, projectCRD("ebbs", "Ebb", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, crds, "ebbs.crd.example.net", apiextensionsv1.ConditionTrue)
+	ebbs := m.projectDynamic(t, p).Resource(schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "ebbs"}).Namespace("default")
+	ebb := func(name string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.example.net/v1", "kind": "Ebb",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"size": int64(1)}}}
+	}
+	held := ebb("held")
+	held.SetFinalizers([]string{"e2e.example.net/hold"})
+	eventually(t, "the held Ebb", func() error { _, err := ebbs.Create(ctx, held, metav1.CreateOptions{}); return err })
+	if err := crds.Delete(ctx, "ebbs.crd.example.net", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a create refused while the CRD terminates", func() error {
+		_, err := ebbs.Create(ctx, ebb("posted"), metav1.CreateOptions{})
+		if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "terminating") {
+			return fmt.Errorf("create: %v, want 403 naming the terminating CRD", err)
+		}
+		return nil
+	})
+	if _, err := ebbs.Apply(ctx, "applied", ebb("applied"), metav1.ApplyOptions{FieldManager: "e2e"}); !apierrors.IsForbidden(err) {
+		t.Fatalf("a server-side apply that creates while the CRD terminates: %v, want 403", err)
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		obj, err := ebbs.Get(ctx, "held", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		obj.SetFinalizers(nil)
+		_, err = ebbs.Update(ctx, obj, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatalf("removing an instance's finalizer while its CRD terminates: %v", err)
+	}
+	eventually(t, "the CRD gone", func() error {
+		if _, err := crds.Get(ctx, "ebbs.crd.example.net", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get: %v, want 404", err)
+		}
+		return nil
+	})
+}
+
 // TestProjectCRDClassIsTheServers: a tenant cannot choose which schema
 // class serves it — a class named in its CRD's annotations is ignored — so
 // it cannot have another project's requests served by a handler built from

@@ -39,7 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -224,40 +224,70 @@ func (t *term) write(ctx context.Context, key allprojects.Key, name string, name
 // deleteInstances deletes every instance of a deleted CRD in its project,
 // through the project's URL (the server serves a deleting CRD, except for
 // creates), and returns nil once none is left: instances with finalizers of
-// their own are waited for, as upstream's finalizer controller waits.
+// their own are waited for, as upstream's finalizer controller waits. It
+// reads the instances' metadata a page at a time, where upstream lists
+// every whole instance at once: a project's kind may hold many large objects.
 func (t *term) deleteInstances(ctx context.Context, key allprojects.Key, crd *apiextensionsv1.CustomResourceDefinition) error {
 	version := allprojects.ServedVersion(crd)
 	if version == "" || crd.Status.AcceptedNames.Plural == "" {
 		return nil // never served: no instance was ever made
 	}
-	client, err := dynamic.NewForConfigAndClient(t.clients.Config(key.Project), t.clients.HTTPClient())
+	client, err := metadata.NewForConfigAndClient(t.clients.Config(key.Project), t.clients.HTTPClient())
 	if err != nil {
 		return err
 	}
 	resource := client.Resource(schema.GroupVersionResource{Group: crd.Spec.Group, Version: version, Resource: crd.Status.AcceptedNames.Plural})
-	list, err := resource.List(ctx, metav1.ListOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if len(list.Items) == 0 {
-		return nil
-	}
-	for _, item := range list.Items {
-		var err error
-		if ns := item.GetNamespace(); ns != "" {
-			err = resource.Namespace(ns).Delete(ctx, item.GetName(), metav1.DeleteOptions{})
-		} else {
-			err = resource.Delete(ctx, item.GetName(), metav1.DeleteOptions{})
+	found, more := 0, false
+	opts := metav1.ListOptions{Limit: instancesPage}
+	for pages := 0; ; pages++ {
+		if pages == pagesPerSync {
+			more = true
+			break
 		}
-		if err != nil && !apierrors.IsNotFound(err) {
+		page, err := resource.List(ctx, opts)
+		if apierrors.IsNotFound(err) && found == 0 {
+			return nil
+		}
+		if apierrors.IsResourceExpired(err) && found > 0 {
+			break // the list's snapshot was compacted: the next round lists anew
+		}
+		if err != nil {
 			return err
 		}
+		for _, item := range page.Items {
+			var err error
+			if ns := item.GetNamespace(); ns != "" {
+				err = resource.Namespace(ns).Delete(ctx, item.GetName(), metav1.DeleteOptions{})
+			} else {
+				err = resource.Delete(ctx, item.GetName(), metav1.DeleteOptions{})
+			}
+			if err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+		found += len(page.Items)
+		if page.Continue == "" {
+			break
+		}
+		opts.Continue = page.Continue
 	}
-	return manager.Waiting{Reason: fmt.Sprintf("%d instances of %s are being deleted", len(list.Items), crd.Name)}
+	switch {
+	case found == 0:
+		return nil
+	case more:
+		// Not the tenant's finalizers: more to delete, after the queue's other work.
+		return manager.RetryAfter{After: time.Second, Reason: fmt.Sprintf("%d instances of %s deleted, more left", found, crd.Name)}
+	}
+	return manager.Waiting{Reason: fmt.Sprintf("%d instances of %s are being deleted", found, crd.Name)}
 }
+
+// instancesPage is how many instances' metadata one list of deleteInstances
+// reads, and pagesPerSync how many pages one round deletes before it lets
+// the queue's other work (the naming of the project's other CRDs) go first.
+const (
+	instancesPage = 500
+	pagesPerSync  = 20
+)
 
 // finalize removes upstream's cleanup finalizer from a deleted CRD whose
 // instances are gone, so that it goes.
