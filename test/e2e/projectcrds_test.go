@@ -737,40 +737,55 @@ func classHandlers(t *testing.T, m *milo) float64 {
 	return 0
 }
 
+// definedKind has project p define the test CRD of plural and kind (an
+// integer size) and returns its CRDs and the kind in namespace default,
+// once served.
+func definedKind(t *testing.T, m *milo, p, plural, kind string) (apiextensionsclient.CustomResourceDefinitionInterface, dynamic.ResourceInterface) {
+	t.Helper()
+	ctx := context.Background()
+	crds := crdsAt(t, m.projectConfig(t, p))
+	if _, err := crds.Create(ctx, projectCRD(plural, kind, apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, crds, plural+".crd.example.net", apiextensionsv1.ConditionTrue)
+	kinds := m.projectDynamic(t, p).Resource(schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: plural}).Namespace("default")
+	eventually(t, "the kind served in "+p, func() error { _, err := kinds.List(ctx, metav1.ListOptions{}); return err })
+	return crds, kinds
+}
+
+// setMaximum changes the schema of the test CRD name: spec.size at most limit.
+func setMaximum(t *testing.T, crds apiextensionsclient.CustomResourceDefinitionInterface, name string, limit float64) {
+	t.Helper()
+	ctx := context.Background()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		crd, err := crds.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+		size := spec.Properties["size"]
+		size.Maximum = &limit
+		spec.Properties["size"] = size
+		crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+		_, err = crds.Update(ctx, crd, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestProjectCRDSchemaChurnIsBounded: a tenant changing its CRD's schema over
 // and over, using the kind after each change, does not pile up the server's
 // handlers: those of schemas no CRD has any more are torn down.
 func TestProjectCRDSchemaChurnIsBounded(t *testing.T) {
 	m := crdServer(t)
 	ctx := context.Background()
-	p := m.newProject(t, "crd-churn")
-	crds := crdsAt(t, m.projectConfig(t, p))
-	if _, err := crds.Create(ctx, projectCRD("churns", "Churn", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitNames(t, crds, "churns.crd.example.net", apiextensionsv1.ConditionTrue)
-	churns := m.projectDynamic(t, p).Resource(schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "churns"}).Namespace("default")
-	eventually(t, "the kind served", func() error { _, err := churns.List(ctx, metav1.ListOptions{}); return err })
+	crds, churns := definedKind(t, m, m.newProject(t, "crd-churn"), "churns", "Churn")
 	before := classHandlers(t, m)
 	const changes = 48
 	for i := range changes {
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			crd, err := crds.Get(ctx, "churns.crd.example.net", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			// Each schema allows one more: a size of i is valid under the new one only.
-			spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-			size := spec.Properties["size"]
-			limit := float64(i)
-			size.Maximum = &limit
-			spec.Properties["size"] = size
-			crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
-			_, err = crds.Update(ctx, crd, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		// Each schema allows one more: a size of i is valid under the new one only.
+		setMaximum(t, crds, "churns.crd.example.net", float64(i))
 		eventually(t, "the changed schema served", func() error {
 			obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.example.net/v1", "kind": "Churn",
 				"metadata": map[string]any{"generateName": "c-"}, "spec": map[string]any{"size": int64(i)}}}
@@ -785,7 +800,7 @@ func TestProjectCRDSchemaChurnIsBounded(t *testing.T) {
 
 // TestProjectCRDWatchesEndWithTheirSchema: a watch of a project's kind
 // ends when the project changes its CRD's schema (as upstream ends every
-// watch of a CRD whose storage it rebuilds), so the client lists again under
+// watch of a CRD whose storage it rebuilds), so the client watches again under
 // the new schema; another project's watch of the same kind and schema,
 // served by the same shared handler, goes on.
 func TestProjectCRDWatchesEndWithTheirSchema(t *testing.T) {
@@ -794,14 +809,12 @@ func TestProjectCRDWatchesEndWithTheirSchema(t *testing.T) {
 	changer, bystander := m.newProject(t, "crd-watch-changer"), m.newProject(t, "crd-watch-bystander")
 	gvr := schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "tides"}
 	watches := map[string]watch.Interface{}
+	var changed apiextensionsclient.CustomResourceDefinitionInterface
 	for _, p := range []string{changer, bystander} {
-		crds := crdsAt(t, m.projectConfig(t, p))
-		if _, err := crds.Create(ctx, projectCRD("tides", "Tide", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
+		crds, tides := definedKind(t, m, p, "tides", "Tide")
+		if p == changer {
+			changed = crds
 		}
-		waitNames(t, crds, "tides.crd.example.net", apiextensionsv1.ConditionTrue)
-		tides := m.projectDynamic(t, p).Resource(gvr).Namespace("default")
-		eventually(t, "the kind served in "+p, func() error { _, err := tides.List(ctx, metav1.ListOptions{}); return err })
 		w, err := tides.Watch(ctx, metav1.ListOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -809,23 +822,7 @@ func TestProjectCRDWatchesEndWithTheirSchema(t *testing.T) {
 		t.Cleanup(w.Stop)
 		watches[p] = w
 	}
-	crds := crdsAt(t, m.projectConfig(t, changer))
-	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		crd, err := crds.Get(ctx, "tides.crd.example.net", metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-		size := spec.Properties["size"]
-		limit := float64(7)
-		size.Maximum = &limit
-		spec.Properties["size"] = size
-		crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
-		_, err = crds.Update(ctx, crd, metav1.UpdateOptions{})
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
+	setMaximum(t, changed, "tides.crd.example.net", 7)
 	deadline := time.After(30 * time.Second)
 	for ended := false; !ended; {
 		select {
@@ -857,13 +854,7 @@ func TestProjectCRDWatchesEndWithTheirSchema(t *testing.T) {
 func TestProjectCRDTerminatingRefusesCreates(t *testing.T) {
 	m := crdServer(t)
 	ctx := context.Background()
-	p := m.newProject(t, "crd-terminating")
-	crds := crdsAt(t, m.projectConfig(t, p))
-	if _, err := crds.Create(ctx, projectCRD("ebbs", "Ebb", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitNames(t, crds, "ebbs.crd.example.net", apiextensionsv1.ConditionTrue)
-	ebbs := m.projectDynamic(t, p).Resource(schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "ebbs"}).Namespace("default")
+	crds, ebbs := definedKind(t, m, m.newProject(t, "crd-terminating"), "ebbs", "Ebb")
 	ebb := func(name string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.example.net/v1", "kind": "Ebb",
 			"metadata": map[string]any{"name": name}, "spec": map[string]any{"size": int64(1)}}}
