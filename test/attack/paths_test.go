@@ -124,9 +124,9 @@ func TestOpenAPIInProjectsShowsOnlyProjectKinds(t *testing.T) {
 		return a.body
 	}
 	for path, forbidden := range map[string][]string{
-		"/openapi/v3": {"apiextensions.k8s.io", "resourcemanager.miloapis.com", "admissionregistration"},
+		"/openapi/v3": {"apiregistration.k8s.io", "resourcemanager.miloapis.com", "admissionregistration"},
 		"/openapi/v3/apis/iam.miloapis.com/v1alpha1": {"policybindings", "PolicyBinding", "/roles", "v1alpha1.Role\""},
-		"/openapi/v2": {"/apis/apiextensions.k8s.io/", "/apis/resourcemanager.miloapis.com/", "tokenreviews", "/apis/iam.miloapis.com/v1alpha1/roles"},
+		"/openapi/v2": {"/apis/apiregistration.k8s.io/", "/apis/resourcemanager.miloapis.com/", "tokenreviews", "/apis/iam.miloapis.com/v1alpha1/roles"},
 	} {
 		body := get(path)
 		for _, f := range forbidden {
@@ -151,13 +151,13 @@ func TestPlatformOnlyAnswersAsUnknown(t *testing.T) {
 	project := projectIn(t, malloryToken, org, unique("unknown"))
 	cfg := at(malloryToken, tenancy.ProjectPath(project))
 	for hidden, unknown := range map[string]string{
-		"/apis/apiextensions.k8s.io/v1/customresourcedefinitions":   "/apis/example.com/v1/widgetsdefinitionsxx",
-		"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/x": "/apis/example.com/v1/widgetsdefinitionsxx/x",
-		"/apis/resourcemanager.miloapis.com/v1alpha1/projects":      "/apis/example.com/v1alpha1/projectsxxx",
-		"/apis/apiextensions.k8s.io":                                "/apis/example.comxxxxxxxxxx",
-		"/apis/apiextensions.k8s.io/v1":                             "/apis/example.comxxxxxxxxxx/v1",
-		"/apis/iam.miloapis.com/v1alpha1/namespaces/default/roles":  "/apis/example.com/v1alpha1/namespaces/default/rolesxxxxxx",
-		"/apis/authentication.k8s.io/v1/tokenreviews":               "/apis/example.com/v1/tokenreviewsxxxxxxxxx",
+		"/apis/apiregistration.k8s.io/v1/apiservices":              "/apis/example.com/v1/widgetsdefi",
+		"/apis/apiregistration.k8s.io/v1/apiservices/x":            "/apis/example.com/v1/widgetsdefi/x",
+		"/apis/resourcemanager.miloapis.com/v1alpha1/projects":     "/apis/example.com/v1alpha1/projectsxxx",
+		"/apis/apiregistration.k8s.io":                             "/apis/example.comxxxxxxxxxxxx",
+		"/apis/apiregistration.k8s.io/v1":                          "/apis/example.comxxxxxxxxxxxx/v1",
+		"/apis/iam.miloapis.com/v1alpha1/namespaces/default/roles": "/apis/example.com/v1alpha1/namespaces/default/rolesxxxxxx",
+		"/apis/authentication.k8s.io/v1/tokenreviews":              "/apis/example.com/v1/tokenreviewsxxxxxxxxx",
 	} {
 		a, b := ask(t, cfg, "GET", hidden, "", hidden), ask(t, cfg, "GET", unknown, "", unknown)
 		if a != b {
