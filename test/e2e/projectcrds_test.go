@@ -1211,3 +1211,86 @@ func TestProjectCRDGarbageCollection(t *testing.T) {
 		return err
 	})
 }
+
+// TestProjectCRDSelectorsPagesAndScale: a project's kind answers field
+// selectors on its selectableFields, label selectors, pages with continue
+// tokens and `kubectl scale` through its scale subresource, as on a cluster.
+func TestProjectCRDSelectorsPagesAndScale(t *testing.T) {
+	m := crdServer(t)
+	ctx := context.Background()
+	p := m.newProject(t, "crd-dials")
+	crd := projectCRD("dials", "Dial", apiextensionsv1.NamespaceScoped, "integer")
+	v := &crd.Spec.Versions[0]
+	v.Schema.OpenAPIV3Schema.Properties["spec"] = apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+		"replicas": {Type: "integer"}, "color": {Type: "string"}}}
+	v.Schema.OpenAPIV3Schema.Properties["status"] = apiextensionsv1.JSONSchemaProps{Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+		"replicas": {Type: "integer"}}}
+	v.Subresources = &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{},
+		Scale: &apiextensionsv1.CustomResourceSubresourceScale{SpecReplicasPath: ".spec.replicas", StatusReplicasPath: ".status.replicas"}}
+	v.SelectableFields = []apiextensionsv1.SelectableField{{JSONPath: ".spec.color"}}
+	crds := crdsAt(t, m.projectConfig(t, p))
+	if _, err := crds.Create(ctx, crd, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, crds, "dials.crd.example.net", apiextensionsv1.ConditionTrue)
+	dials := m.projectDynamic(t, p).Resource(schema.GroupVersionResource{Group: "crd.example.net", Version: "v1", Resource: "dials"}).Namespace("default")
+	colors, tiers := []string{"red", "blue", "red", "blue", "red"}, []string{"a", "b", "a", "b", "b"}
+	for i := range colors {
+		obj := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.example.net/v1", "kind": "Dial",
+			"metadata": map[string]any{"name": fmt.Sprintf("d%d", i), "labels": map[string]any{"tier": tiers[i]}},
+			"spec":     map[string]any{"replicas": int64(1), "color": colors[i]}}}
+		eventually(t, "Dial "+obj.GetName(), func() error { _, err := dials.Create(ctx, obj, metav1.CreateOptions{}); return err })
+	}
+	names := func(opts metav1.ListOptions) []string {
+		t.Helper()
+		list, err := dials.List(ctx, opts)
+		if err != nil {
+			t.Fatalf("list %+v: %v", opts, err)
+		}
+		var out []string
+		for _, item := range list.Items {
+			out = append(out, item.GetName())
+		}
+		return out
+	}
+	if got := names(metav1.ListOptions{FieldSelector: "spec.color=red"}); !slices.Equal(got, []string{"d0", "d2", "d4"}) {
+		t.Errorf("field selector spec.color=red: %v", got)
+	}
+	if got := names(metav1.ListOptions{LabelSelector: "tier=a"}); !slices.Equal(got, []string{"d0", "d2"}) {
+		t.Errorf("label selector tier=a: %v", got)
+	}
+	if _, err := dials.List(ctx, metav1.ListOptions{FieldSelector: "spec.size=1"}); !apierrors.IsBadRequest(err) {
+		t.Errorf("a field selector on a field the CRD does not select by: %v, want 400", err)
+	}
+	var paged []string
+	opts := metav1.ListOptions{Limit: 2}
+	for pages := 0; ; pages++ {
+		list, err := dials.List(ctx, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(list.Items) > 2 || pages > 3 {
+			t.Fatalf("page %d holds %d items, want at most 2", pages, len(list.Items))
+		}
+		for _, item := range list.Items {
+			paged = append(paged, item.GetName())
+		}
+		if list.GetContinue() == "" {
+			break
+		}
+		opts.Continue = list.GetContinue()
+	}
+	if !slices.Equal(paged, []string{"d0", "d1", "d2", "d3", "d4"}) {
+		t.Errorf("pages of 2 gave %v", paged)
+	}
+	if r := m.kubectlWith(t, m.projectKubeconfig(t, p), "", "scale", "-n", "default", "dials.crd.example.net/d1", "--replicas=3"); r.err != nil {
+		t.Fatalf("kubectl scale: %v %s", r.err, r.stderr)
+	}
+	got, err := dials.Get(ctx, "d1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if replicas, _, _ := unstructured.NestedInt64(got.Object, "spec", "replicas"); replicas != 3 {
+		t.Errorf("after kubectl scale --replicas=3: spec.replicas %d", replicas)
+	}
+}
