@@ -151,7 +151,14 @@ func (p *plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if !p.rules.Enabled {
 		return admission.NewForbidden(a, fmt.Errorf("this server does not serve CustomResourceDefinitions defined in projects (its operator enables them with --project-crds)"))
 	}
-	errs := ReservedGroup(crd.Spec.Group, field.NewPath("spec", "group"), p.rules.ReservedGroups)
+	// The operator's reserved groups keep new CRDs out; one a project
+	// defined before its group was reserved may still be updated (a CRD's
+	// group never changes).
+	var operators []string
+	if a.GetOperation() == admission.Create {
+		operators = p.rules.ReservedGroups
+	}
+	errs := ReservedGroup(crd.Spec.Group, field.NewPath("spec", "group"), operators)
 	if len(crd.Spec.Versions) > MaxVersions {
 		// Each version of a served class is a storage of the server's.
 		errs = append(errs, field.TooMany(field.NewPath("spec", "versions"), len(crd.Spec.Versions), MaxVersions))

@@ -10,7 +10,8 @@ import (
 // version), never by project: every project that defines the same CRDs
 // reads one document, and one project's change makes a new key without
 // rebuilding anybody's. A document of a class is the same in every project:
-// upstream's builder reads a CRD's spec, which its class is the hash of.
+// upstream's builder reads a CRD's spec, which its class hashes (with the
+// accepted names).
 //
 // It is bounded in bytes, not entries, the least recently read going
 // first: a project's CRDs may hold schemas of a megabyte each. A tenant that
@@ -30,6 +31,10 @@ type cachedDocument struct {
 	value any
 	size  int
 }
+
+// entryOverhead is about what an entry costs beside its document and key
+// (its list element, map slot and record), so that empty documents count too.
+const entryOverhead = 128
 
 // documentCacheBytes bounds what the server keeps of projects' OpenAPI documents.
 const documentCacheBytes = 64 << 20
@@ -59,6 +64,7 @@ func (c *documentCache) get(key string) (any, bool) {
 // read documents past the bound. A document of more than a quarter of the
 // bound is not kept: it would push out most others.
 func (c *documentCache) add(key string, value any, size int) {
+	size += len(key) + entryOverhead
 	if size > c.max/4 {
 		return
 	}

@@ -95,15 +95,17 @@ func TestCreatesCountUntilTheIndexSeesThem(t *testing.T) {
 }
 
 func TestDocumentCacheIsBoundedInBytes(t *testing.T) {
-	c := newDocumentCache(100)
-	c.add("a", "A", 20)
-	c.add("b", "B", 20)
-	c.add("c", "C", 20)
+	// Each entry costs its document, its one-byte key and entryOverhead.
+	doc := func(n int) int { return n - 1 - entryOverhead }
+	c := newDocumentCache(1000)
+	c.add("a", "A", doc(200))
+	c.add("b", "B", doc(200))
+	c.add("c", "C", doc(200))
 	if _, ok := c.get("a"); !ok { // a is now the most recently read
 		t.Fatal("a document under the bound was not kept")
 	}
-	c.add("d", "D", 25)
-	c.add("e", "E", 25) // 110 bytes: the least recently read, b, goes
+	c.add("d", "D", doc(250))
+	c.add("e", "E", doc(250)) // 1,100 bytes: the least recently read, b, goes
 	if _, ok := c.get("b"); ok {
 		t.Error("the least recently read document was kept past the bound")
 	}
@@ -112,12 +114,20 @@ func TestDocumentCacheIsBoundedInBytes(t *testing.T) {
 			t.Errorf("document %s was dropped, though the bound holds it", k)
 		}
 	}
-	c.add("big", "X", 26)
-	if _, ok := c.get("big"); ok {
+	c.add("f", "F", doc(251))
+	if _, ok := c.get("f"); ok {
 		t.Error("a document of more than a quarter of the bound was kept")
 	}
 	if c.size > c.max {
 		t.Errorf("the cache holds %d bytes, past its bound of %d", c.size, c.max)
+	}
+	// Empty documents (a project's CRDs serving no version) count too.
+	empty := newDocumentCache(1000)
+	for i := range 100 {
+		empty.add(fmt.Sprintf("k%d", i), nil, 0)
+	}
+	if n := len(empty.entries); n > 1000/entryOverhead {
+		t.Errorf("%d empty documents kept under a bound of 1,000 bytes", n)
 	}
 }
 
@@ -171,5 +181,14 @@ func TestRefusedCreatesHoldNoPlace(t *testing.T) {
 	}
 	if err := create("cogs", "example.com", true); !apierrors.IsForbidden(err) {
 		t.Fatalf("a dry run past the bound: %v, want 403", err)
+	}
+	// A CRD defined before its group was reserved may still be updated.
+	crd := &apiextensions.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "old.platform.example.org"},
+		Spec: apiextensions.CustomResourceDefinitionSpec{Group: "platform.example.org"}}
+	a := admission.NewAttributesRecord(crd, crd, schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"},
+		"", crd.Name, schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"},
+		"", admission.Update, &metav1.UpdateOptions{}, false, &user.DefaultInfo{Name: "tenant"})
+	if err := p.Validate(ctx, a, nil); err != nil {
+		t.Errorf("an update of a CRD in a group reserved after it was defined: %v", err)
 	}
 }

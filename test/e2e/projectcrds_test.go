@@ -875,6 +875,11 @@ func TestProjectCRDTerminatingRefusesCreates(t *testing.T) {
 	if _, err := ebbs.Apply(ctx, "applied", ebb("applied"), metav1.ApplyOptions{FieldManager: "e2e"}); !apierrors.IsForbidden(err) {
 		t.Fatalf("a server-side apply that creates while the CRD terminates: %v, want 403", err)
 	}
+	// A CRD of the same group is named while the other waits on its instance.
+	if _, err := crds.Create(ctx, projectCRD("floods", "Flood", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitNames(t, crds, "floods.crd.example.net", apiextensionsv1.ConditionTrue)
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		obj, err := ebbs.Get(ctx, "held", metav1.GetOptions{})
 		if err != nil {

@@ -162,13 +162,18 @@ func (t *term) sync(ctx context.Context, key allprojects.Key) error {
 	if err != nil {
 		return err
 	}
+	// A deletion still under way (its instances' finalizers are the
+	// tenant's) does not hold up the naming of the group's other CRDs: its
+	// error is returned once they are named.
+	var deleting error
 	for _, crd := range crds {
 		if crd.DeletionTimestamp != nil && slices.Contains(crd.Finalizers, apiextensionsv1.CustomResourceCleanupFinalizer) {
-			if err := t.deleteInstances(ctx, key, crd); err != nil {
-				return err
+			err := t.deleteInstances(ctx, key, crd)
+			if err == nil {
+				err = t.finalize(ctx, key, crd.Name)
 			}
-			if err := t.finalize(ctx, key, crd.Name); err != nil {
-				return err
+			if err != nil && deleting == nil {
+				deleting = err
 			}
 		}
 	}
@@ -197,7 +202,7 @@ func (t *term) sync(ctx context.Context, key allprojects.Key) error {
 			crds[i].Status.AcceptedNames = written.Status.AcceptedNames
 		}
 	}
-	return nil
+	return deleting
 }
 
 // write sets a CRD's accepted names and conditions, through its project.
@@ -237,24 +242,27 @@ func (t *term) deleteInstances(ctx context.Context, key allprojects.Key, crd *ap
 		return err
 	}
 	resource := client.Resource(schema.GroupVersionResource{Group: crd.Spec.Group, Version: version, Resource: crd.Status.AcceptedNames.Plural})
-	found, more := 0, false
+	// Instances already being deleted wait on their own finalizers (the
+	// tenant's): they are counted, not deleted again.
+	found, issued, more := 0, 0, false
 	opts := metav1.ListOptions{Limit: instancesPage}
-	for pages := 0; ; pages++ {
-		if pages == pagesPerSync {
-			more = true
-			break
-		}
+	for {
 		page, err := resource.List(ctx, opts)
 		if apierrors.IsNotFound(err) && found == 0 {
 			return nil
 		}
 		if apierrors.IsResourceExpired(err) && found > 0 {
-			break // the list's snapshot was compacted: the next round lists anew
+			more = true // the list's snapshot was compacted: the next round lists anew
+			break
 		}
 		if err != nil {
 			return err
 		}
 		for _, item := range page.Items {
+			found++
+			if item.GetDeletionTimestamp() != nil {
+				continue
+			}
 			var err error
 			if ns := item.GetNamespace(); ns != "" {
 				err = resource.Namespace(ns).Delete(ctx, item.GetName(), metav1.DeleteOptions{})
@@ -264,9 +272,13 @@ func (t *term) deleteInstances(ctx context.Context, key allprojects.Key, crd *ap
 			if err != nil && !apierrors.IsNotFound(err) {
 				return err
 			}
+			issued++
 		}
-		found += len(page.Items)
 		if page.Continue == "" {
+			break
+		}
+		if issued >= deletesPerSync {
+			more = true
 			break
 		}
 		opts.Continue = page.Continue
@@ -274,19 +286,19 @@ func (t *term) deleteInstances(ctx context.Context, key allprojects.Key, crd *ap
 	switch {
 	case found == 0:
 		return nil
-	case more:
+	case more && issued > 0:
 		// Not the tenant's finalizers: more to delete, after the queue's other work.
-		return manager.RetryAfter{After: time.Second, Reason: fmt.Sprintf("%d instances of %s deleted, more left", found, crd.Name)}
+		return manager.RetryAfter{After: time.Second, Reason: fmt.Sprintf("%d instances of %s deleted, more left", issued, crd.Name)}
 	}
 	return manager.Waiting{Reason: fmt.Sprintf("%d instances of %s are being deleted", found, crd.Name)}
 }
 
 // instancesPage is how many instances' metadata one list of deleteInstances
-// reads, and pagesPerSync how many pages one round deletes before it lets
-// the queue's other work (the naming of the project's other CRDs) go first.
+// reads, and deletesPerSync how many deletes one round sends before it lets
+// the queue's other work go first.
 const (
-	instancesPage = 500
-	pagesPerSync  = 20
+	instancesPage  = 500
+	deletesPerSync = 10000
 )
 
 // finalize removes upstream's cleanup finalizer from a deleted CRD whose
