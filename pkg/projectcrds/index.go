@@ -294,3 +294,27 @@ func (s *Index) Run(ctx context.Context) bool {
 	go s.crds.Run(ctx.Done())
 	return cache.WaitForCacheSync(ctx.Done(), s.crds.HasSynced)
 }
+
+// handler follows the index's CRDs for the watches they serve (watches.go)
+// and the creates reserved until the index holds them (creates.go).
+func (s *Index) handler() cache.ResourceEventHandler {
+	key := func(obj any) string {
+		k, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		return k
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if k, ok := allprojects.KeyOf(obj, true); ok && k.ID != "" {
+				s.pending.seen(k.ID, k.Name)
+			}
+		},
+		UpdateFunc: func(oldObj, newObj any) {
+			old, ok1 := oldObj.(*entry)
+			e, ok2 := newObj.(*entry)
+			if ok1 && ok2 && old.class.class != e.class.class {
+				s.watches.changed(key(e), e.class.class)
+			}
+		},
+		DeleteFunc: func(obj any) { s.watches.changed(key(obj), "") },
+	}
+}
