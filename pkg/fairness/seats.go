@@ -10,18 +10,27 @@ import (
 )
 
 // DefaultSeats is how many requests of one tenant run at once by default:
-// half the server's CPUs, at least four. A seat is held while the request's
-// body arrives and its answer is written, so one member on a slow link holds
-// one; four leave the project's other clients (its controllers) room.
+// half the server's CPUs, at least one, so that one tenant's requests never
+// keep every core busy. A seat held longer than SeatStuckAfter (a member on a
+// slow link, a call back into the project) is no longer counted, so one seat
+// does not let one slow request hold the project's others back for long.
 func DefaultSeats() int {
-	return max(4, runtime.GOMAXPROCS(0)/2)
+	return max(1, runtime.GOMAXPROCS(0)/2)
 }
+
+// SeatStuckAfter is how long a seat is counted against its tenant before the
+// tenant's next request may take its place. Long enough that a request
+// working on a core (a large list being encoded) keeps its seat while it
+// works; short enough that a request waiting on something else (a slow
+// client, an admission webhook calling back into its own project) holds its
+// tenant's other requests back only that long.
+const SeatStuckAfter = 500 * time.Millisecond
 
 // seatWait is the longest a request waits for one of its tenant's seats
 // before it is refused (429).
 const seatWait = 5 * time.Second
 
-// Seats bounds how many requests of one tenant run at once; the tenant's
+// Seats bound how many requests of one tenant run at once; the tenant's
 // further requests wait, first come first served, for one of its seats.
 //
 // A budget (Budget) bounds what a tenant spends on average, over seconds;
@@ -34,24 +43,21 @@ const seatWait = 5 * time.Second
 // request finds the other free. Long-running requests (watches) hold no seat.
 // Nothing is held for a tenant without requests in flight.
 type Seats struct {
-	per     int
-	tenants tenantMap[seated]
+	queue
 }
 
-// seated is one tenant's requests in flight and those waiting, in order.
-type seated struct {
-	running int
-	waiting []chan struct{}
-}
-
-// NewSeats returns seats for per requests of each tenant at once; per 0 or
-// less bounds nothing (nil).
+// NewSeats returns seats for per requests of each tenant at once, each
+// counted for SeatStuckAfter at most; per 0 or less bounds nothing (nil).
 func NewSeats(per int) *Seats {
+	return newSeats(per, SeatStuckAfter, seatWait)
+}
+
+func newSeats(per int, stuckAfter, maxWait time.Duration) *Seats {
 	if per <= 0 {
 		return nil
 	}
-	s := &Seats{per: per}
-	s.tenants.init()
+	s := &Seats{}
+	s.init(per, stuckAfter, maxWait, queueMetrics{waits: seatWaits, stuck: seatsStuck, tenants: seatTenants})
 	return s
 }
 
@@ -70,62 +76,11 @@ func (s *Seats) Take(ctx context.Context, tenant string) (release func(), ok boo
 	if s == nil {
 		return func() {}, true
 	}
-	sh := s.tenants.shard(tenant)
-	sh.mu.Lock()
-	t := sh.tenants[tenant]
-	if t == nil {
-		t = &seated{}
-		sh.tenants[tenant] = t
-		seatTenants.Inc()
+	release, ok, _ = s.take(ctx, tenant)
+	if !ok {
+		seatRefused.Inc()
 	}
-	release = func() { s.release(sh, tenant, t) }
-	if t.running < s.per {
-		t.running++
-		sh.mu.Unlock()
-		return release, true
-	}
-	turn := make(chan struct{})
-	t.waiting = append(t.waiting, turn)
-	sh.mu.Unlock()
-	seatWaits.Inc()
-	timer := time.NewTimer(seatWait)
-	defer timer.Stop()
-	select {
-	case <-turn:
-		return release, true
-	case <-ctx.Done():
-	case <-timer.C:
-	}
-	sh.mu.Lock()
-	for i, w := range t.waiting {
-		if w == turn {
-			t.waiting = append(t.waiting[:i], t.waiting[i+1:]...)
-			sh.mu.Unlock()
-			seatRefused.Inc()
-			return nil, false
-		}
-	}
-	// The seat was handed over as the wait ended: pass it on.
-	sh.mu.Unlock()
-	release()
-	seatRefused.Inc()
-	return nil, false
-}
-
-// release hands t's seat to its first waiting request, or frees it.
-func (s *Seats) release(sh *tenantShard[seated], tenant string, t *seated) {
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	if len(t.waiting) > 0 {
-		close(t.waiting[0])
-		t.waiting[0] = nil
-		t.waiting = t.waiting[1:]
-		return
-	}
-	if t.running--; t.running == 0 {
-		delete(sh.tenants, tenant)
-		seatTenants.Dec()
-	}
+	return release, ok
 }
 
 var (
@@ -139,6 +94,11 @@ var (
 		Help:           "Requests of projects and organization contexts refused (429) after waiting the longest for one of their tenant's seats.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	seatsStuck = metrics.NewCounter(&metrics.CounterOpts{
+		Name:           "milo_tenant_seats_stuck_total",
+		Help:           "Seats no longer counted against their tenant because their request held one longer than a seat is counted (a slow client, a call back into the project).",
+		StabilityLevel: metrics.ALPHA,
+	})
 	seatTenants = metrics.NewGauge(&metrics.GaugeOpts{
 		Name:           "milo_tenant_seat_tenants",
 		Help:           "Tenants with requests in flight or waiting for a seat. Tenants without are not held.",
@@ -147,5 +107,5 @@ var (
 )
 
 func init() {
-	legacyregistry.MustRegister(seatWaits, seatRefused, seatTenants)
+	legacyregistry.MustRegister(seatWaits, seatRefused, seatsStuck, seatTenants)
 }

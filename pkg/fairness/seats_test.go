@@ -106,6 +106,54 @@ func TestSeatsWaitEndsWithTheRequest(t *testing.T) {
 	}
 }
 
+func TestSeatsStuckRequestIsNotCounted(t *testing.T) {
+	stuckAfter := 20 * time.Millisecond
+	s := newSeats(1, stuckAfter, time.Hour)
+	// A request that holds the tenant's one seat and does not end (a body
+	// that never finishes arriving): the next request takes its place after
+	// stuckAfter, and those after it are not delayed by it again.
+	stuck, _ := s.Take(context.Background(), "project/a")
+	began := time.Now()
+	r, ok := s.Take(context.Background(), "project/a")
+	if !ok {
+		t.Fatal("the request after a stuck one was refused")
+	}
+	if waited := time.Since(began); waited < stuckAfter {
+		t.Fatalf("the next request waited %v, less than a seat is counted (%v)", waited, stuckAfter)
+	}
+	// The one now counted keeps the seat while it is younger than stuckAfter.
+	ctx, cancel := context.WithTimeout(context.Background(), stuckAfter/2)
+	defer cancel()
+	if _, ok := s.Take(ctx, "project/a"); ok {
+		t.Fatal("two requests held the tenant's one seat")
+	}
+	r()
+	// The stuck request ending frees nothing twice.
+	stuck()
+	r1, _ := s.Take(context.Background(), "project/a")
+	ctx2, cancel2 := context.WithTimeout(context.Background(), stuckAfter/2)
+	defer cancel2()
+	if _, ok := s.Take(ctx2, "project/a"); ok {
+		t.Fatal("two requests held the tenant's one seat after a stuck one ended")
+	}
+	r1()
+	if n := s.tenants.len(); n != 0 {
+		t.Fatalf("%d tenants held with nothing in flight", n)
+	}
+}
+
+func TestSeatsRefuseAfterTheLongestWait(t *testing.T) {
+	s := newSeats(1, time.Hour, 30*time.Millisecond)
+	held, _ := s.Take(context.Background(), "project/a")
+	if _, ok := s.Take(context.Background(), "project/a"); ok {
+		t.Fatal("a request took a seat held by a counted one")
+	}
+	held()
+	if n := s.tenants.len(); n != 0 {
+		t.Fatalf("%d tenants held with nothing in flight", n)
+	}
+}
+
 func TestCPUShareDiscountsWaiting(t *testing.T) {
 	var cpu time.Duration
 	c := &cpuShare{}

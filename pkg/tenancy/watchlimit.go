@@ -5,11 +5,11 @@ import (
 )
 
 // DefaultMaxWatches is how many watches one project or organization context
-// may hold open at once by default: far more than the informers of a
-// project's controllers and its users' `kubectl get -w` need, few enough
-// that one tenant cannot pile up the goroutines, buffers and per-event
-// deliveries of an unbounded number (docs/fairness.md).
-const DefaultMaxWatches = 1000
+// may hold open at once by default: more than the informers of a project's
+// controllers and its users' `kubectl get -w` need, few enough that one
+// write to a watched object does not wake so many watchers at once that
+// another project's requests wait behind them (docs/fairness.md).
+const DefaultMaxWatches = 250
 
 // WatchLimit bounds the watches each tenant holds open at once. Each open
 // watch costs the server goroutines and buffers for as long as it lasts, and

@@ -1,0 +1,198 @@
+package fairness
+
+import (
+	"context"
+	"time"
+
+	"k8s.io/component-base/metrics"
+)
+
+// queue is what Seats and Turns are made of: at most per holders for each
+// tenant, the tenant's others waiting first come first served. A holder
+// counted longer than stuckAfter is no longer counted, and the next waiting
+// takes its place: what is held that long waits for something else than a
+// core (a client that does not read or does not send, a call back into the
+// tenant's own project), so one such holder delays its tenant's other
+// requests by stuckAfter once, not for as long as it lasts. Nothing is held
+// for a tenant with nothing held or waiting.
+type queue struct {
+	per        int
+	stuckAfter time.Duration
+	// maxWait, when not 0, is the longest a waiter waits before it gives up.
+	maxWait time.Duration
+	tenants tenantMap[queueOf]
+	counts  queueMetrics
+}
+
+// queueMetrics are a queue's counters: waits, holders no longer counted,
+// and the tenants held.
+type queueMetrics struct {
+	waits, stuck *metrics.Counter
+	tenants      *metrics.Gauge
+}
+
+// queueOf is one tenant's holders and those waiting, in order.
+type queueOf struct {
+	holding []*place
+	waiting []*place
+}
+
+// place is one holder's place: held since a time, or, while waiting, the
+// channel it is handed over on.
+type place struct {
+	since  time.Time
+	given  chan struct{}
+	counts bool // still counted among the tenant's holders
+}
+
+func (q *queue) init(per int, stuckAfter, maxWait time.Duration, m queueMetrics) {
+	q.per, q.stuckAfter, q.maxWait, q.counts = per, stuckAfter, maxWait, m
+	q.tenants.init()
+}
+
+// take waits for one of tenant's places and returns the function that gives
+// it back, or false if ctx ended (timedOut false) or maxWait passed (true).
+func (q *queue) take(ctx context.Context, tenant string) (release func(), ok, timedOut bool) {
+	sh := q.tenants.shard(tenant)
+	sh.mu.Lock()
+	of := sh.tenants[tenant]
+	if of == nil {
+		of = &queueOf{}
+		sh.tenants[tenant] = of
+		q.counts.tenants.Inc()
+	}
+	mine := &place{}
+	release = func() { q.release(sh, tenant, of, mine) }
+	if q.takeLocked(of, mine, time.Now()) {
+		sh.mu.Unlock()
+		return release, true, false
+	}
+	mine.given = make(chan struct{})
+	of.waiting = append(of.waiting, mine)
+	sh.mu.Unlock()
+	q.counts.waits.Inc()
+	stuck := time.NewTimer(q.stuckAfter)
+	defer stuck.Stop()
+	var deadline <-chan time.Time
+	if q.maxWait > 0 {
+		d := time.NewTimer(q.maxWait)
+		defer d.Stop()
+		deadline = d.C
+	}
+	for {
+		select {
+		case <-mine.given:
+			return release, true, false
+		case <-ctx.Done():
+			q.giveUp(sh, tenant, of, mine)
+			return nil, false, false
+		case <-deadline:
+			q.giveUp(sh, tenant, of, mine)
+			return nil, false, true
+		case now := <-stuck.C:
+			sh.mu.Lock()
+			if !mine.counts && q.uncountStuckLocked(of, now) {
+				q.handOverLocked(of)
+			}
+			given := mine.counts
+			sh.mu.Unlock()
+			if given {
+				return release, true, false
+			}
+			stuck.Reset(q.stuckAfter)
+		}
+	}
+}
+
+// giveUp takes a waiter that stops waiting out of the queue, or, if it was
+// handed a place as its wait ended, passes the place on.
+func (q *queue) giveUp(sh *tenantShard[queueOf], tenant string, of *queueOf, mine *place) {
+	sh.mu.Lock()
+	if q.dropWaiterLocked(of, mine) {
+		q.forgetLocked(sh, tenant, of)
+		sh.mu.Unlock()
+		return
+	}
+	sh.mu.Unlock()
+	q.release(sh, tenant, of, mine)
+}
+
+// takeLocked counts p among of's holders if a place is free.
+func (q *queue) takeLocked(of *queueOf, p *place, now time.Time) bool {
+	if len(of.holding) >= q.per {
+		return false
+	}
+	p.since, p.counts = now, true
+	of.holding = append(of.holding, p)
+	return true
+}
+
+// uncountStuckLocked stops counting the holders counted longer than
+// stuckAfter, and tells whether it stopped counting any.
+func (q *queue) uncountStuckLocked(of *queueOf, now time.Time) bool {
+	kept := of.holding[:0]
+	for _, h := range of.holding {
+		if now.Sub(h.since) >= q.stuckAfter {
+			h.counts = false
+			q.counts.stuck.Inc()
+			continue
+		}
+		kept = append(kept, h)
+	}
+	clear(of.holding[len(kept):])
+	stuck := len(kept) < len(of.holding)
+	of.holding = kept
+	return stuck
+}
+
+// dropWaiterLocked takes p out of of's waiters, if it is there.
+func (q *queue) dropWaiterLocked(of *queueOf, p *place) bool {
+	for i, x := range of.waiting {
+		if x == p {
+			of.waiting = append(of.waiting[:i], of.waiting[i+1:]...)
+			return true
+		}
+	}
+	return false
+}
+
+// release gives p's place back: to the first waiting, or free. A place no
+// longer counted (stuck) gives back nothing.
+func (q *queue) release(sh *tenantShard[queueOf], tenant string, of *queueOf, p *place) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if !p.counts {
+		q.forgetLocked(sh, tenant, of)
+		return
+	}
+	p.counts = false
+	for i, h := range of.holding {
+		if h == p {
+			of.holding = append(of.holding[:i], of.holding[i+1:]...)
+			break
+		}
+	}
+	q.handOverLocked(of)
+	q.forgetLocked(sh, tenant, of)
+}
+
+// handOverLocked gives the free places to the first waiting.
+func (q *queue) handOverLocked(of *queueOf) {
+	for len(of.waiting) > 0 && len(of.holding) < q.per {
+		next := of.waiting[0]
+		of.waiting[0] = nil
+		of.waiting = of.waiting[1:]
+		q.takeLocked(of, next, time.Now())
+		close(next.given)
+	}
+}
+
+// forgetLocked drops of once it holds and awaits nothing. A stuck holder
+// that gives its uncounted place back later finds of gone from the map, and
+// a new take makes a new one: the two never meet.
+func (q *queue) forgetLocked(sh *tenantShard[queueOf], tenant string, of *queueOf) {
+	if len(of.holding) == 0 && len(of.waiting) == 0 && sh.tenants[tenant] == of {
+		delete(sh.tenants, tenant)
+		q.counts.tenants.Dec()
+	}
+}
