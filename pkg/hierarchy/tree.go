@@ -7,7 +7,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	registryrest "k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -30,6 +32,21 @@ type Tree struct {
 	projects cache.SharedIndexInformer
 	// memberships tell who owns an organization.
 	memberships cache.SharedIndexInformer
+	// stores read the hierarchy's kinds in-process, by resource, for what
+	// the informers do not hold yet (UseStorage); without, the loopback.
+	stores map[string]registryrest.Getter
+}
+
+// UseStorage makes the Tree read resource from storage, in-process, when its
+// informer does not hold an object yet (one created a moment ago), instead
+// of over the loopback, which takes a whole request through the handler
+// chain — authentication, priority and fairness, authorization — while the
+// request that asked waits. Call it before the server serves.
+func (t *Tree) UseStorage(resource string, storage registryrest.Getter) {
+	if t.stores == nil {
+		t.stores = map[string]registryrest.Getter{}
+	}
+	t.stores[resource] = storage
 }
 
 // Init prepares the informers over the server's loopback connection; Run starts
@@ -148,8 +165,40 @@ func (t *Tree) get(ctx context.Context, inf cache.SharedIndexInformer, gvr schem
 			return u, nil
 		}
 	}
+	if s := t.stores[gvr.Resource]; s != nil {
+		return readStorage(ctx, s, gvr, name)
+	}
 	return t.client.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
 }
+
+// readStorage reads name from storage as the loopback would answer it.
+func readStorage(ctx context.Context, storage registryrest.Getter, gvr schema.GroupVersionResource, name string) (*unstructured.Unstructured, error) {
+	// A context of its own: the asking request's carries its tenant, its
+	// namespace and its user, none of which belongs to a platform object's
+	// read. It ends with the request.
+	read, cancel := context.WithTimeout(context.Background(), storageReadTimeout)
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	obj, err := storage.Get(read, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	fields, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: fields}
+	u.SetAPIVersion(gvr.GroupVersion().String())
+	u.SetKind(kindOf[gvr.Resource])
+	return u, nil
+}
+
+// storageReadTimeout bounds an in-process read of the hierarchy, as the
+// loopback client's request timeout would.
+const storageReadTimeout = 30 * time.Second
+
+// kindOf names the kinds the Tree reads by their resources.
+var kindOf = map[string]string{"organizations": "Organization", "folders": "Folder", "projects": "Project"}
 
 // Project tells the tenant router whether a project exists, is ready, or is
 // being deleted, and where its objects are stored.

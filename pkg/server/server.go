@@ -118,7 +118,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating storage providers: %w", err)
 	}
-	if err := builtIn.InstallAPIs(storageProviders(append(providers, resourcemanager.StorageProvider{}), c.Tenant)...); err != nil {
+	if err := builtIn.InstallAPIs(storageProviders(append(providers, resourcemanager.StorageProvider{Built: c.Hierarchy.UseStorage}), c.Tenant)...); err != nil {
 		return nil, fmt.Errorf("installing built-in APIs: %w", err)
 	}
 

@@ -32,13 +32,17 @@ func Resources() []schema.GroupResource {
 func KeyPrefix(gr schema.GroupResource) string { return gr.Group + "/" + gr.Resource }
 
 // StorageProvider installs the group in the generic control plane.
-type StorageProvider struct{}
+type StorageProvider struct {
+	// Built, when set, is handed each resource's storage as it is made, so
+	// that the server may read the hierarchy in-process (hierarchy.Tree).
+	Built func(resource string, storage rest.Getter)
+}
 
 // GroupName is resourcemanager.miloapis.com.
 func (StorageProvider) GroupName() string { return v1alpha1.GroupName }
 
 // NewRESTStorage makes the storage of every enabled resource of the group.
-func (StorageProvider) NewRESTStorage(resources serverstorage.APIResourceConfigSource, optsGetter generic.RESTOptionsGetter) (genericapiserver.APIGroupInfo, error) {
+func (p StorageProvider) NewRESTStorage(resources serverstorage.APIResourceConfigSource, optsGetter generic.RESTOptionsGetter) (genericapiserver.APIGroupInfo, error) {
 	info := genericapiserver.NewDefaultAPIGroupInfo(v1alpha1.GroupName, legacyscheme.Scheme, legacyscheme.ParameterCodec, legacyscheme.Codecs)
 	info.NegotiatedSerializer = withoutProtobuf{legacyscheme.Codecs}
 	storage := map[string]rest.Storage{}
@@ -51,6 +55,9 @@ func (StorageProvider) NewRESTStorage(resources serverstorage.APIResourceConfigS
 			return info, err
 		}
 		storage[k.resource] = main
+		if p.Built != nil {
+			p.Built(k.resource, main)
+		}
 		storage[k.resource+"/status"] = status
 	}
 	if len(storage) > 0 {
