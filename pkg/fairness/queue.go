@@ -13,15 +13,21 @@ import (
 // takes its place: what is held that long waits for something else than a
 // core (a client that does not read or does not send, a call back into the
 // tenant's own project), so one such holder delays its tenant's other
-// requests by stuckAfter once, not for as long as it lasts. Nothing is held
-// for a tenant with nothing held or waiting.
+// requests by stuckAfter once, not for as long as it lasts. A queue may bound
+// how many such holders of a tenant are in flight (maxStuck), so that what
+// one tenant has in flight stays bounded too. Nothing is held for a tenant
+// with nothing in flight or waiting.
 type queue struct {
 	per        int
 	stuckAfter time.Duration
 	// maxWait, when not 0, is the longest a waiter waits before it gives up.
 	maxWait time.Duration
-	tenants tenantMap[queueOf]
-	counts  queueMetrics
+	// maxStuck, when not 0, is how many holders of one tenant may be in
+	// flight uncounted: past it, old holders go on counting, so that the
+	// tenant's holders in flight stay bounded (per + maxStuck).
+	maxStuck int
+	tenants  tenantMap[queueOf]
+	counts   queueMetrics
 }
 
 // queueMetrics are a queue's counters: waits, holders no longer counted,
@@ -35,6 +41,8 @@ type queueMetrics struct {
 type queueOf struct {
 	holding []*place
 	waiting []*place
+	// stuck is how many holders no longer counted are still in flight.
+	stuck int
 }
 
 // place is one holder's place: held since a time, or, while waiting, the
@@ -43,10 +51,11 @@ type place struct {
 	since  time.Time
 	given  chan struct{}
 	counts bool // still counted among the tenant's holders
+	stuck  bool // held, no longer counted, not given back yet
 }
 
-func (q *queue) init(per int, stuckAfter, maxWait time.Duration, m queueMetrics) {
-	q.per, q.stuckAfter, q.maxWait, q.counts = per, stuckAfter, maxWait, m
+func (q *queue) init(per int, stuckAfter, maxWait time.Duration, maxStuck int, m queueMetrics) {
+	q.per, q.stuckAfter, q.maxWait, q.maxStuck, q.counts = per, stuckAfter, maxWait, maxStuck, m
 	q.tenants.init()
 }
 
@@ -128,12 +137,14 @@ func (q *queue) takeLocked(of *queueOf, p *place, now time.Time) bool {
 }
 
 // uncountStuckLocked stops counting the holders counted longer than
-// stuckAfter, and tells whether it stopped counting any.
+// stuckAfter, as many as maxStuck allows, and tells whether it stopped
+// counting any.
 func (q *queue) uncountStuckLocked(of *queueOf, now time.Time) bool {
 	kept := of.holding[:0]
 	for _, h := range of.holding {
-		if now.Sub(h.since) >= q.stuckAfter {
-			h.counts = false
+		if now.Sub(h.since) >= q.stuckAfter && (q.maxStuck == 0 || of.stuck < q.maxStuck) {
+			h.counts, h.stuck = false, true
+			of.stuck++
 			q.counts.stuck.Inc()
 			continue
 		}
@@ -162,6 +173,15 @@ func (q *queue) release(sh *tenantShard[queueOf], tenant string, of *queueOf, p 
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if !p.counts {
+		if p.stuck {
+			// A holder no longer counted ends: another may stop counting
+			// in its stead, if maxStuck held one counted.
+			p.stuck = false
+			of.stuck--
+			if len(of.waiting) > 0 && q.uncountStuckLocked(of, time.Now()) {
+				q.handOverLocked(of)
+			}
+		}
 		q.forgetLocked(sh, tenant, of)
 		return
 	}
@@ -187,11 +207,9 @@ func (q *queue) handOverLocked(of *queueOf) {
 	}
 }
 
-// forgetLocked drops of once it holds and awaits nothing. A stuck holder
-// that gives its uncounted place back later finds of gone from the map, and
-// a new take makes a new one: the two never meet.
+// forgetLocked drops of once nothing of it is in flight or waiting.
 func (q *queue) forgetLocked(sh *tenantShard[queueOf], tenant string, of *queueOf) {
-	if len(of.holding) == 0 && len(of.waiting) == 0 && sh.tenants[tenant] == of {
+	if len(of.holding) == 0 && len(of.waiting) == 0 && of.stuck == 0 && sh.tenants[tenant] == of {
 		delete(sh.tenants, tenant)
 		q.counts.tenants.Dec()
 	}

@@ -26,6 +26,13 @@ func DefaultSeats() int {
 // tenant's other requests back only that long.
 const SeatStuckAfter = 500 * time.Millisecond
 
+// StuckSeatsPerSeat is how many requests of a tenant may be in flight, per
+// seat, beyond those its seats count: a seat that stopped counting (after
+// SeatStuckAfter) lets the next request in only while the tenant has fewer
+// than that many in flight uncounted, so one tenant holds at most
+// (1 + StuckSeatsPerSeat) × its seats handlers, however slow its clients.
+const StuckSeatsPerSeat = 3
+
 // seatWait is the longest a request waits for one of its tenant's seats
 // before it is refused (429).
 const seatWait = 5 * time.Second
@@ -57,7 +64,7 @@ func newSeats(per int, stuckAfter, maxWait time.Duration) *Seats {
 		return nil
 	}
 	s := &Seats{}
-	s.init(per, stuckAfter, maxWait, queueMetrics{waits: seatWaits, stuck: seatsStuck, tenants: seatTenants})
+	s.init(per, stuckAfter, maxWait, StuckSeatsPerSeat*per, queueMetrics{waits: seatWaits, stuck: seatsStuck, tenants: seatTenants})
 	return s
 }
 

@@ -107,7 +107,7 @@ func TestSeatsWaitEndsWithTheRequest(t *testing.T) {
 }
 
 func TestSeatsStuckRequestIsNotCounted(t *testing.T) {
-	stuckAfter := 20 * time.Millisecond
+	stuckAfter := 200 * time.Millisecond
 	s := newSeats(1, stuckAfter, time.Hour)
 	// A request that holds the tenant's one seat and does not end (a body
 	// that never finishes arriving): the next request takes its place after
@@ -122,7 +122,7 @@ func TestSeatsStuckRequestIsNotCounted(t *testing.T) {
 		t.Fatalf("the next request waited %v, less than a seat is counted (%v)", waited, stuckAfter)
 	}
 	// The one now counted keeps the seat while it is younger than stuckAfter.
-	ctx, cancel := context.WithTimeout(context.Background(), stuckAfter/2)
+	ctx, cancel := context.WithTimeout(context.Background(), stuckAfter/10)
 	defer cancel()
 	if _, ok := s.Take(ctx, "project/a"); ok {
 		t.Fatal("two requests held the tenant's one seat")
@@ -131,12 +131,54 @@ func TestSeatsStuckRequestIsNotCounted(t *testing.T) {
 	// The stuck request ending frees nothing twice.
 	stuck()
 	r1, _ := s.Take(context.Background(), "project/a")
-	ctx2, cancel2 := context.WithTimeout(context.Background(), stuckAfter/2)
+	ctx2, cancel2 := context.WithTimeout(context.Background(), stuckAfter/10)
 	defer cancel2()
 	if _, ok := s.Take(ctx2, "project/a"); ok {
 		t.Fatal("two requests held the tenant's one seat after a stuck one ended")
 	}
 	r1()
+	if n := s.tenants.len(); n != 0 {
+		t.Fatalf("%d tenants held with nothing in flight", n)
+	}
+}
+
+func TestSeatsBoundWhatATenantHasInFlight(t *testing.T) {
+	s := newSeats(1, 10*time.Millisecond, 300*time.Millisecond)
+	ctx := context.Background()
+	// Requests that never end (slow clients): each stops counting once the
+	// next has waited for it, until the tenant has StuckSeatsPerSeat of them
+	// in flight uncounted beside its one counted.
+	var held []func()
+	for i := range 1 + StuckSeatsPerSeat {
+		r, ok := s.Take(ctx, "project/a")
+		if !ok {
+			t.Fatalf("request %d of %d refused", i+1, 1+StuckSeatsPerSeat)
+		}
+		held = append(held, r)
+	}
+	if _, ok := s.Take(ctx, "project/a"); ok {
+		t.Fatalf("a request ran beside %d in flight, the most one seat allows", 1+StuckSeatsPerSeat)
+	}
+	// Another tenant is not held back.
+	other, ok := s.Take(ctx, "project/b")
+	if !ok {
+		t.Fatal("another tenant waited")
+	}
+	other()
+	// One that stopped counting ends: the next takes its place, once.
+	held[0]()
+	r, ok := s.Take(ctx, "project/a")
+	if !ok {
+		t.Fatal("the place of an ended request was not taken")
+	}
+	if _, ok := s.Take(ctx, "project/a"); ok {
+		t.Fatal("one ended request let two in")
+	}
+	r()
+	for _, h := range held[1:] {
+		h()
+		h() // given back twice: frees nothing twice
+	}
 	if n := s.tenants.len(); n != 0 {
 		t.Fatalf("%d tenants held with nothing in flight", n)
 	}

@@ -41,7 +41,7 @@ func NewTurns(per int, stuckAfter time.Duration) *Turns {
 		return nil
 	}
 	t := &Turns{}
-	t.init(per, stuckAfter, 0, queueMetrics{waits: turnWaits, stuck: turnsStuck, tenants: turnTenants})
+	t.init(per, stuckAfter, 0, 0, queueMetrics{waits: turnWaits, stuck: turnsStuck, tenants: turnTenants})
 	return t
 }
 

@@ -44,16 +44,20 @@ func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, ten
 				return nil
 			}}
 		}
-		out[i] = keepPostStartHook(providers[i], p)
+		out[i] = p
+		if _, isWrapped := p.(withStorage); isWrapped {
+			out[i] = keepPostStartHook(providers[i], p)
+		}
 	}
 	return out
 }
 
 // keepPostStartHook makes sure wrapping a provider does not hide its post-start
-// hook (the RBAC provider's hook bootstraps the default roles).
+// hook (the RBAC provider's hook bootstraps the default roles). Providers are
+// not compared: one holding a func (resourcemanager.StorageProvider) cannot be.
 func keepPostStartHook(original, wrapped controlplaneapiserver.RESTStorageProvider) controlplaneapiserver.RESTStorageProvider {
 	hooks, ok := original.(genericapiserver.PostStartHookProvider)
-	if !ok || original == wrapped {
+	if !ok {
 		return wrapped
 	}
 	return withPostStartHook{RESTStorageProvider: wrapped, PostStartHookProvider: hooks}

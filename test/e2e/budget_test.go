@@ -121,13 +121,15 @@ const sharedSeats = 1
 
 // TestProjectSeats: a project whose requests take every one of its seats
 // (--tenant-concurrency; the shared server runs with sharedSeats) makes its
-// next request wait; the seats are held by creates whose bodies never finish
-// arriving, as a slow client's would, so once they have been counted for
-// fairness.SeatStuckAfter they no longer are, and the waiting request is
-// served: a slow member holds the project back that long, once. Another
-// project, and the platform's superuser in the same project, do not wait.
-// (The 429 of a request whose seat never comes is held by the tenancy
-// package's tests: a seat's queue lasts 5 s only behind requests that work.)
+// next request wait. The seats are held by creates whose bodies never finish
+// arriving, as a slow client's would, so once one has been counted for
+// fairness.SeatStuckAfter it no longer is, and the waiting request is
+// served: a slow member holds the project back that long, once. Such
+// requests are bounded too: with fairness.StuckSeatsPerSeat of them per seat
+// in flight beside the counted ones, the next request waits and is refused
+// with 429 after the longest wait. Another project, and the platform's
+// superuser in the same project, are served meanwhile; once the held
+// requests end, the project is served again.
 func TestProjectSeats(t *testing.T) {
 	m := shared
 	a, b := m.newProject(t, "seats-a"), m.newProject(t, "seats-b")
@@ -137,33 +139,36 @@ func TestProjectSeats(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stuckBefore := m.metricSum(t, "milo_tenant_seats_stuck_total")
 	holdCtx, release := context.WithCancel(context.Background())
 	var held sync.WaitGroup
-	for range sharedSeats {
-		body, feed := io.Pipe()
-		req, err := http.NewRequestWithContext(holdCtx, http.MethodPost, cfgA.Host+"/api/v1/namespaces/default/configmaps", body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Content-Type", "application/json")
-		held.Go(func() {
-			if resp, err := hc.Do(req); err == nil {
-				resp.Body.Close()
+	hold := func(n int) {
+		for range n {
+			body, feed := io.Pipe()
+			req, err := http.NewRequestWithContext(holdCtx, http.MethodPost, cfgA.Host+"/api/v1/namespaces/default/configmaps", body)
+			if err != nil {
+				t.Fatal(err)
 			}
-		})
-		held.Go(func() {
-			// Part of the object, then nothing until the test lets go.
-			_, _ = feed.Write([]byte(`{"apiVersion":"v1","kind":"ConfigMap",`))
-			<-holdCtx.Done()
-			feed.CloseWithError(holdCtx.Err())
-		})
+			req.Header.Set("Content-Type", "application/json")
+			held.Go(func() {
+				if resp, err := hc.Do(req); err == nil {
+					resp.Body.Close()
+				}
+			})
+			held.Go(func() {
+				// Part of the object, then nothing until the test lets go.
+				_, _ = feed.Write([]byte(`{"apiVersion":"v1","kind":"ConfigMap",`))
+				<-holdCtx.Done()
+				feed.CloseWithError(holdCtx.Err())
+			})
+		}
 	}
 	t.Cleanup(func() { release(); held.Wait() })
+	stuckBefore := m.metricSum(t, "milo_tenant_seats_stuck_total")
 
-	// The project's next request waits for a seat while the held creates
-	// are counted, then takes their place. (Until the creates reach the
-	// server, a request runs at once: tried again.)
+	// Every seat held: the project's next request waits while the held
+	// creates are counted, then takes their place. (Until the creates reach
+	// the server, a request runs at once: tried again.)
+	hold(sharedSeats)
 	eventually(t, "a request of project "+a+" waiting for a held seat, then served", func() error {
 		began := time.Now()
 		if err := get(inA); err != nil {
@@ -177,25 +182,33 @@ func TestProjectSeats(t *testing.T) {
 	if n := m.metricSum(t, "milo_tenant_seats_stuck_total"); n < stuckBefore+sharedSeats {
 		t.Errorf("milo_tenant_seats_stuck_total %v, want at least %v", n, stuckBefore+sharedSeats)
 	}
-	// Another project, and the platform's superuser in this one, are served
-	// while the held creates go on.
+
+	// As many slow requests in flight as the seats allow: the next waits
+	// for one to end, and is refused.
+	hold(sharedSeats * fairness.StuckSeatsPerSeat)
+	eventually(t, "a request of project "+a+" refused beside its slow requests", func() error {
+		err := get(inA)
+		if !apierrors.IsTooManyRequests(err) {
+			return fmt.Errorf("a request beside %d slow ones: %v, want 429", sharedSeats*(1+fairness.StuckSeatsPerSeat), err)
+		}
+		if !strings.Contains(err.Error(), "requests in flight") {
+			t.Fatalf("the refusal: %v, want 429 naming the seats", err)
+		}
+		return nil
+	})
+	// Meanwhile another project, and the platform's superuser in this one,
+	// are served (a request that waited for the seats would be refused).
 	if err := get(inB); err != nil {
-		t.Errorf("project %s while %s's creates hold its seats: %v", b, a, err)
+		t.Errorf("project %s while %s's seats are taken: %v", b, a, err)
 	}
 	if err := get(m.projectKube(t, a)); err != nil {
 		t.Errorf("the platform's superuser in project %s: %v", a, err)
 	}
-	// The held seats are counted no more: the project's next request runs
-	// at once, not after another wait.
-	began := time.Now()
-	if err := get(inA); err != nil {
-		t.Fatalf("project %s after its held seats stopped counting: %v", a, err)
-	}
-	if waited := time.Since(began); waited >= fairness.SeatStuckAfter {
-		t.Errorf("the request after the held seats stopped counting waited %v, as if they counted again", waited)
-	}
+	// Let the held creates go: the project is served again (once its
+	// budget has earned back the time they were charged).
 	release()
 	held.Wait()
+	eventually(t, "project "+a+" served again", func() error { return get(inA) })
 }
 
 // TestProjectWatchTurns: a project's watches write their events in the
