@@ -173,7 +173,7 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 	fs.IntVar(&o.TenantConcurrency, "tenant-concurrency", o.TenantConcurrency, ""+
 		"How many requests of one project (or one organization context), all its users together, run at once; its further "+
 		"requests wait for one to end, first come first served, and are refused with 429 after 5 s; a request counts for 500 ms at "+
-		"most (one waiting on a slow client then no longer holds the others back). Watches are not counted; "+
+		"most (one waiting on a slow client then no longer holds the others back), and at most three such per seat are in flight beside the counted ones. Watches are not counted; "+
 		"neither are the server's superusers. As many of its watches write an event at once; the others wait their turn "+
 		"(a write stuck on a client that does not read counts for 250 ms). The default is half the server's CPUs, at least 1. 0 bounds nothing "+
 		"(see docs/fairness.md).")
