@@ -168,7 +168,8 @@ func (q *queue) dropWaiterLocked(of *queueOf, p *place) bool {
 }
 
 // release gives p's place back: to the first waiting, or free. A place no
-// longer counted (stuck) gives back nothing.
+// longer counted (stuck) gives back no counted place; where stuck holders are
+// bounded, it makes room for another to stop counting.
 func (q *queue) release(sh *tenantShard[queueOf], tenant string, of *queueOf, p *place) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -178,7 +179,7 @@ func (q *queue) release(sh *tenantShard[queueOf], tenant string, of *queueOf, p 
 			// in its stead, if maxStuck held one counted.
 			p.stuck = false
 			of.stuck--
-			if len(of.waiting) > 0 && q.uncountStuckLocked(of, time.Now()) {
+			if q.maxStuck > 0 && len(of.waiting) > 0 && q.uncountStuckLocked(of, time.Now()) {
 				q.handOverLocked(of)
 			}
 		}

@@ -29,8 +29,9 @@ const SeatStuckAfter = 500 * time.Millisecond
 // StuckSeatsPerSeat is how many requests of a tenant may be in flight, per
 // seat, beyond those its seats count: a seat that stopped counting (after
 // SeatStuckAfter) lets the next request in only while the tenant has fewer
-// than that many in flight uncounted, so one tenant holds at most
-// (1 + StuckSeatsPerSeat) × its seats handlers, however slow its clients.
+// than that many in flight uncounted, so at most (1 + StuckSeatsPerSeat) ×
+// its seats of one tenant's requests are past their wait, however slow its
+// clients; the others wait, parked, 5 s at most.
 const StuckSeatsPerSeat = 3
 
 // seatWait is the longest a request waits for one of its tenant's seats
@@ -74,6 +75,15 @@ func (s *Seats) Per() int {
 		return 0
 	}
 	return s.per
+}
+
+// Most is how many requests of one tenant may be past their wait at once,
+// those that stopped counting included.
+func (s *Seats) Most() int {
+	if s == nil {
+		return 0
+	}
+	return s.per + s.maxStuck
 }
 
 // Take waits until one of tenant's seats is free and takes it, and returns

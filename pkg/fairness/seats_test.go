@@ -143,7 +143,7 @@ func TestSeatsStuckRequestIsNotCounted(t *testing.T) {
 }
 
 func TestSeatsBoundWhatATenantHasInFlight(t *testing.T) {
-	s := newSeats(1, 10*time.Millisecond, 300*time.Millisecond)
+	s := newSeats(1, 10*time.Millisecond, time.Second)
 	ctx := context.Background()
 	// Requests that never end (slow clients): each stops counting once the
 	// next has waited for it, until the tenant has StuckSeatsPerSeat of them

@@ -35,6 +35,9 @@ type Seats interface {
 	Take(ctx context.Context, tenant string) (release func(), ok bool)
 	// Per is how many requests of one tenant run at once.
 	Per() int
+	// Most is how many may be past their wait at once, those that ran so
+	// long they stopped counting included.
+	Most() int
 }
 
 // Turns bound how many of one tenant's watches write an event at once
@@ -87,8 +90,8 @@ func (r *Router) admit(ctx context.Context, w http.ResponseWriter, req *http.Req
 				fail(notFound(t))
 				return w, nil, false
 			}
-			err := apierrors.NewTooManyRequests(fmt.Sprintf("%s has had %d requests in flight, the most one tenant runs at once, for too long: retry in 1 s",
-				describe(t), r.Seats.Per()), 1)
+			err := apierrors.NewTooManyRequests(fmt.Sprintf("%s has had as many requests in flight as one tenant may (%d at once, up to %d with slow ones) for too long: retry in 1 s",
+				describe(t), r.Seats.Per(), r.Seats.Most()), 1)
 			w.Header().Set("Retry-After", "1")
 			fail(err)
 			return w, nil, false

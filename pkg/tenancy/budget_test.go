@@ -16,6 +16,7 @@ type noSeat struct{}
 
 func (noSeat) Take(context.Context, string) (func(), bool) { return nil, false }
 func (noSeat) Per() int                                    { return 1 }
+func (noSeat) Most() int                                   { return 4 }
 
 // TestRefusedSeatAnswers429 holds the answers a request gets when its
 // tenant's seats do not come free: 429 with Retry-After and a message naming
@@ -39,7 +40,7 @@ func TestRefusedSeatAnswers429(t *testing.T) {
 	if ok || !apierrors.IsTooManyRequests(err) {
 		t.Fatalf("without a seat: admitted %v, %v; want 429", ok, err)
 	}
-	if !strings.Contains(err.Error(), "project web has had 1 requests in flight") {
+	if !strings.Contains(err.Error(), "project web has had as many requests in flight as one tenant may (1 at once, up to 4 with slow ones)") {
 		t.Errorf("the refusal %q does not name the tenant and its seats", err)
 	}
 	if got := w.Header().Get("Retry-After"); got != "1" {
