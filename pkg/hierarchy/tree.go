@@ -2,6 +2,7 @@ package hierarchy
 
 import (
 	"context"
+	"reflect"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -165,6 +166,12 @@ func (t *Tree) get(ctx context.Context, inf cache.SharedIndexInformer, gvr schem
 			return u, nil
 		}
 	}
+	return t.read(ctx, gvr, name)
+}
+
+// read reads an object of the hierarchy's group from storage: in-process
+// where UseStorage handed the Tree its storage, else over the loopback.
+func (t *Tree) read(ctx context.Context, gvr schema.GroupVersionResource, name string) (*unstructured.Unstructured, error) {
 	if s := t.stores[gvr.Resource]; s != nil {
 		return readStorage(ctx, s, gvr, name)
 	}
@@ -189,16 +196,14 @@ func readStorage(ctx context.Context, storage registryrest.Getter, gvr schema.Gr
 	}
 	u := &unstructured.Unstructured{Object: fields}
 	u.SetAPIVersion(gvr.GroupVersion().String())
-	u.SetKind(kindOf[gvr.Resource])
+	// The group's Go types are named as its kinds; storage leaves TypeMeta empty.
+	u.SetKind(reflect.TypeOf(obj).Elem().Name())
 	return u, nil
 }
 
 // storageReadTimeout bounds an in-process read of the hierarchy, as the
 // loopback client's request timeout would.
 const storageReadTimeout = 30 * time.Second
-
-// kindOf names the kinds the Tree reads by their resources.
-var kindOf = map[string]string{"organizations": "Organization", "folders": "Folder", "projects": "Project"}
 
 // Project tells the tenant router whether a project exists, is ready, or is
 // being deleted, and where its objects are stored.
@@ -348,7 +353,7 @@ func (t *Tree) OrganizationOf(ctx context.Context, gr schema.GroupResource, name
 	case gr == tenancy.SuspensionsResource:
 		// Few, and asked for only by an organization's get or delete of
 		// one: read, not cached.
-		obj, err = t.client.Resource(suspensions).Get(ctx, name, metav1.GetOptions{})
+		obj, err = t.read(ctx, suspensions, name)
 	case gr.Resource == folders.Resource:
 		obj, err = t.get(ctx, t.folders, folders, name)
 	default:

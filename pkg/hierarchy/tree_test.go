@@ -76,6 +76,16 @@ func TestUncachedObjectsAreReadFromStorage(t *testing.T) {
 	if reads != 4 {
 		t.Fatalf("%d storage reads, want 4", reads)
 	}
+	// A ProjectSuspension, never cached, is read the same way.
+	tree.UseStorage("projectsuspensions", getterFunc(func(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+		if _, ok := request.UserFrom(ctx); ok {
+			t.Error("the storage read carries the request's user")
+		}
+		return &v1alpha1.ProjectSuspension{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{tenancy.OrganizationLabel: "acme"}}}, nil
+	}))
+	if org, found, err := tree.OrganizationOf(ctx, tenancy.SuspensionsResource, "hold"); err != nil || !found || org != "acme" {
+		t.Fatalf("OrganizationOf(suspension hold) = %q %v %v; want acme", org, found, err)
+	}
 	// The read ends with the request that asked.
 	ended, cancel := context.WithCancel(ctx)
 	cancel()
