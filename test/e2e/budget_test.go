@@ -106,6 +106,7 @@ func memberConfig(t *testing.T, m *milo, p string) *rest.Config {
 	}
 	cfg := rest.AnonymousClientConfig(m.configAt(t, tenancy.ProjectPath(p)))
 	cfg.BearerToken = token.Status.Token
+	awaitAllowed(t, kubeFor(t, cfg), "*", "*", "*")
 	return cfg
 }
 

@@ -44,6 +44,7 @@ func TestProjectListsAreBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	tenant := m.as(t, token.Status.Token, tenancy.ProjectPath(p))
+	awaitAllowed(t, tenant, "list", "", "configmaps")
 	const created = sharedMaxListItems + 50
 	for i := range created {
 		var labels map[string]string

@@ -452,6 +452,7 @@ func TestProjectCRDsAdmission(t *testing.T) {
 	cfg = rest.AnonymousClientConfig(m.projectConfig(t, p))
 	cfg.BearerToken = token.Status.Token
 	asOwner := crdsAt(t, cfg)
+	awaitAllowed(t, kubeFor(t, cfg), "*", "*", "*")
 	if _, err := asOwner.Create(ctx, projectCRD("owned", "Owned", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); err != nil {
 		t.Fatalf("the project's cluster-admin's CRD: %v", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,6 +43,25 @@ func bindServiceAccount(t *testing.T, c kubernetes.Interface, bindingNamespace, 
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// awaitAllowed waits until the authorizer lets c's user do verb on
+// resource of group in every namespace of where c points: a new binding counts once
+// the authorizer's cache has it. It asks with a SelfSubjectAccessReview, which
+// changes nothing.
+func awaitAllowed(t *testing.T, c kubernetes.Interface, verb, group, resource string) {
+	t.Helper()
+	eventually(t, "allowed to "+verb+" "+resource, func() error {
+		review, err := c.AuthorizationV1().SelfSubjectAccessReviews().Create(context.Background(), &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Verb: verb, Group: group, Resource: resource}}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if !review.Status.Allowed {
+			return fmt.Errorf("not allowed yet: %s", review.Status.Reason)
+		}
+		return nil
+	})
 }
 
 // TestServiceAccountTokensWorkOnlyInTheirProject is the CI story: in

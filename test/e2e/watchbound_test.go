@@ -35,7 +35,9 @@ func TestProjectWatchesAreBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return m.as(t, token.Status.Token, tenancy.ProjectPath(p))
+		c := m.as(t, token.Status.Token, tenancy.ProjectPath(p))
+		awaitAllowed(t, c, "watch", "", "configmaps")
+		return c
 	}
 	a, b := m.newProject(t, "watches-a"), m.newProject(t, "watches-b")
 	inA, inB := member(a), member(b)
