@@ -35,10 +35,28 @@ type loop struct {
 	events *events.Recorder
 }
 
+// newLoop returns a loop whose queue serves organizations in turn: an
+// organization creating ten thousand projects delays another's one project
+// by at most one key of each organization with work waiting.
 func newLoop(name string, informer cache.SharedIndexInformer, sync func(context.Context, *unstructured.Unstructured) error) *loop {
-	return &loop{name: name, informer: informer, sync: sync,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: name})}
+	l := &loop{name: name, informer: informer, sync: sync}
+	l.queue = manager.NewFairQueue(name, l.organizationOf, workqueue.DefaultTypedControllerRateLimiter[string]())
+	return l
+}
+
+// organizationOf is the organization of the object queued as key, read
+// from the informer; "" for an object it no longer holds, whose key is
+// served in the platform's turn.
+func (l *loop) organizationOf(key string) string {
+	obj, exists, err := l.informer.GetStore().GetByKey(key)
+	if err != nil || !exists {
+		return ""
+	}
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		return ""
+	}
+	return keyOf(u, key).organization
 }
 
 func (l *loop) enqueue(obj any) {

@@ -260,8 +260,16 @@ func NewTenantQueue[K interface {
 	comparable
 	Tenanted
 }](name string) workqueue.TypedRateLimitingInterface[K] {
-	fair := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[K]{Name: name, Queue: newFairQueue(tenantOf[K])})
-	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[K](),
+	return NewFairQueue(name, tenantOf[K], workqueue.DefaultTypedControllerRateLimiter[K]())
+}
+
+// NewFairQueue is a rate-limited work queue (limiter) whose keys are served
+// by tenant in turn (fairQueue): tenantOf names the tenant of a key ("": the
+// platform's, one tenant of its own). It is called once as a key is queued,
+// under the queue's lock, so it must be quick and must not touch the queue.
+func NewFairQueue[K comparable](name string, tenantOf func(K) string, limiter workqueue.TypedRateLimiter[K]) workqueue.TypedRateLimitingInterface[K] {
+	fair := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[K]{Name: name, Queue: newFairQueue(tenantOf)})
+	return workqueue.NewTypedRateLimitingQueueWithConfig(limiter,
 		workqueue.TypedRateLimitingQueueConfig[K]{Name: name,
 			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[K]{Name: name, Queue: fair})})
 }

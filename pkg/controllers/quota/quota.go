@@ -44,6 +44,7 @@ import (
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
 	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
+	"go.miloapis.com/milo/pkg/controllers/manager"
 	"go.miloapis.com/milo/pkg/quota"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -107,10 +108,9 @@ func New(ledger *quota.Ledger, clients *allprojects.Clients, hierarchy tenancy.H
 		return nil, err
 	}
 	c := &Controller{ledger: ledger, clients: clients, platform: platform, hierarchy: hierarchy, inf: inf, now: time.Now, seen: map[string]bool{}, goingChecks: map[string]int{},
-		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco)),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.NewTypedMaxOfRateLimiter(
-			workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second)),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "quota"})}
+		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))}
+	c.queue = manager.NewFairQueue("quota", c.organizationOf, workqueue.NewTypedMaxOfRateLimiter(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second)))
 	// A bucket's status is written at most every BucketDelay: a burst of
 	// claims is one write.
 	ledger.Notify(func(k quota.BucketKey) { c.queue.AddAfter(bucketItem(k), BucketDelay) },
@@ -184,6 +184,57 @@ func New(ledger *quota.Ledger, clients *allprojects.Clients, hierarchy tenancy.H
 		return nil, err
 	}
 	return c, nil
+}
+
+// organizationOf is the organization a work item is about, so that the
+// queue serves organizations in turn: a grant to ten thousand projects of
+// one organization delays another organization's work by one item per
+// organization with work waiting. Items of no organization, or whose
+// object the informers no longer hold, take the platform's turn ("").
+// It reads only the informers' stores: the queue calls it under its lock.
+func (c *Controller) organizationOf(item string) string {
+	kind, rest, _ := strings.Cut(item, "\x00")
+	first, rest, _ := strings.Cut(rest, "\x00")
+	switch kind {
+	case "bucket", "recount", "consumer": // consumer kind, consumer name
+		name, _, _ := strings.Cut(rest, "\x00")
+		switch first {
+		case quota.KindOrganization:
+			return name
+		case quota.KindProject:
+			return labelledOrganization(c.inf.Projects, name)
+		}
+		return ""
+	case "projectgone": // project, organization, uid
+		org, _, _ := strings.Cut(rest, "\x00")
+		return org
+	case "suspension":
+		return labelledOrganization(c.inf.Suspensions, first)
+	}
+	// "namespace/name" of a grant or claim: an organization's namespace.
+	if ns, _, ok := strings.Cut(first, "/"); ok {
+		if org, ok := tenancy.OrganizationOfNamespace(ns); ok {
+			return org
+		}
+	}
+	return ""
+}
+
+// labelledOrganization is the organization label of the object named name
+// in inf's store ("" if it holds none).
+func labelledOrganization(inf cache.SharedIndexInformer, name string) string {
+	if inf == nil {
+		return ""
+	}
+	obj, exists, err := inf.GetStore().GetByKey(name)
+	if err != nil || !exists {
+		return ""
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return ""
+	}
+	return m.GetLabels()[tenancy.OrganizationLabel]
 }
 
 func bucketItem(k quota.BucketKey) string {
