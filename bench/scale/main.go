@@ -123,7 +123,7 @@ func main() {
 	flag.BoolVar(&o.EtcdMaintenance, "etcd-maintenance", true, "after the last step, count etcd's keys, compact it to the current revision and defragment it, timed (Milo on its embedded etcd)")
 	flag.BoolVar(&o.Noisy, "noisy", true, "after the last step, measure a quiet project's GETs while another project floods the server, with and without per-project flows (Milo only)")
 	flag.StringVar(&miloArgs, "milo-args", "", "flags added to every `milo start`, separated by spaces (e.g. --project-list-concurrency=4)")
-	noisyProfiles := flag.Bool("noisy-profiles", false, "keep a CPU profile of the server over each noisy-neighbour phase and an execution trace of a few seconds of it (noisy-{configuration}-{phase}.cpu.pprof and .trace)")
+	noisyProfiles := flag.Bool("noisy-profiles", false, "keep a CPU profile and an allocation profile of the server over each noisy-neighbour phase and an execution trace of a few seconds of it (noisy-{configuration}-{phase}.cpu.pprof, .allocs.pprof and .trace)")
 	probeInProcess := flag.Bool("noisy-probe-in-process", false, "run the quiet project's GETs in the harness's own process, beside the flood's clients, as before (default: a process of its own, one core)")
 	probeRate := flag.Int("noisy-probe-rate", -1, "the quiet project's GETs per second in the noisy-neighbour measurement (-1: the default, 100; 0: back to back)")
 	flag.IntVar(&o.CRDs.Projects, "crd-projects", 0, "after the last step, this many projects each define --crd-per-project CRDs of the same schemas and one instance of each (the baseline stores the same objects in their namespaces); 0: not measured")

@@ -58,8 +58,9 @@ type noisyOptions struct {
 	// process (its goroutine among the flood's clients); otherwise in a
 	// process of their own (probeApart).
 	ProbeInProcess bool
-	// Profiles keeps a CPU profile of the server over each phase and an
-	// execution trace of a few seconds of it, noisy-{configuration}-{phase}.cpu.pprof
+	// Profiles keeps a CPU profile and what was allocated (a delta of the
+	// allocs profile) of the server over each phase and an execution trace
+	// of a few seconds of it, noisy-{configuration}-{phase}.cpu.pprof, .allocs.pprof
 	// and .trace beside the report.
 	Profiles bool
 }
@@ -353,6 +354,7 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, config, phase
 	if o.Profiles {
 		name := fmt.Sprintf("noisy-%s-%s", strings.ReplaceAll(config, " ", "-"), phase)
 		wg.Go(func() { s.profile(ctx, "/debug/pprof/profile", o.Phase-time.Second, name+".cpu.pprof") })
+		wg.Go(func() { s.profile(ctx, "/debug/pprof/allocs", o.Phase-time.Second, name+".allocs.pprof") })
 		wg.Go(func() {
 			// The execution trace (scheduling delays: go tool trace
 			// -pprof=sched) is large: a few seconds from the middle.

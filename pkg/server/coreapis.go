@@ -10,6 +10,7 @@ import (
 	controlplaneapiserver "k8s.io/kubernetes/pkg/controlplane/apiserver"
 	limitrangestore "k8s.io/kubernetes/pkg/registry/core/limitrange/storage"
 
+	"go.miloapis.com/milo/pkg/listencoding"
 	"go.miloapis.com/milo/pkg/tenantstate"
 )
 
@@ -20,13 +21,17 @@ import (
 //     LimitRanger admission plugin needs them;
 //   - the core and RBAC storages are installed into the tenant reader, through
 //     which tenant-aware admission, project RBAC and the project token
-//     authenticator read a tenant's objects.
+//     authenticator read a tenant's objects;
+//   - every group writes its JSON lists item by item without allocating each
+//     item's encoding (listencoding), so that a tenant's large lists do not
+//     keep the garbage collector busy for everyone.
 func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, tenant *tenantstate.Reader) []controlplaneapiserver.RESTStorageProvider {
 	out := make([]controlplaneapiserver.RESTStorageProvider, len(providers))
 	for i, p := range providers {
+		var adapt func(v1 map[string]rest.Storage, resources serverstorage.APIResourceConfigSource, getter generic.RESTOptionsGetter) error
 		switch p.GroupName() {
 		case corev1.GroupName:
-			p = withStorage{RESTStorageProvider: p, adapt: func(v1 map[string]rest.Storage, resources serverstorage.APIResourceConfigSource, getter generic.RESTOptionsGetter) error {
+			adapt = func(v1 map[string]rest.Storage, resources serverstorage.APIResourceConfigSource, getter generic.RESTOptionsGetter) error {
 				tenant.Install(corev1.GroupName, v1)
 				if !resources.ResourceEnabled(corev1.SchemeGroupVersion.WithResource("limitranges")) {
 					return nil
@@ -37,17 +42,14 @@ func storageProviders(providers []controlplaneapiserver.RESTStorageProvider, ten
 				}
 				v1["limitranges"] = storage
 				return nil
-			}}
+			}
 		case rbacv1.GroupName:
-			p = withStorage{RESTStorageProvider: p, adapt: func(v1 map[string]rest.Storage, _ serverstorage.APIResourceConfigSource, _ generic.RESTOptionsGetter) error {
+			adapt = func(v1 map[string]rest.Storage, _ serverstorage.APIResourceConfigSource, _ generic.RESTOptionsGetter) error {
 				tenant.Install(rbacv1.GroupName, v1)
 				return nil
-			}}
+			}
 		}
-		out[i] = p
-		if _, isWrapped := p.(withStorage); isWrapped {
-			out[i] = keepPostStartHook(providers[i], p)
-		}
+		out[i] = keepPostStartHook(p, withStorage{RESTStorageProvider: p, adapt: adapt})
 	}
 	return out
 }
@@ -68,7 +70,8 @@ type withPostStartHook struct {
 	genericapiserver.PostStartHookProvider
 }
 
-// withStorage lets a provider's v1 storage map be adjusted after it is built.
+// withStorage lets a provider's v1 storage map be adjusted after it is built
+// (adapt, if set), and serves its group's JSON lists through listencoding.
 type withStorage struct {
 	controlplaneapiserver.RESTStorageProvider
 	adapt func(v1 map[string]rest.Storage, resources serverstorage.APIResourceConfigSource, getter generic.RESTOptionsGetter) error
@@ -79,7 +82,10 @@ func (w withStorage) NewRESTStorage(resources serverstorage.APIResourceConfigSou
 	if err != nil {
 		return info, err
 	}
-	if v1 := info.VersionedResourcesStorageMap["v1"]; v1 != nil {
+	if info.NegotiatedSerializer != nil {
+		info.NegotiatedSerializer = listencoding.Wrap(info.NegotiatedSerializer)
+	}
+	if v1 := info.VersionedResourcesStorageMap["v1"]; v1 != nil && w.adapt != nil {
 		err = w.adapt(v1, resources, getter)
 	}
 	return info, err
