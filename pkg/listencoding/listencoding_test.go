@@ -2,10 +2,12 @@ package listencoding
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	goruntime "runtime"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -19,8 +21,27 @@ import (
 )
 
 // upstream is the apiserver's JSON serializer, streaming lists as it serves them.
-func upstream() runtime.Serializer {
-	return json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, json.SerializerOptions{StreamingCollectionsEncoding: true})
+func upstream() runtime.Serializer { return upstreamStreaming(true) }
+
+// upstreamStreaming is the apiserver's JSON serializer, streaming lists or
+// encoding each whole.
+func upstreamStreaming(streaming bool) runtime.Serializer {
+	return json.NewSerializerWithOptions(json.DefaultMetaFactory, scheme.Scheme, scheme.Scheme, json.SerializerOptions{StreamingCollectionsEncoding: streaming})
+}
+
+// failingWriter takes n bytes, then fails.
+type failingWriter struct {
+	n   int
+	got bytes.Buffer
+}
+
+var errFull = errors.New("the connection is gone")
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if w.got.Len()+len(p) > w.n {
+		return 0, errFull
+	}
+	return w.got.Write(p)
 }
 
 func configMaps(n int) []corev1.ConfigMap {
@@ -49,22 +70,47 @@ func TestListsAreWrittenAsUpstreamWritesThem(t *testing.T) {
 				Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("250m")}}}}}}}},
 		"rolebindings": &rbacv1.RoleBindingList{Items: []rbacv1.RoleBinding{{ObjectMeta: metav1.ObjectMeta{Name: "rb"},
 			RoleRef: rbacv1.RoleRef{Kind: "ClusterRole", Name: "view"}, Subjects: []rbacv1.Subject{{Kind: "User", Name: "alice"}}}}},
-		"a list of raw objects": &corev1.List{Items: []runtime.RawExtension{{Raw: []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"raw"}}`)}}},
+		"a list of raw objects": &corev1.List{Items: []runtime.RawExtension{{Raw: []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"raw"}}`)},
+			{Object: &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "object"}}}, {}}},
+		// Items whose fields encode themselves (times, quantities, raw JSON).
+		"events": &corev1.EventList{Items: []corev1.Event{{ObjectMeta: metav1.ObjectMeta{Name: "e"}, FirstTimestamp: metav1.Unix(1700000000, 0),
+			EventTime: metav1.NewMicroTime(time.Unix(1700000000, 5000).UTC()), Message: "</script>"}}},
 		"unstructured": &unstructured.UnstructuredList{Object: map[string]any{"kind": "WidgetList", "apiVersion": "example.com/v1"},
 			Items: []unstructured.Unstructured{{Object: map[string]any{"kind": "Widget", "metadata": map[string]any{"name": "w"}}}}},
 		"not a list": &configMaps(1)[0],
 		"a status":   &metav1.Status{Status: metav1.StatusFailure, Message: "<no>", Code: 404},
 	}
 	for name, obj := range objects {
-		var want, got bytes.Buffer
-		if err := upstream().Encode(obj, &want); err != nil {
-			t.Fatalf("%s: upstream: %v", name, err)
+		// The same bytes as upstream writes them streaming, and as it
+		// writes them whole (as a group whose codecs do not stream did).
+		for _, streaming := range []bool{true, false} {
+			var want, got bytes.Buffer
+			if err := upstreamStreaming(streaming).Encode(obj, &want); err != nil {
+				t.Fatalf("%s: upstream: %v", name, err)
+			}
+			if err := (Serializer{upstreamStreaming(streaming)}).Encode(obj, &got); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if got.String() != want.String() {
+				t.Errorf("%s (upstream streaming: %v):\n got %s\nwant %s", name, streaming, got.String(), want.String())
+			}
 		}
-		if err := (Serializer{upstream()}).Encode(obj, &got); err != nil {
-			t.Fatalf("%s: %v", name, err)
+	}
+}
+
+// TestAFailedWriteEndsTheList: a connection that fails part-way through a
+// list ends it with the write's error and nothing more written, as upstream.
+func TestAFailedWriteEndsTheList(t *testing.T) {
+	list := &corev1.ConfigMapList{TypeMeta: metav1.TypeMeta{Kind: "ConfigMapList", APIVersion: "v1"}, Items: configMaps(20)}
+	for _, n := range []int{0, 1, 40, 1000, 2500} {
+		want, got := &failingWriter{n: n}, &failingWriter{n: n}
+		wantErr := upstream().Encode(list, want)
+		err := (Serializer{upstream()}).Encode(list, got)
+		if !errors.Is(err, errFull) || !errors.Is(wantErr, errFull) {
+			t.Fatalf("after %d bytes: %v, upstream %v; want the write's error", n, err, wantErr)
 		}
-		if got.String() != want.String() {
-			t.Errorf("%s:\n got %s\nwant %s", name, got.String(), want.String())
+		if got.got.String() != want.got.String() {
+			t.Errorf("after %d bytes, written:\n%s\nupstream:\n%s", n, got.got.String(), want.got.String())
 		}
 	}
 }

@@ -82,6 +82,9 @@ func (w withStorage) NewRESTStorage(resources serverstorage.APIResourceConfigSou
 	if err != nil {
 		return info, err
 	}
+	// Every group's lists are then streamed, the hierarchy's too (its codecs
+	// did not stream): the same bytes, but an error part-way through a list
+	// ends the answer there, as for every other group, rather than a 500.
 	if info.NegotiatedSerializer != nil {
 		info.NegotiatedSerializer = listencoding.Wrap(info.NegotiatedSerializer)
 	}

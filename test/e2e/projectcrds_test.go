@@ -438,6 +438,8 @@ func TestProjectCRDsAdmission(t *testing.T) {
 	}
 	cfg := rest.AnonymousClientConfig(m.projectConfig(t, p))
 	cfg.BearerToken = token.Status.Token
+	// Refused with the binding in force, not for want of it.
+	awaitAllowed(t, kubeFor(t, cfg), "list", "", "configmaps")
 	if _, err := crdsAt(t, cfg).Create(ctx, projectCRD("readers", "Reader", apiextensionsv1.NamespaceScoped, "integer"), metav1.CreateOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("a reader's CRD: %v, want 403", err)
 	}
