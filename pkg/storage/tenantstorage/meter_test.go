@@ -189,18 +189,33 @@ func TestMeterRefusesGrowthButNotTheServerOrCleanUp(t *testing.T) {
 	terminating.DeletionTimestamp, terminating.Finalizers = &now, []string{"example.com/hold"}
 	bytesCap := &capBytes{tally: tally}
 	s2, _ := newStorage(t, "full", Options{Meter: bytesCap})
-	if err := s2.GuaranteedUpdate(ctx, "/full/ns/b", &corev1.ConfigMap{}, false, nil, grown(terminating), nil); err != nil {
+	// s2's watch cache hands an update its copy of the object as the
+	// current state. A copy older than the store makes the meter judge the
+	// stale state first (refused, then tried again on the stored one), a
+	// refusal counted for a write that then succeeds: each update waits for
+	// the cache to hold what was last written.
+	caughtUp := func(rv string) {
+		t.Helper()
+		if err := s2.Get(ctx, "/full/ns/b", storage.GetOptions{ResourceVersion: rv}, &corev1.ConfigMap{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caughtUp(current.ResourceVersion)
+	written := &corev1.ConfigMap{}
+	if err := s2.GuaranteedUpdate(ctx, "/full/ns/b", written, false, nil, grown(terminating), nil); err != nil {
 		t.Fatalf("starting a deletion at the bytes limit: %v", err)
 	}
+	caughtUp(written.ResourceVersion)
 	bigger := terminating.DeepCopy()
 	bigger.Data = map[string]string{"v": strings.Repeat("z", 5000)}
 	if err := s2.GuaranteedUpdate(ctx, "/full/ns/b", &corev1.ConfigMap{}, false, nil, grown(bigger), nil); !apierrors.IsForbidden(err) {
 		t.Fatalf("growing an object being deleted past the bytes limit: %v", err)
 	}
 	// The server's writes on its own account are not refused either.
-	if err := s2.GuaranteedUpdate(ServerWrite(ctx), "/full/ns/b", &corev1.ConfigMap{}, false, nil, grown(bigger), nil); err != nil {
+	if err := s2.GuaranteedUpdate(ServerWrite(ctx), "/full/ns/b", written, false, nil, grown(bigger), nil); err != nil {
 		t.Fatalf("a server write past the bytes limit: %v", err)
 	}
+	caughtUp(written.ResourceVersion)
 	released := bigger.DeepCopy()
 	released.Finalizers = nil
 	if err := s2.GuaranteedUpdate(ctx, "/full/ns/b", &corev1.ConfigMap{}, false, nil, grown(released), nil); err != nil {
