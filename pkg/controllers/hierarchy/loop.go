@@ -138,7 +138,9 @@ func (k objectKey) TenantKeys() (project, organization string) { return k.projec
 
 // keyOf tells which project and organization obj is about.
 func keyOf(obj *unstructured.Unstructured, key string) objectKey {
-	k := objectKey{key: key, organization: obj.GetLabels()[tenancy.OrganizationLabel]}
+	// Read in place: GetLabels copies the map, and the queue asks under its lock.
+	org, _, _ := unstructured.NestedString(obj.Object, "metadata", "labels", tenancy.OrganizationLabel)
+	k := objectKey{key: key, organization: org}
 	switch obj.GetKind() {
 	case "Project":
 		k.project = obj.GetName()

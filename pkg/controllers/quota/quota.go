@@ -230,6 +230,11 @@ func labelledOrganization(inf cache.SharedIndexInformer, name string) string {
 	if err != nil || !exists {
 		return ""
 	}
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		// Read in place: GetLabels copies the map, and the queue asks under its lock.
+		org, _, _ := unstructured.NestedString(u.Object, "metadata", "labels", tenancy.OrganizationLabel)
+		return org
+	}
 	m, err := meta.Accessor(obj)
 	if err != nil {
 		return ""
