@@ -105,6 +105,9 @@ type noisyPhase struct {
 	// at the phase's end (milo_tenant_budget_cpu_per_handler_second; 0
 	// without the budget).
 	ChargeRatio float64 `json:",omitempty"`
+	// Collections is how many garbage collections the server ran during the
+	// phase (go_gc_duration_seconds_count).
+	Collections float64
 }
 
 var noisyPhases = []string{"idle", "writes", "lists", "watches"}
@@ -172,8 +175,8 @@ func measureNoisy(ctx context.Context, s *system, dyn dynamic.Interface, o noisy
 			if err != nil {
 				return nil, fmt.Errorf("%s (%s): %w", phase, r.config(), err)
 			}
-			progress("[%s] noisy neighbour, %s, %s: quiet GET p50 %.1f / p99 %.1f ms (%d, %d failed); flood %.0f/s (%d failed, %d watches open); RSS %.0f → %.0f MiB; cores: server %.2f, controllers %.2f, harness %.2f; charge ratio %.2f",
-				s.name, r.config(), phase, p.Quiet.P50, p.Quiet.P99, p.QuietGets, p.QuietErrors, p.NoisyOps, p.NoisyErrors, p.WatchesOpen, p.RSSBeforeMiB, p.RSSPeakMiB,
+			progress("[%s] noisy neighbour, %s, %s: quiet GET p50 %.1f / p99 %.1f ms (%d, %d failed); flood %.0f/s (%d failed, %d watches open); RSS %.0f → %.0f MiB; %.0f collections; cores: server %.2f, controllers %.2f, harness %.2f; charge ratio %.2f",
+				s.name, r.config(), phase, p.Quiet.P50, p.Quiet.P99, p.QuietGets, p.QuietErrors, p.NoisyOps, p.NoisyErrors, p.WatchesOpen, p.RSSBeforeMiB, p.RSSPeakMiB, p.Collections,
 				p.ServerCores, p.ControllerCores, p.HarnessCores, p.ChargeRatio)
 			r.Phases[phase] = p
 		}
@@ -367,6 +370,7 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, config, phase
 	}
 	began := time.Now()
 	cpuBefore := s.cpuSeconds()
+	gcBefore := s.collections(ctx)
 	var gets latencies
 	var probeCPU float64
 	if o.ProbeInProcess {
@@ -390,7 +394,9 @@ func runNoisyPhase(ctx context.Context, s *system, o noisyOptions, config, phase
 	out.ControllerCores = (cpuAfter[1] - cpuBefore[1]) / elapsed.Seconds()
 	out.HarnessCores = (cpuAfter[2] - cpuBefore[2] + probeCPU) / elapsed.Seconds()
 	if body, err := s.get(ctx, "/metrics"); err == nil {
-		out.ChargeRatio = parseMetrics(string(body)).max("milo_tenant_budget_cpu_per_handler_second")
+		m := parseMetrics(string(body))
+		out.ChargeRatio = m.max("milo_tenant_budget_cpu_per_handler_second")
+		out.Collections = m.sum("go_gc_duration_seconds_count") - gcBefore
 	}
 	wg.Wait()
 	slices.Sort(gets)
@@ -411,6 +417,15 @@ func (s *system) profile(ctx context.Context, path string, d time.Duration, name
 	if err != nil {
 		progress("[%s] profile %s: %v", s.name, name, err)
 	}
+}
+
+// collections is how many garbage collections the server has run.
+func (s *system) collections(ctx context.Context) float64 {
+	body, err := s.get(ctx, "/metrics")
+	if err != nil {
+		return 0
+	}
+	return parseMetrics(string(body)).sum("go_gc_duration_seconds_count")
 }
 
 // cpuSeconds is the CPU time, in seconds, the server, the controller

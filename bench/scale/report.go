@@ -459,19 +459,19 @@ func (s *systemResult) noisySection(projects int) string {
 		"projects, which upstream's per-user flows cannot tell apart). \"Project flows\" is Milo's default (`--project-flows`: one APF flow per "+
 		"project); without, the apiserver's own FlowSchemas classify. \"Tenant budget\" is Milo's default `--tenant-concurrency` (each project's requests "+
 		"in flight at once) and `--tenant-cpu-share` (the part of the server's CPUs each project may use); without, both 0. RSS: the server's, "+
-		"before the phase and at its peak. Cores: the CPU the server, the controller manager and the harness (its prober too) used during the phase.\n\n",
+		"before the phase and at its peak. Collections: the server's garbage collections during the phase. Cores: the CPU the server, the controller manager and the harness (its prober too) used during the phase.\n\n",
 		client, quietProject, probe, o.Phase, noisyProject, o.WriteRate, o.WriteWorkers, o.ListRate, o.ListWorkers, o.ListObjects, o.ListObjectBytes>>10, o.Watches, o.WatchedWrites)
 	if w := s.Noisy[0].Phases["watches"].WatchesOpen; w > 0 && w < o.Watches {
 		fmt.Fprintf(&b, "The server let the noisy project open %d of the %d watches (`--max-project-watches`).\n\n", w, o.Watches)
 	}
-	b.WriteString("| configuration | phase | quiet GET p50 | quiet GET p99 | p99 / idle | quiet GETs (failed) | flood ops/s (failed) | RSS before → peak | cores: server / controllers / harness |\n|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| configuration | phase | quiet GET p50 | quiet GET p99 | p99 / idle | quiet GETs (failed) | flood ops/s (failed) | RSS before → peak | collections | cores: server / controllers / harness |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, nr := range s.Noisy {
 		idle := nr.Phases["idle"].Quiet.P99
 		for _, phase := range noisyPhases {
 			p := nr.Phases[phase]
-			fmt.Fprintf(&b, "| %s | %s | %.1f ms | %.1f ms | %.2f× | %d (%d) | %.0f (%d) | %.0f → %.0f MiB | %.2f / %.2f / %.2f |\n", nr.config(), phase,
+			fmt.Fprintf(&b, "| %s | %s | %.1f ms | %.1f ms | %.2f× | %d (%d) | %.0f (%d) | %.0f → %.0f MiB | %.0f | %.2f / %.2f / %.2f |\n", nr.config(), phase,
 				p.Quiet.P50, p.Quiet.P99, p.Quiet.P99/idle, p.QuietGets, p.QuietErrors, p.NoisyOps, p.NoisyErrors, p.RSSBeforeMiB, p.RSSPeakMiB,
-				p.ServerCores, p.ControllerCores, p.HarnessCores)
+				p.Collections, p.ServerCores, p.ControllerCores, p.HarnessCores)
 		}
 	}
 	return b.String() + "\n"
