@@ -23,7 +23,11 @@ func Registry() manager.Registry {
 		// Organizations, Folders and Projects: bootstrap, Ready, cascade
 		// deletion; Roles, memberships and the platform's role aggregation.
 		"hierarchy": func(s manager.Shared) (manager.Runner, error) {
-			return hierarchy.New(s.Config, s.Hierarchy, s.Workers, s.Events)
+			c, err := hierarchy.New(s.Config, s.Hierarchy, s.Workers, s.Events)
+			if err == nil {
+				c.StoredByResource = s.StoredByResource
+			}
+			return c, err
 		},
 		// Deleted namespaces are emptied and removed, in every project.
 		namespace.Name: func(s manager.Shared) (manager.Runner, error) {

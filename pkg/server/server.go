@@ -297,7 +297,11 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if err != nil {
 				return err
 			}
-			mgr, err := manager.New(controllers.Registry(), c.Options.Controllers, manager.Shared{Config: loopback, Hierarchy: tree.Factory(), Workers: 16, RootCA: rootCA})
+			keys, prefixes := c.Keys, c.Prefixes
+			mgr, err := manager.New(controllers.Registry(), c.Options.Controllers, manager.Shared{Config: loopback, Hierarchy: tree.Factory(), Workers: 16, RootCA: rootCA,
+				StoredByResource: func(ctx context.Context, projectID string) (map[schema.GroupResource]int64, error) {
+					return tenantstorage.StoredByResource(ctx, keys, prefixes, projectID)
+				}})
 			if err != nil {
 				return err
 			}

@@ -129,6 +129,12 @@ func TestProjectDeletionEmptiesItAndReleasesTheName(t *testing.T) {
 	if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, held, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// A second resource, in another namespace: the deletion finds what
+	// every resource holds, whichever way it asks.
+	heldSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{"example.com/hold"}}}
+	if _, err := c.CoreV1().Secrets("team").Create(ctx, heldSecret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	other := m.newProject(t, "bystander")
 	createConfigMap(t, m.projectKube(t, other), "default", "held", nil, nil)
 
@@ -137,7 +143,7 @@ func TestProjectDeletionEmptiesItAndReleasesTheName(t *testing.T) {
 	}
 	eventually(t, "the cleanup reports the object it waits for", func() error {
 		status, msg, _ := projectCondition(t, m, name, "ResourceCleanup")
-		if status != "True" || !strings.Contains(msg, "configmaps default/held") {
+		if status != "True" || !strings.Contains(msg, "2 object(s)") || !strings.Contains(msg, "configmaps default/held") || !strings.Contains(msg, "secrets team/held") {
 			return fmt.Errorf("ResourceCleanup %s %q", status, msg)
 		}
 		return nil
@@ -150,8 +156,11 @@ func TestProjectDeletionEmptiesItAndReleasesTheName(t *testing.T) {
 		t.Fatalf("create in a project being deleted: %v", err)
 	}
 
-	// Releasing the finalizer lets the deletion finish.
+	// Releasing the finalizers lets the deletion finish.
 	if _, err := c.CoreV1().ConfigMaps("default").Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CoreV1().Secrets("team").Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, "the project is gone", func() error {

@@ -392,6 +392,59 @@ spec:
 	})
 }
 
+// TestProjectCRDInstancesHoldTheirProjectsDeletion: a deleted project's
+// instances of its own kinds are deleted through its API like any object, so
+// one held by a finalizer holds the project until it is released.
+func TestProjectCRDInstancesHoldTheirProjectsDeletion(t *testing.T) {
+	m := crdServer(t)
+	ctx := context.Background()
+	p := m.newProject(t, "crd-doomed")
+	crds, kinds := definedKind(t, m, p, "holders", "Holder")
+	held := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.example.net/v1", "kind": "Holder",
+		"metadata": map[string]any{"name": "held", "finalizers": []any{"example.com/hold"}}, "spec": map[string]any{"size": int64(1)}}}
+	if _, err := kinds.Create(ctx, held, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	plain := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "crd.example.net/v1", "kind": "Holder",
+		"metadata": map[string]any{"name": "plain"}, "spec": map[string]any{"size": int64(2)}}}
+	if _, err := kinds.Create(ctx, plain, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := m.dynamic(t).Resource(projectsGVR).Delete(ctx, p, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the cleanup reports the instance it waits for", func() error {
+		status, msg, exists := projectCondition(t, m, p, "ResourceCleanup")
+		if status != "True" || !strings.Contains(msg, "holders default/held") {
+			_, heldErr := kinds.Get(ctx, "held", metav1.GetOptions{})
+			return fmt.Errorf("ResourceCleanup %s %q (project exists: %v; the held instance: %v)", status, msg, exists, heldErr)
+		}
+		return nil
+	})
+	if _, err := kinds.Get(ctx, "plain", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("an instance without finalizers survived: %v", err)
+	}
+	// The kind's definition stays while an instance waits: without it the
+	// instance could no longer be listed, nor its finalizer waited for.
+	crd, err := crds.Get(ctx, "holders.crd.example.net", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the CRD of a held instance: %v", err)
+	}
+	if crd.DeletionTimestamp != nil {
+		t.Fatalf("the CRD of a held instance is being deleted (at %v)", crd.DeletionTimestamp)
+	}
+	if _, err := kinds.Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "project "+p+" gone", func() error {
+		if _, err := m.dynamic(t).Resource(projectsGVR).Get(ctx, p, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return nil
+	})
+}
+
 // TestProjectCRDsAdmission: what a project may not define is refused with 422
 // and a message that says why; a project member needs the permission for
 // CRDs in the project.

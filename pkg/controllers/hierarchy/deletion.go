@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
@@ -121,7 +122,7 @@ func (c *Controllers) deleteOrganizationNamespace(ctx context.Context, name stri
 			return "", err
 		}
 	}
-	remaining, err := c.deleteContents(ctx, c.config, &c.platformResources, name)
+	remaining, err := c.deleteContents(ctx, c.config, &c.platformResources, name, false, nil)
 	if err != nil {
 		return "", err
 	}
@@ -148,7 +149,7 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 	if !slices.Contains(p.GetFinalizers(), hierarchy.ProjectFinalizer) {
 		return nil
 	}
-	remaining, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, metav1.NamespaceAll)
+	remaining, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, metav1.NamespaceAll, true, c.emptyResources(ctx, p))
 	if err != nil {
 		return err
 	}
@@ -193,16 +194,40 @@ func describeRemaining(remaining []string) string {
 	return fmt.Sprintf("waiting for %d object(s) with finalizers: %s", len(remaining), strings.Join(shown, ", "))
 }
 
+// emptyResources returns what tells the resources in which storage holds no
+// object of project p, when the controllers can count there (inside the API
+// server); nil otherwise, or when counting fails: then every resource is
+// listed. A resource storage does not know (a project's own CRD whose
+// storage is not built) is never taken for empty.
+func (c *Controllers) emptyResources(ctx context.Context, p *unstructured.Unstructured) func(schema.GroupResource) bool {
+	if c.StoredByResource == nil {
+		return nil
+	}
+	counts, err := c.StoredByResource(ctx, tenancy.StorageIDOf(p))
+	if err != nil {
+		klog.FromContext(ctx).V(2).Info("Listing every resource of a deleted project: counting its objects failed", "project", p.GetName(), "err", err)
+		return nil
+	}
+	return func(r schema.GroupResource) bool {
+		n, known := counts[r]
+		return known && n == 0
+	}
+}
+
 // deleteContents deletes every object of every deletable resource, except
 // namespaces, of the control plane cfg reaches — only in namespace when it is
-// given, and only namespaced resources then. It returns the objects still
-// present afterwards, as "resource namespace/name".
+// given, and only namespaced resources then — and, with ownKinds, of the
+// kinds a project defines itself, which the discovery every project shares
+// does not name. It returns the objects still present afterwards, as
+// "resource namespace/name".
 //
 // One metadata list per resource, from the watch cache, finds what is there;
 // most resources of a project are empty and cost nothing more. Only where
 // objects exist is a deletecollection sent, per namespace, and the rest listed
-// again.
-func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string) ([]string, error) {
+// again. Resources empty says hold nothing in storage are not listed at all:
+// a deletion then costs one request per resource that holds objects, not one
+// per resource served.
+func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string, ownKinds bool, empty func(schema.GroupResource) bool) ([]string, error) {
 	dyn, err := dynamic.NewForConfigAndClient(cfg, c.http)
 	if err != nil {
 		return nil, err
@@ -218,7 +243,32 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 	if len(lists) == 0 && err != nil {
 		return nil, fmt.Errorf("discovering the resources of %s: %w", cfg.Host, err)
 	}
+	// The project's own kinds go first, and while any of their instances is
+	// left (held by a finalizer), their definitions stay: a kind whose CRD
+	// is gone can no longer be listed, so its instances' finalizers would
+	// never be waited for.
+	var own []schema.GroupVersionResource
+	if ownKinds {
+		if own, err = definedKinds(ctx, dyn, empty); err != nil {
+			return nil, err
+		}
+	}
 	var remaining []string
+	seen := map[schema.GroupResource]bool{}
+	for _, gvr := range own {
+		seen[gvr.GroupResource()] = true
+		if empty != nil && empty(gvr.GroupResource()) {
+			continue
+		}
+		left, err := deleteResource(ctx, dyn, meta, gvr, namespace)
+		if err != nil {
+			return nil, fmt.Errorf("deleting %s in %s: %w", gvr.Resource, cfg.Host, err)
+		}
+		remaining = append(remaining, left...)
+	}
+	if len(remaining) > 0 {
+		seen[customResourceDefinitions.GroupResource()] = true
+	}
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
 		if err != nil {
@@ -232,35 +282,94 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 				continue
 			}
 			gvr := gv.WithResource(r.Name)
-			present, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-			if apierrors.IsNotFound(err) || (err == nil && len(present.Items) == 0) {
+			if seen[gvr.GroupResource()] || (empty != nil && empty(gvr.GroupResource())) {
 				continue
 			}
+			left, err := deleteResource(ctx, dyn, meta, gvr, namespace)
 			if err != nil {
-				return nil, err
+				return nil, fmt.Errorf("deleting %s in %s: %w", r.Name, cfg.Host, err)
 			}
-			scopes := map[string]bool{}
-			for _, o := range present.Items {
-				scopes[o.Namespace] = true
-			}
-			for ns := range scopes {
-				err := dyn.Resource(gvr).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-				if err != nil && !apierrors.IsNotFound(err) {
-					return nil, fmt.Errorf("deleting %s in %s: %w", r.Name, cfg.Host, err)
-				}
-			}
-			left, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{})
-			if err != nil && !apierrors.IsNotFound(err) {
-				return nil, err
-			}
-			if left != nil {
-				for _, o := range left.Items {
-					remaining = append(remaining, r.Name+" "+objectName(&o))
-				}
-			}
+			remaining = append(remaining, left...)
 		}
 	}
 	return remaining, nil
+}
+
+// deleteResource deletes every object of one resource (in namespace, when
+// given) and returns those still present afterwards.
+func deleteResource(ctx context.Context, dyn dynamic.Interface, meta metadata.Interface, gvr schema.GroupVersionResource, namespace string) ([]string, error) {
+	present, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if apierrors.IsNotFound(err) || (err == nil && len(present.Items) == 0) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	scopes := map[string]bool{}
+	for _, o := range present.Items {
+		scopes[o.Namespace] = true
+	}
+	for ns := range scopes {
+		err := dyn.Resource(gvr).Namespace(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	left, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return nil, err
+	}
+	var remaining []string
+	if left != nil {
+		for _, o := range left.Items {
+			remaining = append(remaining, gvr.Resource+" "+objectName(&o))
+		}
+	}
+	return remaining, nil
+}
+
+var customResourceDefinitions = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// definedKinds returns the resources of the kinds a project defines itself
+// (its own CRDs, read through the project's API), in a version each serves.
+// A project that stores no CRD (empty says so) costs no request; a server
+// that serves projects no CRDs answers 404, which means none.
+func definedKinds(ctx context.Context, dyn dynamic.Interface, empty func(schema.GroupResource) bool) ([]schema.GroupVersionResource, error) {
+	if empty != nil && empty(customResourceDefinitions.GroupResource()) {
+		return nil, nil
+	}
+	crds, err := dyn.Resource(customResourceDefinitions).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing the project's CRDs: %w", err)
+	}
+	var out []schema.GroupVersionResource
+	for _, crd := range crds.Items {
+		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
+		plural, _, _ := unstructured.NestedString(crd.Object, "status", "acceptedNames", "plural")
+		if plural == "" {
+			plural, _, _ = unstructured.NestedString(crd.Object, "spec", "names", "plural")
+		}
+		versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
+		version := ""
+		for _, v := range versions {
+			m, _ := v.(map[string]any)
+			name, _ := m["name"].(string)
+			if served, _ := m["served"].(bool); !served || name == "" {
+				continue
+			}
+			if storage, _ := m["storage"].(bool); storage || version == "" {
+				version = name
+			}
+		}
+		if group != "" && plural != "" && version != "" {
+			out = append(out, schema.GroupVersionResource{Group: group, Version: version, Resource: plural})
+		}
+	}
+	return out, nil
 }
 
 func objectName(o metav1.Object) string {

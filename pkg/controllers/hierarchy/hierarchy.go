@@ -65,6 +65,11 @@ type Controllers struct {
 	events   *events.Recorder
 
 	orgs, folders, projects, roles, memberships, bindings, protected cache.SharedIndexInformer
+
+	// StoredByResource, if set, counts a project's objects per resource in
+	// storage, so that a deletion lists only the resources that hold some
+	// (set by the API server the controllers run in; nil elsewhere).
+	StoredByResource func(ctx context.Context, projectID string) (map[schema.GroupResource]int64, error)
 }
 
 // New prepares the controllers over a client configuration of the platform and

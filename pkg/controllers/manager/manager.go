@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
@@ -41,6 +42,10 @@ type Shared struct {
 	// RootCA is the PEM bundle of the CA clients verify the server with,
 	// published in every namespace as kube-root-ca.crt.
 	RootCA []byte
+	// StoredByResource, when the controllers run inside the API server,
+	// counts a project's objects per resource directly in storage, by the
+	// project's storage id; nil in a controller manager of its own.
+	StoredByResource func(ctx context.Context, projectID string) (map[schema.GroupResource]int64, error)
 }
 
 // Runner is a built controller: Run works until ctx ends and returns once it

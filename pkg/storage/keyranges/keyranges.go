@@ -23,6 +23,8 @@ import (
 type Store interface {
 	// Count counts the keys under every prefix, in all.
 	Count(ctx context.Context, prefixes ...string) (int64, error)
+	// CountEach counts the keys under each prefix: the i-th count is prefixes[i]'s.
+	CountEach(ctx context.Context, prefixes ...string) ([]int64, error)
 	// Measure counts the keys under every prefix and sums their values' lengths.
 	Measure(ctx context.Context, prefixes ...string) (keys, bytes int64, err error)
 	// Exists reports whether key is stored.
@@ -191,7 +193,14 @@ func (c common) Measure(ctx context.Context, prefixes ...string) (keys, bytes in
 type etcdStore struct{ common }
 
 func (s etcdStore) Count(ctx context.Context, prefixes ...string) (int64, error) {
-	var n int64
+	counts, err := s.CountEach(ctx, prefixes...)
+	return sum(counts), err
+}
+
+// CountEach counts in as few transactions as Count: one range read per
+// prefix, values unread, in one round trip for fewer than txnOps prefixes.
+func (s etcdStore) CountEach(ctx context.Context, prefixes ...string) ([]int64, error) {
+	counts := make([]int64, 0, len(prefixes))
 	for batch := range slices.Chunk(prefixes, txnOps) {
 		ops := make([]clientv3.Op, 0, len(batch))
 		for _, prefix := range batch {
@@ -199,15 +208,24 @@ func (s etcdStore) Count(ctx context.Context, prefixes ...string) (int64, error)
 		}
 		resp, err := s.client.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			return 0, fmt.Errorf("counting keys: %w", err)
+			return nil, fmt.Errorf("counting keys: %w", err)
+		}
+		if len(resp.Responses) != len(batch) {
+			return nil, fmt.Errorf("counting keys: %d answers to %d ranges", len(resp.Responses), len(batch))
 		}
 		for _, r := range resp.Responses {
-			if g := r.GetResponseRange(); g != nil {
-				n += g.Count
-			}
+			counts = append(counts, r.GetResponseRange().GetCount())
 		}
 	}
-	return n, nil
+	return counts, nil
+}
+
+func sum(counts []int64) int64 {
+	var n int64
+	for _, c := range counts {
+		n += c
+	}
+	return n
 }
 
 // DeletePrefixes deletes the ranges in as few transactions as etcd's limit
@@ -238,15 +256,21 @@ func (s etcdStore) DeletePrefixes(ctx context.Context, prefixes ...string) (int6
 type kineStore struct{ common }
 
 func (s kineStore) Count(ctx context.Context, prefixes ...string) (int64, error) {
-	var n int64
+	counts, err := s.CountEach(ctx, prefixes...)
+	return sum(counts), err
+}
+
+// CountEach reads one range per request: kine takes no transaction of them.
+func (s kineStore) CountEach(ctx context.Context, prefixes ...string) ([]int64, error) {
+	counts := make([]int64, 0, len(prefixes))
 	for _, prefix := range prefixes {
 		resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
-			return 0, fmt.Errorf("counting %s: %w", prefix, err)
+			return nil, fmt.Errorf("counting %s: %w", prefix, err)
 		}
-		n += resp.Count
+		counts = append(counts, resp.Count)
 	}
-	return n, nil
+	return counts, nil
 }
 
 func (s etcdStore) Delete(ctx context.Context, key string) (bool, error) {

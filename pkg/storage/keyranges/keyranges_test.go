@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -112,6 +113,20 @@ func TestKeyRanges(t *testing.T) {
 				}
 				if n, err := s.Count(ctx, root+"a/", root+"b/", root+"none/"); err != nil || n != many+2 {
 					t.Fatalf("count a/, b/, none/: %d %v", n, err)
+				}
+				if counts, err := s.CountEach(ctx, root+"b/", root+"none/", root+"a/", root+"ab/"); err != nil || !slices.Equal(counts, []int64{2, 0, many, 1}) {
+					t.Fatalf("count each of b/, none/, a/, ab/: %v %v", counts, err)
+				}
+				// More ranges than one transaction takes: the counts keep their order.
+				var ranges []string
+				for i := range 250 {
+					ranges = append(ranges, root+fmt.Sprintf("a/%05d", i*4))
+				}
+				if counts, err := s.CountEach(ctx, ranges...); err != nil || len(counts) != 250 || slices.ContainsFunc(counts, func(n int64) bool { return n != 1 }) {
+					t.Fatalf("count each of 250 keys: %v %v", counts, err)
+				}
+				if counts, err := s.CountEach(ctx); err != nil || len(counts) != 0 {
+					t.Fatalf("count each of nothing: %v %v", counts, err)
 				}
 				if k, bytes, err := s.Measure(ctx, root+"b/", root+"ab/"); err != nil || k != 3 || bytes != 307 {
 					t.Fatalf("measure b/, ab/: %d keys, %d bytes, %v", k, bytes, err)

@@ -245,6 +245,30 @@ func TestPurgeRemovesEveryKeyOfTheProjectOnly(t *testing.T) {
 	}
 }
 
+func TestStoredByResourceCountsOneProject(t *testing.T) {
+	s, prefixes := newConfigMapStorage(t, "countme")
+	for i := range 3 {
+		create(t, s, in("counted"), "/countme", fmt.Sprintf("ns-%d", i), "cm", "x")
+	}
+	create(t, s, in("counted-not"), "/countme", "ns-0", "cm", "x")
+	create(t, s, context.Background(), "/countme", "counted", "platform-object", "platform")
+
+	for project, want := range map[string]int64{"counted": 3, "counted-not": 1, "empty": 0} {
+		got, err := StoredByResource(context.Background(), keyRanges, prefixes, idOf(project))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, ok := got[corev1.Resource("countme")]; !ok || n != want || len(got) != 1 {
+			t.Errorf("project %s: %v, want countme: %d", project, got, want)
+		}
+	}
+	for _, bad := range []string{"_platform", tenancy.UnresolvedSegment, "", "p.a/b"} {
+		if _, err := StoredByResource(context.Background(), keyRanges, prefixes, bad); err == nil {
+			t.Errorf("counting accepted %q", bad)
+		}
+	}
+}
+
 // A project created with the name of a deleted one gets a new storage id, so
 // it starts empty even when the old one's keys were never purged, and its
 // watchers never see the old one's objects.
