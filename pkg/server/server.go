@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -23,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -297,11 +299,8 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if err != nil {
 				return err
 			}
-			keys, prefixes := c.Keys, c.Prefixes
 			mgr, err := manager.New(controllers.Registry(), c.Options.Controllers, manager.Shared{Config: loopback, Hierarchy: tree.Factory(), Workers: 16, RootCA: rootCA,
-				StoredByResource: func(ctx context.Context, projectID string) (map[schema.GroupResource]int64, error) {
-					return tenantstorage.StoredByResource(ctx, keys, prefixes, projectID)
-				}})
+				StoredByResource: c.storedByResource()})
 			if err != nil {
 				return err
 			}
@@ -483,5 +482,29 @@ func (s stage) wait(ctx context.Context) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// storedByResource is how the controllers in this server count a project's
+// objects per resource in storage, or nil where that would not be right or
+// cheaper than reading the watch caches: on SQL, where each count is a
+// query of its own. Resources kept in another etcd (--etcd-servers-overrides)
+// are never counted: their keys are not in the storage counted.
+func (c CompletedConfig) storedByResource() func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error) {
+	if c.Options.SQL != nil || c.Keys == nil {
+		return nil
+	}
+	elsewhere := map[schema.GroupResource]bool{}
+	overrides, err := genericoptions.ParseEtcdServersOverrides(c.Options.ControlPlane.Etcd.EtcdServersOverrides)
+	if err != nil {
+		return nil
+	}
+	for _, o := range overrides {
+		elsewhere[o.GroupResource] = true
+	}
+	keys, prefixes := c.Keys, c.Prefixes
+	return func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error) {
+		here := slices.DeleteFunc(slices.Clone(resources), func(r schema.GroupResource) bool { return elsewhere[r] })
+		return tenantstorage.StoredByResource(ctx, keys, prefixes, projectID, here)
 	}
 }

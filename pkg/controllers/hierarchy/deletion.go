@@ -2,6 +2,7 @@ package hierarchy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -149,8 +150,14 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 	if !slices.Contains(p.GetFinalizers(), hierarchy.ProjectFinalizer) {
 		return nil
 	}
-	remaining, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, metav1.NamespaceAll, true, c.emptyResources(ctx, p))
+	remaining, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, metav1.NamespaceAll, true, c.storedCounts(ctx, p))
 	if err != nil {
+		// Said in the condition: a resource that cannot be deleted holds
+		// the project as a finalizer does.
+		msg := "deleting the project's objects failed: " + err.Error()
+		if cerr := c.setCondition(ctx, projects, p, cleanupCondition("DeletionFailed", msg)); cerr != nil {
+			return cerr
+		}
 		return err
 	}
 	if len(remaining) > 0 {
@@ -194,23 +201,23 @@ func describeRemaining(remaining []string) string {
 	return fmt.Sprintf("waiting for %d object(s) with finalizers: %s", len(remaining), strings.Join(shown, ", "))
 }
 
-// emptyResources returns what tells the resources in which storage holds no
-// object of project p, when the controllers can count there (inside the API
-// server); nil otherwise, or when counting fails: then every resource is
-// listed. A resource storage does not know (a project's own CRD whose
-// storage is not built) is never taken for empty.
-func (c *Controllers) emptyResources(ctx context.Context, p *unstructured.Unstructured) func(schema.GroupResource) bool {
+// storedCounts counts, when the controllers can count in storage (inside the
+// API server), the objects project p stores of each of resources; nil
+// otherwise, or when counting fails: then every resource is listed. A
+// resource missing from the answer is one storage cannot count (a project's
+// own kind whose storage is not built, a resource kept in another etcd):
+// it is listed too.
+func (c *Controllers) storedCounts(ctx context.Context, p *unstructured.Unstructured) func([]schema.GroupResource) map[schema.GroupResource]int64 {
 	if c.StoredByResource == nil {
 		return nil
 	}
-	counts, err := c.StoredByResource(ctx, tenancy.StorageIDOf(p))
-	if err != nil {
-		klog.FromContext(ctx).V(2).Info("Listing every resource of a deleted project: counting its objects failed", "project", p.GetName(), "err", err)
-		return nil
-	}
-	return func(r schema.GroupResource) bool {
-		n, known := counts[r]
-		return known && n == 0
+	return func(resources []schema.GroupResource) map[schema.GroupResource]int64 {
+		counts, err := c.StoredByResource(ctx, tenancy.StorageIDOf(p), resources)
+		if err != nil {
+			klog.FromContext(ctx).V(2).Info("Listing every resource of a deleted project: counting its objects failed", "project", p.GetName(), "err", err)
+			return nil
+		}
+		return counts
 	}
 }
 
@@ -219,15 +226,22 @@ func (c *Controllers) emptyResources(ctx context.Context, p *unstructured.Unstru
 // given, and only namespaced resources then — and, with ownKinds, of the
 // kinds a project defines itself, which the discovery every project shares
 // does not name. It returns the objects still present afterwards, as
-// "resource namespace/name".
+// "resource namespace/name", and what failed.
 //
-// One metadata list per resource, from the watch cache, finds what is there;
+// One metadata list per resource, at resourceVersion 0, finds what is there;
 // most resources of a project are empty and cost nothing more. Only where
 // objects exist is a deletecollection sent, per namespace, and the rest listed
-// again. Resources empty says hold nothing in storage are not listed at all:
-// a deletion then costs one request per resource that holds objects, not one
-// per resource served.
-func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string, ownKinds bool, empty func(schema.GroupResource) bool) ([]string, error) {
+// again. Where count is given (the controllers run inside the API server),
+// storage is asked first, in one pass over the resources, which of them hold
+// any of the project's objects: the others are not listed at all, and those
+// that do are listed consistently (a watch cache behind storage would miss
+// an object created a moment ago). A deletion then costs requests for the
+// resources that hold objects only.
+//
+// A resource that fails is reported and the others are still deleted: one
+// broken kind (a project's conversion webhook that does not answer) holds
+// the deletion without hiding everything else's.
+func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string, ownKinds bool, count func([]schema.GroupResource) map[schema.GroupResource]int64) ([]string, error) {
 	dyn, err := dynamic.NewForConfigAndClient(cfg, c.http)
 	if err != nil {
 		return nil, err
@@ -243,32 +257,7 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 	if len(lists) == 0 && err != nil {
 		return nil, fmt.Errorf("discovering the resources of %s: %w", cfg.Host, err)
 	}
-	// The project's own kinds go first, and while any of their instances is
-	// left (held by a finalizer), their definitions stay: a kind whose CRD
-	// is gone can no longer be listed, so its instances' finalizers would
-	// never be waited for.
-	var own []schema.GroupVersionResource
-	if ownKinds {
-		if own, err = definedKinds(ctx, dyn, empty); err != nil {
-			return nil, err
-		}
-	}
-	var remaining []string
-	seen := map[schema.GroupResource]bool{}
-	for _, gvr := range own {
-		seen[gvr.GroupResource()] = true
-		if empty != nil && empty(gvr.GroupResource()) {
-			continue
-		}
-		left, err := deleteResource(ctx, dyn, meta, gvr, namespace)
-		if err != nil {
-			return nil, fmt.Errorf("deleting %s in %s: %w", gvr.Resource, cfg.Host, err)
-		}
-		remaining = append(remaining, left...)
-	}
-	if len(remaining) > 0 {
-		seen[customResourceDefinitions.GroupResource()] = true
-	}
+	var served []schema.GroupVersionResource
 	for _, list := range lists {
 		gv, err := schema.ParseGroupVersion(list.GroupVersion)
 		if err != nil {
@@ -281,24 +270,82 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 			if !r.Namespaced && namespace != "" {
 				continue
 			}
-			gvr := gv.WithResource(r.Name)
-			if seen[gvr.GroupResource()] || (empty != nil && empty(gvr.GroupResource())) {
-				continue
-			}
-			left, err := deleteResource(ctx, dyn, meta, gvr, namespace)
-			if err != nil {
-				return nil, fmt.Errorf("deleting %s in %s: %w", r.Name, cfg.Host, err)
-			}
-			remaining = append(remaining, left...)
+			served = append(served, gv.WithResource(r.Name))
 		}
 	}
-	return remaining, nil
+	var stored map[schema.GroupResource]int64
+	if count != nil {
+		grs := make([]schema.GroupResource, 0, len(served)+1)
+		for _, gvr := range served {
+			grs = append(grs, gvr.GroupResource())
+		}
+		if ownKinds {
+			grs = append(grs, customResourceDefinitions.GroupResource())
+		}
+		stored = count(grs)
+	}
+	// found tells whether a resource may hold objects, and whether storage
+	// said so (so its first list must not be served by a cache behind).
+	found := func(r schema.GroupResource) (maybe, counted bool) {
+		n, known := stored[r]
+		return !known || n > 0, known
+	}
+
+	var remaining []string
+	var failed []error
+	del := func(gvr schema.GroupVersionResource) {
+		maybe, counted := found(gvr.GroupResource())
+		if !maybe {
+			return
+		}
+		left, err := deleteResource(ctx, dyn, meta, gvr, namespace, counted)
+		if err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", gvr.GroupResource(), err))
+		}
+		remaining = append(remaining, left...)
+	}
+
+	// The project's own kinds go first, and while any of their instances is
+	// left (held by a finalizer) or could not be deleted, their definitions
+	// stay, so that the instances stay listable and their finalizers are
+	// waited for.
+	handled := map[schema.GroupResource]bool{}
+	holdDefinitions := false
+	if maybe, _ := found(customResourceDefinitions.GroupResource()); ownKinds && maybe {
+		own, err := definedKinds(ctx, dyn)
+		if err != nil {
+			failed = append(failed, err)
+			holdDefinitions = true
+		}
+		for _, gvr := range own {
+			handled[gvr.GroupResource()] = true
+			before := len(remaining) + len(failed)
+			del(gvr)
+			if len(remaining)+len(failed) > before {
+				holdDefinitions = true
+			}
+		}
+	}
+	if holdDefinitions {
+		handled[customResourceDefinitions.GroupResource()] = true
+	}
+	for _, gvr := range served {
+		if !handled[gvr.GroupResource()] {
+			del(gvr)
+		}
+	}
+	return remaining, errors.Join(failed...)
 }
 
 // deleteResource deletes every object of one resource (in namespace, when
-// given) and returns those still present afterwards.
-func deleteResource(ctx context.Context, dyn dynamic.Interface, meta metadata.Interface, gvr schema.GroupVersionResource, namespace string) ([]string, error) {
-	present, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+// given) and returns those still present afterwards. consistent makes its
+// first list read storage rather than the watch cache.
+func deleteResource(ctx context.Context, dyn dynamic.Interface, meta metadata.Interface, gvr schema.GroupVersionResource, namespace string, consistent bool) ([]string, error) {
+	rv := "0"
+	if consistent {
+		rv = ""
+	}
+	present, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{ResourceVersion: rv})
 	if apierrors.IsNotFound(err) || (err == nil && len(present.Items) == 0) {
 		return nil, nil
 	}
@@ -332,14 +379,12 @@ var customResourceDefinitions = schema.GroupVersionResource{Group: "apiextension
 
 // definedKinds returns the resources of the kinds a project defines itself
 // (its own CRDs, read through the project's API), in a version each serves.
-// A project that stores no CRD (empty says so) costs no request; a server
-// that serves projects no CRDs answers 404, which means none.
-func definedKinds(ctx context.Context, dyn dynamic.Interface, empty func(schema.GroupResource) bool) ([]schema.GroupVersionResource, error) {
-	if empty != nil && empty(customResourceDefinitions.GroupResource()) {
-		return nil, nil
-	}
+// Only CRDs whose names are accepted and which are established count: one
+// refused its names (a group the platform serves, a name taken) has no
+// instances, and its spec may name a resource that is not its own. A
+// server that serves projects no CRDs answers 404, which means none.
+func definedKinds(ctx context.Context, dyn dynamic.Interface) ([]schema.GroupVersionResource, error) {
 	crds, err := dyn.Resource(customResourceDefinitions).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
@@ -348,11 +393,11 @@ func definedKinds(ctx context.Context, dyn dynamic.Interface, empty func(schema.
 	}
 	var out []schema.GroupVersionResource
 	for _, crd := range crds.Items {
+		if !conditionTrue(&crd, "NamesAccepted") || !conditionTrue(&crd, "Established") {
+			continue
+		}
 		group, _, _ := unstructured.NestedString(crd.Object, "spec", "group")
 		plural, _, _ := unstructured.NestedString(crd.Object, "status", "acceptedNames", "plural")
-		if plural == "" {
-			plural, _, _ = unstructured.NestedString(crd.Object, "spec", "names", "plural")
-		}
 		versions, _, _ := unstructured.NestedSlice(crd.Object, "spec", "versions")
 		version := ""
 		for _, v := range versions {
@@ -370,6 +415,17 @@ func definedKinds(ctx context.Context, dyn dynamic.Interface, empty func(schema.
 		}
 	}
 	return out, nil
+}
+
+// conditionTrue reports whether obj's status has condition typ with status True.
+func conditionTrue(obj *unstructured.Unstructured, typ string) bool {
+	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, ok := c.(map[string]any); ok && m["type"] == typ {
+			return m["status"] == string(metav1.ConditionTrue)
+		}
+	}
+	return false
 }
 
 func objectName(o metav1.Object) string {

@@ -66,10 +66,11 @@ type Controllers struct {
 
 	orgs, folders, projects, roles, memberships, bindings, protected cache.SharedIndexInformer
 
-	// StoredByResource, if set, counts a project's objects per resource in
-	// storage, so that a deletion lists only the resources that hold some
-	// (set by the API server the controllers run in; nil elsewhere).
-	StoredByResource func(ctx context.Context, projectID string) (map[schema.GroupResource]int64, error)
+	// StoredByResource, if set, counts a project's objects of each of
+	// resources in storage, so that a deletion lists only the resources that
+	// hold some (set by the API server the controllers run in; nil
+	// elsewhere). Resources it cannot count are left out of its answer.
+	StoredByResource func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error)
 }
 
 // New prepares the controllers over a client configuration of the platform and

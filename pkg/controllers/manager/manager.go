@@ -43,9 +43,10 @@ type Shared struct {
 	// published in every namespace as kube-root-ca.crt.
 	RootCA []byte
 	// StoredByResource, when the controllers run inside the API server,
-	// counts a project's objects per resource directly in storage, by the
-	// project's storage id; nil in a controller manager of its own.
-	StoredByResource func(ctx context.Context, projectID string) (map[schema.GroupResource]int64, error)
+	// counts a project's objects of each of resources directly in storage,
+	// by the project's storage id, leaving out those it cannot count; nil
+	// in a controller manager of its own.
+	StoredByResource func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error)
 }
 
 // Runner is a built controller: Run works until ctx ends and returns once it

@@ -90,28 +90,30 @@ func ExistsInNamespace(ctx context.Context, keys keyranges.Store, prefixes *Pref
 }
 
 // StoredByResource counts, directly in storage and without reading values,
-// the objects of the project with storage id projectID in every resource the
-// server stores (one transaction on etcd). A resource absent from the answer
-// has no storage in this server yet (a project's own CRD, for one), so its
-// count is unknown, not 0.
-func StoredByResource(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, projectID string) (map[schema.GroupResource]int64, error) {
+// the objects of the project with storage id projectID in each of resources
+// (on etcd, one transaction per hundred resources). A resource absent from
+// the answer has no storage in this server (not served, or a project's own
+// kind whose storage is not built yet), so its count is unknown, not 0.
+func StoredByResource(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error) {
 	if !tenancy.ValidProjectID(projectID) {
 		return nil, fmt.Errorf("counting: %q is not a project storage id", projectID)
 	}
+	var known []schema.GroupResource
+	var ranges []string
 	prefixes.mu.Lock()
-	resources := make([]schema.GroupResource, 0, len(prefixes.byResource))
-	ranges := make([]string, 0, len(prefixes.byResource))
-	for r, full := range prefixes.byResource {
-		resources = append(resources, r)
-		ranges = append(ranges, full+"/"+projectID+"/")
+	for _, r := range resources {
+		if full, ok := prefixes.byResource[r]; ok && !slices.Contains(known, r) {
+			known = append(known, r)
+			ranges = append(ranges, full+"/"+projectID+"/")
+		}
 	}
 	prefixes.mu.Unlock()
 	counts, err := keys.CountEach(ctx, ranges...)
 	if err != nil {
 		return nil, fmt.Errorf("counting the objects of project %s: %w", projectID, err)
 	}
-	out := make(map[schema.GroupResource]int64, len(resources))
-	for i, r := range resources {
+	out := make(map[schema.GroupResource]int64, len(known))
+	for i, r := range known {
 		out[r] = counts[i]
 	}
 	return out, nil
