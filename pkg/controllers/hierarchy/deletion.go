@@ -154,8 +154,7 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 	if err != nil {
 		// Said in the condition: a resource that cannot be deleted holds
 		// the project as a finalizer does.
-		msg := "deleting the project's objects failed: " + err.Error()
-		if cerr := c.setCondition(ctx, projects, p, cleanupCondition("DeletionFailed", msg)); cerr != nil {
+		if cerr := c.setCondition(ctx, projects, p, cleanupCondition("DeletionFailed", failedMessage(err))); cerr != nil {
 			return cerr
 		}
 		return err
@@ -171,6 +170,20 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 	// No "purging" condition is written: it would cost every deletion a write
 	// for a state that lasts a moment.
 	return c.released(ctx, projects, p, hierarchy.ProjectFinalizer)
+}
+
+// maxConditionMessage bounds a condition message made of errors, far below
+// the 32 KiB a condition's message may hold: several resources failing with
+// long errors must not make the status write fail too.
+const maxConditionMessage = 1024
+
+// failedMessage is the ResourceCleanup message of a deletion that failed.
+func failedMessage(err error) string {
+	msg := "deleting the project's objects failed: " + err.Error()
+	if r := []rune(msg); len(r) > maxConditionMessage {
+		msg = string(r[:maxConditionMessage]) + "…"
+	}
+	return msg
 }
 
 // released removes the cleanup finalizer of an object whose contents are
