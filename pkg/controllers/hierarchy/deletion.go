@@ -268,7 +268,7 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 		return discovery.NewDiscoveryClientForConfigAndClient(cfg, c.http)
 	})
 	if len(lists) == 0 && err != nil {
-		return nil, fmt.Errorf("discovering the resources of %s: %w", cfg.Host, err)
+		return nil, fmt.Errorf("discovering the resources to delete: %w", err)
 	}
 	var served []schema.GroupVersionResource
 	for _, list := range lists {

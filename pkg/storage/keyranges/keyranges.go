@@ -198,7 +198,7 @@ func (s etcdStore) Count(ctx context.Context, prefixes ...string) (int64, error)
 }
 
 // CountEach counts in as few transactions as Count: one range read per
-// prefix, values unread, in one round trip for fewer than txnOps prefixes.
+// prefix, values unread, in one round trip for at most txnOps prefixes.
 func (s etcdStore) CountEach(ctx context.Context, prefixes ...string) ([]int64, error) {
 	counts := make([]int64, 0, len(prefixes))
 	for batch := range slices.Chunk(prefixes, txnOps) {
