@@ -26,6 +26,7 @@ func Registry() manager.Registry {
 			c, err := hierarchy.New(s.Config, s.Hierarchy, s.Workers, s.Events)
 			if err == nil {
 				c.StoredByResource = s.StoredByResource
+				c.Purge = s.Purge
 			}
 			return c, err
 		},

@@ -238,16 +238,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if !informersSynced.wait(ctx) {
 				return nil
 			}
-			keys, prefixes, storagePrefix := c.Keys, c.Prefixes, c.Options.ControlPlane.Etcd.StorageConfig.Prefix
-			purger, err := hierarchycontrollers.NewPurger(loopback, tree.Factory(), func(ctx context.Context, projectID string) error {
-				// The instances of the project's own CRDs too, whose storage may not be built.
-				var own []string
-				if c.ProjectCRDs != nil {
-					own = c.ProjectCRDs.KeyPrefixes(projectID, storagePrefix)
-				}
-				_, err := tenantstorage.Purge(ctx, keys, prefixes, projectID, own...)
-				return err
-			})
+			purger, err := hierarchycontrollers.NewPurger(loopback, tree.Factory(), c.purgeProject)
 			if err != nil {
 				return err
 			}
@@ -300,7 +291,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 				return err
 			}
 			mgr, err := manager.New(controllers.Registry(), c.Options.Controllers, manager.Shared{Config: loopback, Hierarchy: tree.Factory(), Workers: 16, RootCA: rootCA,
-				StoredByResource: c.storedByResource()})
+				StoredByResource: c.storedByResource(), Purge: c.purgeProject})
 			if err != nil {
 				return err
 			}
@@ -483,6 +474,17 @@ func (s stage) wait(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// purgeProject removes every key of the project with storage id projectID,
+// the instances of its own CRDs too, whose storage may not be built.
+func (c CompletedConfig) purgeProject(ctx context.Context, projectID string) error {
+	var own []string
+	if c.ProjectCRDs != nil {
+		own = c.ProjectCRDs.KeyPrefixes(projectID, c.Options.ControlPlane.Etcd.StorageConfig.Prefix)
+	}
+	_, err := tenantstorage.Purge(ctx, c.Keys, c.Prefixes, projectID, own...)
+	return err
 }
 
 // storedByResource is how the controllers in this server count a project's

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 )
 
 var foldersGVR = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "folders"}
@@ -192,6 +194,139 @@ func TestProjectDeletionEmptiesItAndReleasesTheName(t *testing.T) {
 	if cms, err := c.CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{}); err != nil || len(ownConfigMaps(cms.Items)) != 0 {
 		t.Fatalf("the re-created project holds configmaps %v %v", cms, err)
 	}
+}
+
+// TestProjectDeletionLeavesWhatNothingHoldsToThePurge: a deleted project
+// whose objects have no finalizers is purged without deleting them one by
+// one through its API, and watchers see them deleted all the same; while
+// something holds the deletion, everything is deleted through the API, and
+// a resource whose deletion fails is reported as DeletionFailed. The
+// witness is a platform policy that denies deleting one ConfigMap: it
+// fails the deletion through the API, and the purge does not ask it.
+func TestProjectDeletionLeavesWhatNothingHoldsToThePurge(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	name := m.newProject(t, "purged")
+	c := m.projectKube(t, name)
+	createNamespace(t, c, "team")
+	keep := map[string]string{"e2e.miloapis.com/keep": name}
+	createConfigMap(t, c, "default", "kept", nil, keep)
+	createConfigMap(t, c, "team", "plain", nil, nil)
+	held := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{"example.com/hold"}}}
+	if _, err := c.CoreV1().Secrets("team").Create(ctx, held, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m.mustKubectl(t, fmt.Sprintf(`
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: keep-%[1]s}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: ["DELETE"]
+      resources: ["configmaps"]
+  validations:
+  - expression: "!has(oldObject.metadata.labels) || oldObject.metadata.labels[?'e2e.miloapis.com/keep'].orValue('') != '%[1]s'"
+    message: "this configmap is kept"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: keep-%[1]s}
+spec:
+  policyName: keep-%[1]s
+  validationActions: [Deny]
+`, name), "apply", "-f", "-")
+	t.Cleanup(func() {
+		m.kubectl(t, "", "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", "keep-"+name)
+	})
+	eventually(t, "the policy denies deleting a kept ConfigMap", func() error {
+		if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Labels: keep}},
+			metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		if err := c.CoreV1().ConfigMaps("default").Delete(ctx, "probe", metav1.DeleteOptions{}); err == nil || !strings.Contains(err.Error(), "this configmap is kept") {
+			return fmt.Errorf("deleting a kept ConfigMap: %v", err)
+		}
+		return nil
+	})
+
+	// A watcher of every project's ConfigMaps, as a service keeps one.
+	all := m.projectKube(t, "*").CoreV1().ConfigMaps("")
+	list, err := all.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := all.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	if err := m.dynamic(t).Resource(projectsGVR).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The Secret holds the deletion, so everything is deleted through the
+	// API, where the policy refuses the kept ConfigMaps.
+	eventually(t, "the cleanup reports the refused deletion", func() error {
+		reason, msg := projectConditionReason(t, m, name, "ResourceCleanup")
+		if reason != "DeletionFailed" || !strings.Contains(msg, "configmaps") || !strings.Contains(msg, "this configmap is kept") {
+			return fmt.Errorf("ResourceCleanup %s %q", reason, msg)
+		}
+		return nil
+	})
+	if _, err := c.CoreV1().ConfigMaps("default").Get(ctx, "kept", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the kept ConfigMap: %v", err)
+	}
+	if _, err := c.CoreV1().Secrets("team").Get(ctx, "held", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the held Secret: %v", err)
+	}
+
+	// Once nothing holds it, what is left goes with the purge, which the
+	// policy is not asked about.
+	if _, err := c.CoreV1().Secrets("team").Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the project is gone", func() error {
+		if _, _, exists := projectCondition(t, m, name, "Ready"); exists {
+			return fmt.Errorf("project %s still exists", name)
+		}
+		return nil
+	})
+	deleted := map[string]bool{}
+	for !deleted["default/kept"] || !deleted["default/probe"] || !deleted["team/plain"] {
+		select {
+		case e, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the watch ended; deleted of %s: %v", name, deleted)
+			}
+			if cm, ok := e.Object.(*corev1.ConfigMap); ok && e.Type == watch.Deleted && cm.Annotations[tenantAnnotation] == name {
+				deleted[cm.Namespace+"/"+cm.Name] = true
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("the watcher saw deleted of %s only: %v", name, deleted)
+		}
+	}
+}
+
+// projectConditionReason returns the reason and message of a Project's condition.
+func projectConditionReason(t *testing.T, m *milo, name, condType string) (string, string) {
+	t.Helper()
+	p, err := m.dynamic(t).Resource(projectsGVR).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		return "", err.Error()
+	}
+	conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
+	for _, c := range conds {
+		if cm, ok := c.(map[string]any); ok && cm["type"] == condType {
+			reason, _ := cm["reason"].(string)
+			msg, _ := cm["message"].(string)
+			return reason, msg
+		}
+	}
+	return "", "no condition " + condType
 }
 
 // TestHierarchyKindsBehaveAsTheirDefinitionsSaid: served from typed storage,

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -123,7 +124,7 @@ func (c *Controllers) deleteOrganizationNamespace(ctx context.Context, name stri
 			return "", err
 		}
 	}
-	remaining, err := c.deleteContents(ctx, c.config, &c.platformResources, name, false, nil)
+	remaining, err := c.deleteContents(ctx, c.config, &c.platformResources, name, false, false, nil)
 	if err != nil {
 		return "", err
 	}
@@ -150,7 +151,7 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 	if !slices.Contains(p.GetFinalizers(), hierarchy.ProjectFinalizer) {
 		return nil
 	}
-	remaining, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, metav1.NamespaceAll, true, c.storedCounts(ctx, p))
+	remaining, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, metav1.NamespaceAll, true, true, c.storedCounts(ctx, p))
 	if err != nil {
 		// Said in the condition: a resource that cannot be deleted holds
 		// the project as a finalizer does.
@@ -169,8 +170,36 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 	}
 	// No "purging" condition is written: it would cost every deletion a write
 	// for a state that lasts a moment.
+	if c.Purge != nil && slices.Contains(p.GetFinalizers(), hierarchy.PurgeFinalizer) {
+		return c.purged(ctx, p)
+	}
 	return c.released(ctx, projects, p, hierarchy.ProjectFinalizer)
 }
+
+// purged purges the storage of an emptied project and releases it from
+// both its finalizers in one write, so that it is gone. The server's Purger,
+// which would otherwise purge after released, acts only on a Project
+// without the cleanup finalizer: it never sees this one. A purge is
+// idempotent, so a failed write is retried from the start.
+func (c *Controllers) purged(ctx context.Context, p *unstructured.Unstructured) error {
+	start := time.Now()
+	if err := c.Purge(ctx, tenancy.StorageIDOf(p)); err != nil {
+		return err
+	}
+	took := time.Since(start)
+	removed, err := removedFinalizer(ctx, c.dynamic, projects, p, hierarchy.ProjectFinalizer, hierarchy.PurgeFinalizer)
+	if !removed {
+		return err
+	}
+	purgeDuration.Observe(took.Seconds())
+	observeDeletion(p, stageEmptied)
+	observeDeletion(p, stagePurged)
+	c.event(p, corev1.EventTypeNormal, "Purged", purgedMessage, p.GetName())
+	return nil
+}
+
+// purgedMessage is the message of the Event that says a Project is gone.
+const purgedMessage = "Project %s is deleted: its storage is purged and its name is free"
 
 // maxConditionMessage bounds a condition message made of errors, far below
 // the 32 KiB a condition's message may hold: several resources failing with
@@ -251,10 +280,21 @@ func (c *Controllers) storedCounts(ctx context.Context, p *unstructured.Unstruct
 // an object created a moment ago). A deletion then costs requests for the
 // resources that hold objects only.
 //
+// With purge (a project's, whose storage the server purges once it is
+// empty), when nothing in the resources storage counted — so nothing of
+// what the purge removes — has finalizers and nothing else holds the
+// project, those resources are not deleted through the API at all: the
+// purge removes their objects, which watchers see as deletions all the
+// same, instead of each costing a write. Otherwise everything is deleted
+// through the API as in a namespace of Kubernetes, so that while the
+// deletion waits only what holds it is left. The project's own kinds are
+// always deleted through the API: the purge finds their keys through
+// their CRDs, which go only once their instances are gone.
+//
 // A resource that fails is reported and the others are still deleted: one
 // broken kind (a project's conversion webhook that does not answer) holds
 // the deletion without hiding everything else's.
-func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string, ownKinds bool, count func([]schema.GroupResource) map[schema.GroupResource]int64) ([]string, error) {
+func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string, ownKinds, purge bool, count func([]schema.GroupResource) map[schema.GroupResource]int64) ([]string, error) {
 	dyn, err := dynamic.NewForConfigAndClient(cfg, c.http)
 	if err != nil {
 		return nil, err
@@ -306,12 +346,20 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 
 	var remaining []string
 	var failed []error
-	del := func(gvr schema.GroupVersionResource) {
+	// list finds what one resource holds; del deletes it.
+	list := func(gvr schema.GroupVersionResource) ([]metav1.PartialObjectMetadata, bool) {
 		maybe, counted := found(gvr.GroupResource())
 		if !maybe {
-			return
+			return nil, counted
 		}
-		left, err := deleteResource(ctx, dyn, meta, gvr, namespace, counted)
+		items, err := listResource(ctx, meta, gvr, namespace, counted)
+		if err != nil {
+			failed = append(failed, fmt.Errorf("%s: %w", gvr.GroupResource(), err))
+		}
+		return items, counted
+	}
+	del := func(gvr schema.GroupVersionResource, items []metav1.PartialObjectMetadata) {
+		left, err := deleteListed(ctx, dyn, meta, gvr, namespace, items)
 		if err != nil {
 			failed = append(failed, fmt.Errorf("%s: %w", gvr.GroupResource(), err))
 		}
@@ -333,7 +381,9 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 		for _, gvr := range own {
 			handled[gvr.GroupResource()] = true
 			before := len(remaining) + len(failed)
-			del(gvr)
+			if items, _ := list(gvr); len(items) > 0 {
+				del(gvr, items)
+			}
 			if len(remaining)+len(failed) > before {
 				holdDefinitions = true
 			}
@@ -342,31 +392,58 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 	if holdDefinitions {
 		handled[customResourceDefinitions.GroupResource()] = true
 	}
+	type listing struct {
+		gvr     schema.GroupVersionResource
+		items   []metav1.PartialObjectMetadata
+		counted bool
+	}
+	var present []listing
+	finalized := false
 	for _, gvr := range served {
-		if !handled[gvr.GroupResource()] {
-			del(gvr)
+		if handled[gvr.GroupResource()] {
+			continue
+		}
+		if items, counted := list(gvr); len(items) > 0 {
+			present = append(present, listing{gvr, items, counted})
+			finalized = finalized || (counted && slices.ContainsFunc(items, func(o metav1.PartialObjectMetadata) bool { return len(o.Finalizers) > 0 }))
+		}
+	}
+	// Left to the purge: what storage counted (so what the purge removes),
+	// when nothing of it has finalizers and nothing else holds the project.
+	// Otherwise it is deleted through the API, so that while the deletion
+	// waits only what holds it is left, as in a namespace of Kubernetes.
+	purged := purge && !finalized && len(remaining) == 0 && len(failed) == 0
+	for _, f := range present {
+		if !(purged && f.counted) {
+			del(f.gvr, f.items)
 		}
 	}
 	return remaining, errors.Join(failed...)
 }
 
-// deleteResource deletes every object of one resource (in namespace, when
-// given) and returns those still present afterwards. consistent makes its
-// first list read storage rather than the watch cache.
-func deleteResource(ctx context.Context, dyn dynamic.Interface, meta metadata.Interface, gvr schema.GroupVersionResource, namespace string, consistent bool) ([]string, error) {
+// listResource lists the objects of one resource (in namespace, when given);
+// consistent makes it read storage rather than the watch cache.
+func listResource(ctx context.Context, meta metadata.Interface, gvr schema.GroupVersionResource, namespace string, consistent bool) ([]metav1.PartialObjectMetadata, error) {
 	rv := "0"
 	if consistent {
 		rv = ""
 	}
 	present, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{ResourceVersion: rv})
-	if apierrors.IsNotFound(err) || (err == nil && len(present.Items) == 0) {
+	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
+	return present.Items, nil
+}
+
+// deleteListed deletes every object of one resource in the namespaces of
+// listed, its objects as a list found them, and returns those still present
+// afterwards (held by finalizers).
+func deleteListed(ctx context.Context, dyn dynamic.Interface, meta metadata.Interface, gvr schema.GroupVersionResource, namespace string, listed []metav1.PartialObjectMetadata) ([]string, error) {
 	scopes := map[string]bool{}
-	for _, o := range present.Items {
+	for _, o := range listed {
 		scopes[o.Namespace] = true
 	}
 	for ns := range scopes {

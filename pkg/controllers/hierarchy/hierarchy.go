@@ -71,6 +71,11 @@ type Controllers struct {
 	// hold some (set by the API server the controllers run in; nil
 	// elsewhere). Resources it cannot count are left out of its answer.
 	StoredByResource func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error)
+	// Purge, if set, removes every key of a deleted project by its storage
+	// id (set by the API server the controllers run in): an emptied project
+	// is then purged and released in one write, instead of being released
+	// to the server's Purger, which would write it again.
+	Purge func(ctx context.Context, projectID string) error
 }
 
 // New prepares the controllers over a client configuration of the platform and

@@ -182,15 +182,16 @@ func removeFinalizer(ctx context.Context, client dynamic.Interface, gvr schema.G
 	return err
 }
 
-// removedFinalizer is removeFinalizer, reporting whether this call removed it
-// (not a conflicting writer, not another replica), so that what follows a
-// removal — an Event, a duration — happens once.
-func removedFinalizer(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, finalizer string) (bool, error) {
-	if !slices.Contains(obj.GetFinalizers(), finalizer) {
+// removedFinalizer is removeFinalizer, of one finalizer or several in one
+// write, reporting whether this call removed them (not a conflicting writer,
+// not another replica), so that what follows a removal — an Event, a
+// duration — happens once.
+func removedFinalizer(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, finalizers ...string) (bool, error) {
+	if !slices.ContainsFunc(obj.GetFinalizers(), func(f string) bool { return slices.Contains(finalizers, f) }) {
 		return false, nil
 	}
 	updated := obj.DeepCopy()
-	updated.SetFinalizers(slices.DeleteFunc(updated.GetFinalizers(), func(f string) bool { return f == finalizer }))
+	updated.SetFinalizers(slices.DeleteFunc(updated.GetFinalizers(), func(f string) bool { return slices.Contains(finalizers, f) }))
 	_, err := client.Resource(gvr).Namespace(obj.GetNamespace()).Update(ctx, updated, metav1.UpdateOptions{FieldManager: fieldManager})
 	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 		return false, nil

@@ -76,7 +76,6 @@ func (p *Purger) sync(ctx context.Context, project *unstructured.Unstructured) e
 	}
 	purgeDuration.Observe(took.Seconds())
 	observeDeletion(project, stagePurged)
-	p.events.HierarchyEventf(keyOf(project, "").organization, project, corev1.EventTypeNormal, "Purged",
-		"Project %s is deleted: its storage is purged and its name is free", project.GetName())
+	p.events.HierarchyEventf(keyOf(project, "").organization, project, corev1.EventTypeNormal, "Purged", purgedMessage, project.GetName())
 	return nil
 }

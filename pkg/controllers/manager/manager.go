@@ -47,6 +47,10 @@ type Shared struct {
 	// by the project's storage id, leaving out those it cannot count; nil
 	// in a controller manager of its own.
 	StoredByResource func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error)
+	// Purge, when the controllers run inside the API server, removes every
+	// key of a deleted project by its storage id, as the server's Purger
+	// does; nil in a controller manager of its own.
+	Purge func(ctx context.Context, projectID string) error
 }
 
 // Runner is a built controller: Run works until ctx ends and returns once it
