@@ -27,6 +27,7 @@ import (
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/iam/users"
+	"go.miloapis.com/milo/pkg/projectbootstrap"
 	"go.miloapis.com/milo/pkg/projectcrds"
 	"go.miloapis.com/milo/pkg/quota"
 	"go.miloapis.com/milo/pkg/registry/resourcemanager"
@@ -179,7 +180,9 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		IAM: opts.IAM, Users: users.NewRecorder(), Catalog: opts.Catalog,
 	}}
 	if opts.SQL == nil {
-		c.Joints = tenantstorage.NewJoints(etcdClient, quotav1alpha1.ClaimsResource.GroupResource())
+		// Quota claims, and a new project's bootstrap, are stored with the
+		// object whose create makes them.
+		c.Joints = tenantstorage.NewJoints(etcdClient, append(projectbootstrap.Resources(), quotav1alpha1.ClaimsResource.GroupResource())...)
 	}
 	if c.Catalog == nil {
 		c.Catalog = &catalog.Catalog{}

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -49,11 +50,13 @@ import (
 	"go.miloapis.com/milo/pkg/fairness"
 	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/pki"
+	"go.miloapis.com/milo/pkg/projectbootstrap"
 	"go.miloapis.com/milo/pkg/registry/resourcemanager"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/sqlstorage"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/telemetry"
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 // Server is Milo's assembled API server, not yet running.
@@ -120,7 +123,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating storage providers: %w", err)
 	}
-	if err := builtIn.InstallAPIs(storageProviders(append(providers, resourcemanager.StorageProvider{Built: c.Hierarchy.UseStorage}), c.Tenant)...); err != nil {
+	if err := builtIn.InstallAPIs(storageProviders(append(providers, resourcemanager.StorageProvider{Built: c.Hierarchy.UseStorage, Bootstrap: c.bootstrapProject()}), c.Tenant)...); err != nil {
 		return nil, fmt.Errorf("installing built-in APIs: %w", err)
 	}
 
@@ -473,6 +476,37 @@ func (s stage) wait(ctx context.Context) bool {
 		return true
 	case <-ctx.Done():
 		return false
+	}
+}
+
+// bootstrapProject has a new Project's bootstrap (package projectbootstrap)
+// stored in the transaction that creates the Project, so that it is created
+// Ready with one write; nil on SQL storage, which commits one key per
+// transaction: there the controllers bootstrap each project. A Project
+// carrying a storage id of its own (only the server sets one, upgrading a
+// data directory) is left to the controllers too.
+func (c CompletedConfig) bootstrapProject() func(ctx context.Context, p *resourcemanagerv1alpha1.Project) bool {
+	if c.Joints == nil {
+		return nil
+	}
+	ca := sync.OnceValues(func() ([]byte, error) { return servingCA(c.Options.AdminKubeconfig) })
+	return func(ctx context.Context, p *resourcemanagerv1alpha1.Project) bool {
+		j := tenantstorage.JointFrom(ctx)
+		if j == nil || p.UID == "" || p.Annotations[tenancy.StorageIDAnnotation] != "" {
+			return false
+		}
+		pem, err := ca()
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "A new project is left to the controllers to bootstrap", "project", p.Name)
+			return false
+		}
+		tenant := tenancy.Tenant{Kind: tenancy.Project, Name: p.Name, ID: tenancy.ProjectID(string(p.UID))}
+		objects := projectbootstrap.Objects(string(pem))
+		companions := make([]tenantstorage.Companion, len(objects))
+		for i, o := range objects {
+			companions[i] = tenantstorage.Companion{Resource: o.Resource, Object: o.Object, Tenant: tenant}
+		}
+		return j.Add(p.UID, companions, nil, nil)
 	}
 }
 

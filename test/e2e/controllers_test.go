@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -15,9 +16,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -177,6 +180,129 @@ func TestEveryNamespaceHasDefaultServiceAccountAndRootCA(t *testing.T) {
 		if !strings.Contains(wantCA, "BEGIN CERTIFICATE") {
 			t.Fatalf("the CA is not PEM: %.60q", wantCA)
 		}
+	}
+}
+
+// TestNewProjectIsReadyWithItsBootstrap: a Project is created Ready, with
+// its namespaces, their default ServiceAccounts and kube-root-ca.crt stored
+// in the same transaction, in its own storage: usable by the next request,
+// and the same objects the controllers give a namespace created later. A
+// dry run stores none of them.
+func TestNewProjectIsReadyWithItsBootstrap(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	cfg, err := clientcmd.BuildConfigFromFlags("", m.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("boot-%d", projectSeq.Add(1))
+	project := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": map[string]any{"name": name},
+		"spec": map[string]any{"ownerRef": map[string]any{"kind": "Organization", "name": "acme"}},
+	}}
+	projects := m.dynamic(t).Resource(projectsGVR)
+	if _, err := projects.Create(ctx, project.DeepCopy(), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+		t.Fatal(err)
+	}
+	created, err := projects.Create(ctx, project, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	conds, _, _ := unstructured.NestedSlice(created.Object, "status", "conditions")
+	if len(conds) != 1 || conds[0].(map[string]any)["type"] != "Ready" || conds[0].(map[string]any)["status"] != "True" ||
+		conds[0].(map[string]any)["reason"] != "ControlPlaneReady" {
+		t.Fatalf("created with conditions %v", conds)
+	}
+
+	// Usable at once: no wait.
+	c := m.projectKube(t, name)
+	nss, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil || namespaceNames(nss.Items) != "default kube-system" {
+		t.Fatalf("namespaces %v %v", nss, err)
+	}
+	createConfigMap(t, c, "default", "first", nil, nil)
+
+	// The same objects as those the controllers give a namespace created
+	// later, tenancy aside.
+	createNamespace(t, c, "later")
+	eventuallyWithin(t, time.Minute, "the later namespace's ServiceAccount and kube-root-ca.crt", func() error {
+		if _, err := c.CoreV1().ServiceAccounts("later").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		_, err := c.CoreV1().ConfigMaps("later").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		return err
+	})
+	id := "p." + string(created.GetUID())
+	shape := func(o metav1.Object) string {
+		annotations := map[string]string{}
+		for k, v := range o.GetAnnotations() {
+			annotations[k] = v
+		}
+		if annotations[tenantAnnotation] != name || annotations["tenancy.miloapis.com/project-id"] != id {
+			t.Errorf("%s/%s is stamped %v, want project %s with id %s", o.GetNamespace(), o.GetName(), annotations, name, id)
+		}
+		delete(annotations, tenantAnnotation)
+		delete(annotations, "tenancy.miloapis.com/project-id")
+		labels := map[string]string{}
+		for k, v := range o.GetLabels() {
+			labels[k] = strings.ReplaceAll(v, o.GetName(), "NAME")
+		}
+		return fmt.Sprintf("labels %v annotations %v finalizers %v owners %v", labels, annotations, o.GetFinalizers(), o.GetOwnerReferences())
+	}
+	for _, ns := range []string{"default", "kube-system"} {
+		got, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := c.CoreV1().Namespaces().Get(ctx, "later", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shape(got) != shape(want) || fmt.Sprint(got.Spec, got.Status) != fmt.Sprint(want.Spec, want.Status) || got.UID == "" || got.CreationTimestamp.IsZero() {
+			t.Errorf("namespace %s: %s %v %v, a namespace created later: %s %v %v", ns, shape(got), got.Spec, got.Status, shape(want), want.Spec, want.Status)
+		}
+		sa, err := c.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantSA, err := c.CoreV1().ServiceAccounts("later").Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shape(sa) != shape(wantSA) || sa.UID == "" {
+			t.Errorf("ServiceAccount in %s: %s, in a namespace created later: %s", ns, shape(sa), shape(wantSA))
+		}
+		cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantCM, err := c.CoreV1().ConfigMaps("later").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if shape(cm) != shape(wantCM) || cm.Data["ca.crt"] != string(cfg.CAData) || fmt.Sprint(cm.Data) != fmt.Sprint(wantCM.Data) {
+			t.Errorf("kube-root-ca.crt in %s: %s, in a namespace created later: %s (same data: %v)", ns, shape(cm), shape(wantCM), fmt.Sprint(cm.Data) == fmt.Sprint(wantCM.Data))
+		}
+	}
+
+	// In the all-projects view, the project's namespaces are its own, and
+	// the dry run stored none.
+	all, err := m.projectKube(t, "*").CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, ns := range all.Items {
+		if ns.Annotations[tenantAnnotation] == name {
+			seen = append(seen, ns.Name+"@"+ns.Annotations["tenancy.miloapis.com/project-id"])
+		}
+	}
+	slices.Sort(seen)
+	if want := []string{"default@" + id, "kube-system@" + id, "later@" + id}; !slices.Equal(seen, want) {
+		t.Fatalf("the all-projects view shows namespaces %v of %s, want %v", seen, name, want)
 	}
 }
 

@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 
 	"go.miloapis.com/milo/pkg/kubeconfig"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -217,6 +218,15 @@ func TestTelemetryNamesTenantsWithoutLabellingThem(t *testing.T) {
 	})
 
 	t.Run("a project's Events are read in its organization's context only", func(t *testing.T) {
+		// A project is created Ready, with no Event; moved into a folder,
+		// it is made Ready again by the controllers, which say so.
+		if _, err := m.dynamic(t).Resource(foldersGVR).Create(ctx, folder("tel-fa", "Organization", "tel-a"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m.dynamic(t).Resource(projectsGVR).Patch(ctx, "tel-p1", types.MergePatchType,
+			[]byte(`{"spec":{"ownerRef":{"kind":"Folder","name":"tel-fa"}}}`), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		aEvents := kubeFor(t, m.configAt(t, tenancy.OrganizationPath("tel-a"))).CoreV1().Events("")
 		eventually(t, "ControlPlaneReady of tel-p1 in tel-a's context", func() error {
 			list, err := aEvents.List(ctx, metav1.ListOptions{})

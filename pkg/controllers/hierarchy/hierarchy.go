@@ -21,7 +21,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -43,6 +42,7 @@ import (
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/controllers/events"
 	"go.miloapis.com/milo/pkg/hierarchy"
+	"go.miloapis.com/milo/pkg/projectbootstrap"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -254,7 +254,7 @@ func (c *Controllers) syncProject(ctx context.Context, p *unstructured.Unstructu
 	if wrote, err := addFinalizers(ctx, c.dynamic, projects, p, hierarchy.ProjectFinalizer, hierarchy.PurgeFinalizer); wrote || err != nil {
 		return err
 	}
-	if hierarchy.IsReady(p) && readyMessage(p) == bootstrappedMessage {
+	if hierarchy.IsReady(p) && readyMessage(p) == projectbootstrap.ReadyMessage {
 		return nil
 	}
 	// Not Ready, or Ready from a bootstrap that made fewer namespaces (a project
@@ -263,15 +263,15 @@ func (c *Controllers) syncProject(ctx context.Context, p *unstructured.Unstructu
 	if err != nil {
 		return err
 	}
-	for _, ns := range BootstrapNamespaces {
+	for _, ns := range projectbootstrap.Namespaces {
 		_, err = client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("bootstrapping project %s: %w", p.GetName(), err)
 		}
 	}
-	wrote, err := c.setConditionWrote(ctx, projects, p, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: "ControlPlaneReady", Message: bootstrappedMessage})
+	wrote, err := c.setConditionWrote(ctx, projects, p, metav1.Condition{Type: "Ready", Status: metav1.ConditionTrue, Reason: projectbootstrap.ReadyReason, Message: projectbootstrap.ReadyMessage})
 	if wrote {
-		c.event(p, corev1.EventTypeNormal, "ControlPlaneReady", "Project %s is ready: %s", p.GetName(), bootstrappedMessage)
+		c.event(p, corev1.EventTypeNormal, projectbootstrap.ReadyReason, "Project %s is ready: %s", p.GetName(), projectbootstrap.ReadyMessage)
 	}
 	return err
 }
@@ -284,11 +284,6 @@ func (c *Controllers) event(obj *unstructured.Unstructured, eventtype, reason, f
 	}
 }
 
-// bootstrappedMessage is the Ready message of a bootstrapped project. It names
-// what the bootstrap made, so that a project bootstrapped with less is
-// bootstrapped again once, and a Ready project costs nothing on a restart.
-var bootstrappedMessage = "the project's control plane is initialized with namespaces " + strings.Join(BootstrapNamespaces, ", ")
-
 // readyMessage is the message of obj's Ready condition.
 func readyMessage(obj *unstructured.Unstructured) string {
 	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
@@ -300,13 +295,6 @@ func readyMessage(obj *unstructured.Unstructured) string {
 	}
 	return ""
 }
-
-// BootstrapNamespaces are the namespaces every project starts with: those
-// Kubernetes tools assume of any cluster. kube-public (the cluster-info
-// ConfigMap of kubeadm's bootstrap) and kube-node-lease (node heartbeats) are
-// left out: no project has nodes to join or to beat, and each namespace costs
-// every project its object, ServiceAccount and root CA ConfigMap.
-var BootstrapNamespaces = []string{metav1.NamespaceDefault, metav1.NamespaceSystem}
 
 // setReady sets the Ready condition.
 func (c *Controllers) setReady(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, reason, message string) error {

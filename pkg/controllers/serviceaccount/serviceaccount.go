@@ -24,6 +24,7 @@ import (
 
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/controllers/manager"
+	"go.miloapis.com/milo/pkg/projectbootstrap"
 )
 
 // Name is the controller's name in the registry of controllers.
@@ -31,9 +32,9 @@ const Name = "serviceaccount"
 
 // Names of what every namespace gets.
 const (
-	DefaultServiceAccount = "default"
-	RootCAConfigMap       = "kube-root-ca.crt"
-	rootCAKey             = "ca.crt"
+	DefaultServiceAccount = projectbootstrap.DefaultServiceAccount
+	RootCAConfigMap       = projectbootstrap.RootCAConfigMap
+	rootCAKey             = projectbootstrap.RootCAKey
 )
 
 // Controller keeps every namespace's default ServiceAccount and root CA ConfigMap.
@@ -133,7 +134,7 @@ func (t *term) sync(ctx context.Context, ns allprojects.Key) error {
 		return allprojects.Key{Project: ns.Project, ID: ns.ID, Namespace: ns.Name, Name: name}.StoreKey()
 	}
 	if _, exists, _ := t.accounts[view].GetStore().GetByKey(in(DefaultServiceAccount)); !exists {
-		_, err := client.CoreV1().ServiceAccounts(ns.Name).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: DefaultServiceAccount}}, metav1.CreateOptions{})
+		_, err := client.CoreV1().ServiceAccounts(ns.Name).Create(ctx, projectbootstrap.ServiceAccount(ns.Name), metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) && !terminating(err) {
 			return err
 		}
@@ -141,8 +142,7 @@ func (t *term) sync(ctx context.Context, ns allprojects.Key) error {
 	cached, exists, _ := t.configMaps[view].GetStore().GetByKey(in(RootCAConfigMap))
 	want := map[string]string{rootCAKey: t.rootCA}
 	if !exists {
-		_, err := client.CoreV1().ConfigMaps(ns.Name).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: RootCAConfigMap,
-			Annotations: map[string]string{"kubernetes.io/description": description}}, Data: want}, metav1.CreateOptions{})
+		_, err := client.CoreV1().ConfigMaps(ns.Name).Create(ctx, projectbootstrap.RootCA(ns.Name, t.rootCA), metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) && !terminating(err) {
 			return err
 		}
@@ -160,10 +160,6 @@ func (t *term) sync(ctx context.Context, ns allprojects.Key) error {
 	}
 	return nil
 }
-
-// description is what upstream's root CA publisher says of the ConfigMap.
-const description = "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. " +
-	"No other usage is guaranteed across distributions of Kubernetes clusters."
 
 // terminating reports a refusal because the namespace is being deleted: the
 // namespace's next event, if it lives on, queues it again.

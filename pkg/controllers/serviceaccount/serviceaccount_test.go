@@ -5,7 +5,8 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"go.miloapis.com/milo/pkg/projectbootstrap"
 )
 
 // The informer's copies of every kube-root-ca.crt that says what is published
@@ -13,8 +14,9 @@ import (
 func TestKeepSharesThePublishedData(t *testing.T) {
 	ctl := New(nil, []byte("-----BEGIN CERTIFICATE-----\nCA\n-----END CERTIFICATE-----\n"))
 	cm := func(data map[string]string) *corev1.ConfigMap {
-		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: RootCAConfigMap, Namespace: "id/web/team", ResourceVersion: "3",
-			Annotations: map[string]string{"kubernetes.io/description": description}}, Data: data}
+		c := projectbootstrap.RootCA("id/web/team", "")
+		c.ResourceVersion, c.Data = "3", data
+		return c
 	}
 	var kept []*corev1.ConfigMap
 	for _, c := range []*corev1.ConfigMap{cm(map[string]string{rootCAKey: ctl.rootCA}), cm(map[string]string{rootCAKey: ctl.rootCA}), cm(map[string]string{rootCAKey: "edited"})} {

@@ -1,6 +1,8 @@
 package resourcemanager
 
 import (
+	"context"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -36,6 +38,10 @@ type StorageProvider struct {
 	// Built, when set, is handed each resource's storage as it is made, so
 	// that the server may read the hierarchy in-process (hierarchy.Tree).
 	Built func(resource string, storage rest.Getter)
+	// Bootstrap, when set, is asked at each Project's create, its uid set,
+	// to have the project's bootstrap stored with it, and reports whether
+	// it will be: the Project is then stored Ready (see strategy).
+	Bootstrap func(ctx context.Context, project *v1alpha1.Project) bool
 }
 
 // GroupName is resourcemanager.miloapis.com.
@@ -50,7 +56,7 @@ func (p StorageProvider) NewRESTStorage(resources serverstorage.APIResourceConfi
 		if !resources.ResourceEnabled(v1alpha1.SchemeGroupVersion.WithResource(k.resource)) {
 			continue
 		}
-		main, status, err := newStorage(k, optsGetter)
+		main, status, err := newStorage(k, optsGetter, p.Bootstrap)
 		if err != nil {
 			return info, err
 		}

@@ -57,12 +57,13 @@ func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, 
 }
 
 // newStorage makes a kind's storage and its status subresource's.
-func newStorage(k kind, optsGetter generic.RESTOptionsGetter) (*REST, *StatusREST, error) {
+func newStorage(k kind, optsGetter generic.RESTOptionsGetter, bootstrap func(context.Context, *v1alpha1.Project) bool) (*REST, *StatusREST, error) {
 	table, err := printerColumns(k)
 	if err != nil {
 		return nil, nil, err
 	}
 	s := newStrategy(k)
+	s.bootstrap = bootstrap
 	store := &genericregistry.Store{
 		NewFunc:                   k.new,
 		NewListFunc:               k.newList,

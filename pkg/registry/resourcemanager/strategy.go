@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	v1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+	"go.miloapis.com/milo/pkg/projectbootstrap"
 )
 
 // strategy is the create, update and delete behaviour of one kind, that of a
@@ -25,6 +26,8 @@ type strategy struct {
 	runtime.ObjectTyper
 	names.NameGenerator
 	kind kind
+	// bootstrap, if set, has a new Project's bootstrap stored with it.
+	bootstrap func(context.Context, *v1alpha1.Project) bool
 }
 
 func newStrategy(k kind) strategy {
@@ -35,10 +38,19 @@ func newStrategy(k kind) strategy {
 func (s strategy) NamespaceScoped() bool { return s.kind.namespaced }
 
 // PrepareForCreate drops the status a client sent and starts the generation.
-func (s strategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
+// A Project whose bootstrap is stored with it (its namespaces and what they
+// hold: package projectbootstrap) is created Ready, as the controllers would
+// make it once they had bootstrapped it, so that it is usable at once and
+// costs no further write.
+func (s strategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 	clearField(obj, "Status")
 	accessor(obj).SetGeneration(1)
 	s.defaults(obj)
+	if p, ok := obj.(*v1alpha1.Project); ok && s.bootstrap != nil && s.bootstrap(ctx, p) {
+		p.Status.ObservedGeneration = p.Generation
+		p.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, ObservedGeneration: p.Generation,
+			LastTransitionTime: metav1.Now(), Reason: projectbootstrap.ReadyReason, Message: projectbootstrap.ReadyMessage}}
+	}
 }
 
 // PrepareForUpdate keeps the stored status and counts a change of spec.

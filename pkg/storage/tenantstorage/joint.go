@@ -65,11 +65,15 @@ func (j *Joints) storeOf(gr schema.GroupResource) *store {
 	return j.stores[gr]
 }
 
-// Companion is an object to store with a create: a platform object, its
-// namespace, name and uid set.
+// Companion is an object to store with a create, its namespace, name and
+// uid set: a platform object, or an object of the project Tenant names
+// (with its storage id), stored under that project's key segment and
+// stamped as its own.
 type Companion struct {
 	Resource schema.GroupResource
 	Object   runtime.Object
+	// Tenant is the platform, or the project the object belongs to.
+	Tenant tenancy.Tenant
 }
 
 // Joint is what one create request may store with its object. The
@@ -127,25 +131,45 @@ func JointFrom(ctx context.Context) *Joint {
 }
 
 // Add asks that companions be stored with the create of the object with
-// uid. release is called when they were certainly not stored (the create
-// failed or never reached storage); together just before the transaction
-// that stores them with the object (not when they are stored apart, before
-// an object that expires). It reports false, and adds nothing, when the
-// request holds companions already, has ended, or a companion's storage is
-// not built yet: the caller then stores them itself.
+// uid. release (if set) is called when they were certainly not stored (the
+// create failed or never reached storage); together (if set) just before
+// the transaction that stores them with the object (not when they are
+// stored apart, before an object that expires). Several callers may add for
+// the one object (a project's bootstrap, then its quota claim). It reports
+// false, and adds nothing, when the request holds companions of another
+// object, has ended, or a companion's storage is not built yet or is not
+// one of the resources the Joints were made for: the caller then stores
+// them itself.
 func (j *Joint) Add(uid types.UID, companions []Companion, release, together func()) bool {
 	for _, c := range companions {
 		if j.joints.storeOf(c.Resource) == nil {
 			return false
 		}
+		if c.Tenant.IsProject() && !tenancy.ValidProjectID(c.Tenant.ID) {
+			return false
+		}
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.state != empty || uid == "" {
+	if uid == "" || (j.state != empty && (j.state != held || j.uid != uid)) {
 		return false
 	}
-	j.state, j.uid, j.companions, j.release, j.together = held, uid, companions, release, together
+	j.state, j.uid = held, uid
+	j.companions = append(j.companions, companions...)
+	j.release = chain(j.release, release)
+	j.together = chain(j.together, together)
 	return true
+}
+
+// chain is a then b, either nil.
+func chain(a, b func()) func() {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return func() { a(); b() }
 }
 
 // take returns the companions to store with obj's create, once, or nil.
@@ -182,7 +206,7 @@ func (j *Joint) failed() {
 	j.mu.Lock()
 	release := j.release
 	if j.state == taken {
-		j.state, j.uid, j.companions, j.release = empty, "", nil, nil
+		j.state, j.uid, j.companions, j.release, j.together = empty, "", nil, nil, nil
 	} else {
 		release = nil
 	}
@@ -243,7 +267,7 @@ func (s *store) encodeForStorage(ctx context.Context, key string, obj runtime.Ob
 	return plain, stored, err
 }
 
-// companionOp is the put of c, at the platform, and its key.
+// companionOp is the put of c, at its tenant, and its key.
 func (j *Joints) companionOp(ctx context.Context, c Companion) (string, clientv3.Op, error) {
 	s := j.storeOf(c.Resource)
 	if s == nil {
@@ -253,7 +277,7 @@ func (j *Joints) companionOp(ctx context.Context, c Companion) (string, clientv3
 	if err != nil {
 		return "", clientv3.Op{}, err
 	}
-	tenancy.Stamp(m, tenancy.PlatformTenant)
+	tenancy.Stamp(m, c.Tenant)
 	key, err := s.keyFunc(c.Object)
 	if err != nil {
 		return "", clientv3.Op{}, err

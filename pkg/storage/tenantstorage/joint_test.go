@@ -161,6 +161,53 @@ func TestJointCreateStoresCompanionsInOneTransaction(t *testing.T) {
 		})
 	})
 
+	t.Run("several callers add for one object; a project's companions are stored as its own", func(t *testing.T) {
+		released = 0
+		other := tenancy.Tenant{Kind: tenancy.Project, Name: "fresh", ID: tenancy.ProjectID("uid-of-fresh")}
+		inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
+			j := JointFrom(ctx)
+			own := []Companion{{Resource: corev1.Resource("jointclaims"), Tenant: other, Object: &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "boot", UID: "boot"}}}}
+			if !j.Add("uid-d", own, nil, nil) || !j.Add("uid-d", companion("d"), release, nil) {
+				t.Fatal("a second caller could not add for the same object")
+			}
+			if j.Add("uid-elsewhere", companion("e"), release, nil) {
+				t.Fatal("companions of another object were added to a joint that holds some")
+			}
+			bad := []Companion{{Resource: corev1.Resource("jointclaims"), Tenant: tenancy.ProjectTenant("unresolved"), Object: object("u", "u")}}
+			if j.Add("uid-d", bad, nil, nil) {
+				t.Fatal("a companion of a project without a storage id was added")
+			}
+			if err := objects.Create(ctx, "/jointobjects/default/d", object("d", "uid-d"), &corev1.ConfigMap{}, 0); err != nil {
+				t.Fatal(err)
+			}
+		})
+		objRev := modRevision(t, "/registry/jointobjects/"+tenancy.ProjectID("uid-of-web")+"/default/d")
+		ownRev := modRevision(t, "/registry/jointclaims/"+other.ID+"/kube-system/boot")
+		if objRev == 0 || ownRev != objRev || modRevision(t, "/registry/jointclaims/_platform/default/d") != objRev {
+			t.Fatalf("object at revision %d, the project's companion at %d: want one transaction", objRev, ownRev)
+		}
+		got := &corev1.ConfigMap{}
+		if err := claims.Get(in("fresh"), "/jointclaims/kube-system/boot", storage.GetOptions{}, got); err != nil {
+			t.Fatalf("the project's companion, read in the project: %v", err)
+		}
+		if got.Annotations[tenancy.AnnotationKey] != "fresh" || got.Annotations[tenancy.IDAnnotationKey] != other.ID || got.UID != "boot" {
+			t.Fatalf("the project's companion reads back as %+v", got.ObjectMeta)
+		}
+		if err := claims.Get(in("web"), "/jointclaims/kube-system/boot", storage.GetOptions{}, got); !storage.IsNotFound(err) {
+			t.Fatalf("the project's companion, read in another project: %v", err)
+		}
+		if released != 0 {
+			t.Fatalf("stored companions released %d times", released)
+		}
+		// The refused caller's and the stored ones' keys aside, nothing.
+		for _, k := range []string{"/registry/jointclaims/_platform/default/e", "/registry/jointclaims/" + tenancy.UnresolvedSegment + "/default/u"} {
+			if modRevision(t, k) != 0 {
+				t.Fatalf("%s was stored", k)
+			}
+		}
+	})
+
 	t.Run("a companion whose storage is not built is refused", func(t *testing.T) {
 		inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
 			c := []Companion{{Resource: corev1.Resource("unbuilt"), Object: object("x", "x")}}
@@ -175,8 +222,8 @@ func TestJointCreateStoresCompanionsInOneTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.Count != 1 {
-		t.Fatalf("%d companions stored, want 1", resp.Count)
+	if resp.Count != 3 {
+		t.Fatalf("%d companions stored, want 3", resp.Count)
 	}
 }
 
