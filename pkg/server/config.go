@@ -8,6 +8,7 @@ import (
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
 	apimachineryversion "k8s.io/apimachinery/pkg/version"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/util/webhook"
 	basecompatibility "k8s.io/component-base/compatibility"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -183,6 +184,13 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		// Quota claims, and a new project's bootstrap, are stored with the
 		// object whose create makes them.
 		c.Joints = tenantstorage.NewJoints(etcdClient, append(projectbootstrap.Resources(), quotav1alpha1.ClaimsResource.GroupResource())...)
+		overrides, err := genericoptions.ParseEtcdServersOverrides(opts.ControlPlane.Etcd.EtcdServersOverrides)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range overrides {
+			c.Joints.Elsewhere(o.GroupResource)
+		}
 	}
 	if c.Catalog == nil {
 		c.Catalog = &catalog.Catalog{}

@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -294,7 +293,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 				return err
 			}
 			mgr, err := manager.New(controllers.Registry(), c.Options.Controllers, manager.Shared{Config: loopback, Hierarchy: tree.Factory(), Workers: 16, RootCA: rootCA,
-				StoredByResource: c.storedByResource(), Purge: c.purgeProject})
+				StoredByResource: c.storedByResource(), Purge: c.purgeProjectSince})
 			if err != nil {
 				return err
 			}
@@ -481,27 +480,35 @@ func (s stage) wait(ctx context.Context) bool {
 
 // bootstrapProject has a new Project's bootstrap (package projectbootstrap)
 // stored in the transaction that creates the Project, so that it is created
-// Ready with one write; nil on SQL storage, which commits one key per
-// transaction: there the controllers bootstrap each project. A Project
-// carrying a storage id of its own (only the server sets one, upgrading a
-// data directory) is left to the controllers too.
+// Ready with one write. It is nil — the controllers bootstrap each project —
+// on SQL storage, which commits one key per transaction; where the
+// bootstrap's resources or Projects are kept in another etcd, which that
+// transaction does not reach; and where the serving CA the ConfigMaps
+// publish cannot be read. A Project carrying a storage id of its own (only
+// the server sets one, upgrading a data directory) is left to the
+// controllers too.
 func (c CompletedConfig) bootstrapProject() func(ctx context.Context, p *resourcemanagerv1alpha1.Project) bool {
 	if c.Joints == nil {
 		return nil
 	}
-	ca := sync.OnceValues(func() ([]byte, error) { return servingCA(c.Options.AdminKubeconfig) })
+	elsewhere, ok := c.etcdElsewhere()
+	if !ok || elsewhere[resourcemanagerv1alpha1.Resource("projects")] ||
+		slices.ContainsFunc(projectbootstrap.Resources(), func(r schema.GroupResource) bool { return elsewhere[r] }) {
+		return nil
+	}
+	ca, err := servingCA(c.Options.AdminKubeconfig)
+	if err != nil {
+		klog.ErrorS(err, "New projects are left to the controllers to bootstrap")
+		return nil
+	}
+	pem := string(ca)
 	return func(ctx context.Context, p *resourcemanagerv1alpha1.Project) bool {
 		j := tenantstorage.JointFrom(ctx)
 		if j == nil || p.UID == "" || p.Annotations[tenancy.StorageIDAnnotation] != "" {
 			return false
 		}
-		pem, err := ca()
-		if err != nil {
-			klog.FromContext(ctx).Error(err, "A new project is left to the controllers to bootstrap", "project", p.Name)
-			return false
-		}
 		tenant := tenancy.Tenant{Kind: tenancy.Project, Name: p.Name, ID: tenancy.ProjectID(string(p.UID))}
-		objects := projectbootstrap.Objects(string(pem))
+		objects := projectbootstrap.Objects(pem)
 		companions := make([]tenantstorage.Companion, len(objects))
 		for i, o := range objects {
 			companions[i] = tenantstorage.Companion{Resource: o.Resource, Object: o.Object, Tenant: tenant}
@@ -513,12 +520,35 @@ func (c CompletedConfig) bootstrapProject() func(ctx context.Context, p *resourc
 // purgeProject removes every key of the project with storage id projectID,
 // the instances of its own CRDs too, whose storage may not be built.
 func (c CompletedConfig) purgeProject(ctx context.Context, projectID string) error {
+	return c.purgeProjectSince(ctx, projectID, 0)
+}
+
+// purgeProjectSince is purgeProject on the condition, when since is not 0,
+// that none of the project's keys was written after revision since
+// (tenantstorage.PurgeUnchanged).
+func (c CompletedConfig) purgeProjectSince(ctx context.Context, projectID string, since int64) error {
 	var own []string
 	if c.ProjectCRDs != nil {
 		own = c.ProjectCRDs.KeyPrefixes(projectID, c.Options.ControlPlane.Etcd.StorageConfig.Prefix)
 	}
-	_, err := tenantstorage.Purge(ctx, c.Keys, c.Prefixes, projectID, own...)
+	_, err := tenantstorage.PurgeUnchanged(ctx, c.Keys, c.Prefixes, projectID, since, own...)
 	return err
+}
+
+// etcdElsewhere are the resources --etcd-servers-overrides keeps in another
+// etcd, whose keys the server's own key-range work (counts, purges,
+// transactions of several keys) does not reach; ok is false when the flag
+// cannot be read.
+func (c CompletedConfig) etcdElsewhere() (map[schema.GroupResource]bool, bool) {
+	elsewhere := map[schema.GroupResource]bool{}
+	overrides, err := genericoptions.ParseEtcdServersOverrides(c.Options.ControlPlane.Etcd.EtcdServersOverrides)
+	if err != nil {
+		return nil, false
+	}
+	for _, o := range overrides {
+		elsewhere[o.GroupResource] = true
+	}
+	return elsewhere, true
 }
 
 // storedByResource is how the controllers in this server count a project's
@@ -530,13 +560,9 @@ func (c CompletedConfig) storedByResource() func(ctx context.Context, projectID 
 	if c.Options.SQL != nil || c.Keys == nil {
 		return nil
 	}
-	elsewhere := map[schema.GroupResource]bool{}
-	overrides, err := genericoptions.ParseEtcdServersOverrides(c.Options.ControlPlane.Etcd.EtcdServersOverrides)
-	if err != nil {
+	elsewhere, ok := c.etcdElsewhere()
+	if !ok {
 		return nil
-	}
-	for _, o := range overrides {
-		elsewhere[o.GroupResource] = true
 	}
 	keys, prefixes := c.Keys, c.Prefixes
 	return func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error) {

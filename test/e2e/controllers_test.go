@@ -217,8 +217,28 @@ func TestNewProjectIsReadyWithItsBootstrap(t *testing.T) {
 		t.Fatalf("created with conditions %v", conds)
 	}
 
-	// Usable at once: no wait.
+	// Usable at once: no wait. And stored in the Project's transaction:
+	// every object of the bootstrap at its revision.
 	c := m.projectKube(t, name)
+	for _, ns := range []string{"default", "kube-system"} {
+		n, err := c.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sa, err := c.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm, err := c.CoreV1().ConfigMaps(ns).Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range []metav1.Object{n, sa, cm} {
+			if o.GetResourceVersion() != created.GetResourceVersion() {
+				t.Errorf("%T %s/%s at revision %s, the Project at %s: not one transaction", o, ns, o.GetName(), o.GetResourceVersion(), created.GetResourceVersion())
+			}
+		}
+	}
 	nss, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
 	if err != nil || namespaceNames(nss.Items) != "default kube-system" {
 		t.Fatalf("namespaces %v %v", nss, err)

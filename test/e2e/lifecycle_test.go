@@ -19,6 +19,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
@@ -240,7 +241,15 @@ func TestTwoControllerManagersAndTheInitializationGate(t *testing.T) {
 	}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.createProject(t, "first")
+	// Created by server-side apply, which stores no bootstrap with the
+	// Project (a create does, and is Ready at once): the controllers
+	// bootstrap it, and until they do it is initializing.
+	if _, err := m.dynamic(t).Resource(projectsGVR).Apply(ctx, "first", &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": map[string]any{"name": "first"},
+		"spec": map[string]any{"ownerRef": map[string]any{"kind": "Organization", "name": "acme"}},
+	}}, metav1.ApplyOptions{FieldManager: "e2e"}); err != nil {
+		t.Fatal(err)
+	}
 	aliceGet := func(project string) *http.Response {
 		t.Helper()
 		cfg := rest.AnonymousClientConfig(m.configAt(t, ""))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/hierarchy"
+	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -124,7 +126,7 @@ func (c *Controllers) deleteOrganizationNamespace(ctx context.Context, name stri
 			return "", err
 		}
 	}
-	remaining, err := c.deleteContents(ctx, c.config, &c.platformResources, name, false, false, nil)
+	remaining, _, err := c.deleteContents(ctx, c.config, &c.platformResources, name, false, false, nil)
 	if err != nil {
 		return "", err
 	}
@@ -151,7 +153,12 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 	if !slices.Contains(p.GetFinalizers(), hierarchy.ProjectFinalizer) {
 		return nil
 	}
-	remaining, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, metav1.NamespaceAll, true, true, c.storedCounts(ctx, p))
+	// Objects are left to the purge only where these controllers purge
+	// (inside the server, which can make the purge conditional) and the
+	// Project has the purge finalizer: one deleted before it existed is
+	// emptied through the API.
+	purge := c.Purge != nil && slices.Contains(p.GetFinalizers(), hierarchy.PurgeFinalizer)
+	remaining, since, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, metav1.NamespaceAll, true, purge, c.storedCounts(ctx, p))
 	if err != nil {
 		// Said in the condition: a resource that cannot be deleted holds
 		// the project as a finalizer does.
@@ -170,8 +177,8 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 	}
 	// No "purging" condition is written: it would cost every deletion a write
 	// for a state that lasts a moment.
-	if c.Purge != nil && slices.Contains(p.GetFinalizers(), hierarchy.PurgeFinalizer) {
-		return c.purged(ctx, p)
+	if purge {
+		return c.purged(ctx, p, since)
 	}
 	return c.released(ctx, projects, p, hierarchy.ProjectFinalizer)
 }
@@ -180,10 +187,17 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 // both its finalizers in one write, so that it is gone. The server's Purger,
 // which would otherwise purge after released, acts only on a Project
 // without the cleanup finalizer: it never sees this one. A purge is
-// idempotent, so a failed write is retried from the start.
-func (c *Controllers) purged(ctx context.Context, p *unstructured.Unstructured) error {
+// idempotent, so a failed write is retried from the start. With since (not
+// 0), the purge requires the project's keys unchanged after that revision,
+// when its objects, left to the purge, were found without finalizers; one
+// that finds a change (a finalizer added meanwhile) is left for the next
+// pass, which reads them again.
+func (c *Controllers) purged(ctx context.Context, p *unstructured.Unstructured, since int64) error {
 	start := time.Now()
-	if err := c.Purge(ctx, tenancy.StorageIDOf(p)); err != nil {
+	if err := c.Purge(ctx, tenancy.StorageIDOf(p), since); err != nil {
+		if errors.Is(err, tenantstorage.ErrChanged) {
+			return errWaiting{"the project's objects changed while it was being deleted; reading them again"}
+		}
 		return err
 	}
 	took := time.Since(start)
@@ -280,35 +294,37 @@ func (c *Controllers) storedCounts(ctx context.Context, p *unstructured.Unstruct
 // an object created a moment ago). A deletion then costs requests for the
 // resources that hold objects only.
 //
-// With purge (a project's, whose storage the server purges once it is
-// empty), when nothing in the resources storage counted — so nothing of
-// what the purge removes — has finalizers and nothing else holds the
-// project, those resources are not deleted through the API at all: the
-// purge removes their objects, which watchers see as deletions all the
-// same, instead of each costing a write. Otherwise everything is deleted
-// through the API as in a namespace of Kubernetes, so that while the
-// deletion waits only what holds it is left. The project's own kinds are
-// always deleted through the API: the purge finds their keys through
-// their CRDs, which go only once their instances are gone.
+// With purge (a project's, whose storage the caller purges once it is
+// empty), when storage counted everything the lists found and none of it
+// has finalizers, and nothing else holds the project, nothing is deleted
+// through the API at all: the purge removes the objects, which watchers see
+// as deletions all the same, instead of each costing a write. It then
+// returns the revision of its earliest list: the purge must find none of
+// the project's keys written after it (a finalizer added meanwhile), or
+// look again. Otherwise everything is deleted through the API as in a
+// namespace of Kubernetes, so that while the deletion waits only what
+// holds it is left, and the revision returned is 0. The project's own
+// kinds are always deleted through the API: the purge finds their keys
+// through their CRDs, which go only once their instances are gone.
 //
 // A resource that fails is reported and the others are still deleted: one
 // broken kind (a project's conversion webhook that does not answer) holds
 // the deletion without hiding everything else's.
-func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string, ownKinds, purge bool, count func([]schema.GroupResource) map[schema.GroupResource]int64) ([]string, error) {
+func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string, ownKinds, purge bool, count func([]schema.GroupResource) map[schema.GroupResource]int64) ([]string, int64, error) {
 	dyn, err := dynamic.NewForConfigAndClient(cfg, c.http)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	meta, err := metadata.NewForConfigAndClient(cfg, c.http)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	// A partial answer (a group failing discovery) is used: what it lists is deleted.
 	lists, err := resources.Get(func() (discovery.DiscoveryInterface, error) {
 		return discovery.NewDiscoveryClientForConfigAndClient(cfg, c.http)
 	})
 	if len(lists) == 0 && err != nil {
-		return nil, fmt.Errorf("discovering the resources to delete: %w", err)
+		return nil, 0, fmt.Errorf("discovering the resources to delete: %w", err)
 	}
 	var served []schema.GroupVersionResource
 	for _, list := range lists {
@@ -346,15 +362,26 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 
 	var remaining []string
 	var failed []error
+	// read is the revision of the earliest list: from it on, what the lists
+	// found is known (0: no list, or one that said no revision).
+	var read int64
+	readKnown := true
 	// list finds what one resource holds; del deletes it.
 	list := func(gvr schema.GroupVersionResource) ([]metav1.PartialObjectMetadata, bool) {
 		maybe, counted := found(gvr.GroupResource())
 		if !maybe {
 			return nil, counted
 		}
-		items, err := listResource(ctx, meta, gvr, namespace, counted)
+		items, rv, err := listResource(ctx, meta, gvr, namespace, counted)
 		if err != nil {
 			failed = append(failed, fmt.Errorf("%s: %w", gvr.GroupResource(), err))
+		}
+		if r, perr := strconv.ParseInt(rv, 10, 64); perr == nil && r > 0 {
+			if read == 0 || r < read {
+				read = r
+			}
+		} else if err == nil {
+			readKnown = false
 		}
 		return items, counted
 	}
@@ -398,44 +425,46 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 		counted bool
 	}
 	var present []listing
-	finalized := false
+	held := false
 	for _, gvr := range served {
 		if handled[gvr.GroupResource()] {
 			continue
 		}
 		if items, counted := list(gvr); len(items) > 0 {
 			present = append(present, listing{gvr, items, counted})
-			finalized = finalized || (counted && slices.ContainsFunc(items, func(o metav1.PartialObjectMetadata) bool { return len(o.Finalizers) > 0 }))
+			held = held || !counted || slices.ContainsFunc(items, func(o metav1.PartialObjectMetadata) bool { return len(o.Finalizers) > 0 })
 		}
 	}
 	// Left to the purge: what storage counted (so what the purge removes),
-	// when nothing of it has finalizers and nothing else holds the project.
-	// Otherwise it is deleted through the API, so that while the deletion
-	// waits only what holds it is left, as in a namespace of Kubernetes.
-	purged := purge && !finalized && len(remaining) == 0 && len(failed) == 0
-	for _, f := range present {
-		if !(purged && f.counted) {
-			del(f.gvr, f.items)
-		}
+	// when nothing the project holds has finalizers, storage counted all of
+	// it, and nothing else holds the project. Otherwise everything is deleted
+	// through the API, so that while the deletion waits only what holds it
+	// is left, as in a namespace of Kubernetes.
+	if purge && !held && readKnown && read > 0 && len(remaining) == 0 && len(failed) == 0 {
+		return nil, read, nil
 	}
-	return remaining, errors.Join(failed...)
+	for _, f := range present {
+		del(f.gvr, f.items)
+	}
+	return remaining, 0, errors.Join(failed...)
 }
 
 // listResource lists the objects of one resource (in namespace, when given);
 // consistent makes it read storage rather than the watch cache.
-func listResource(ctx context.Context, meta metadata.Interface, gvr schema.GroupVersionResource, namespace string, consistent bool) ([]metav1.PartialObjectMetadata, error) {
+// It returns the list's resource version too.
+func listResource(ctx context.Context, meta metadata.Interface, gvr schema.GroupVersionResource, namespace string, consistent bool) ([]metav1.PartialObjectMetadata, string, error) {
 	rv := "0"
 	if consistent {
 		rv = ""
 	}
 	present, err := meta.Resource(gvr).Namespace(namespace).List(ctx, metav1.ListOptions{ResourceVersion: rv})
 	if apierrors.IsNotFound(err) {
-		return nil, nil
+		return nil, "", nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
-	return present.Items, nil
+	return present.Items, present.ResourceVersion, nil
 }
 
 // deleteListed deletes every object of one resource in the namespaces of

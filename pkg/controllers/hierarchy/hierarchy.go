@@ -75,7 +75,7 @@ type Controllers struct {
 	// id (set by the API server the controllers run in): an emptied project
 	// is then purged and released in one write, instead of being released
 	// to the server's Purger, which would write it again.
-	Purge func(ctx context.Context, projectID string) error
+	Purge func(ctx context.Context, projectID string, since int64) error
 }
 
 // New prepares the controllers over a client configuration of the platform and

@@ -49,8 +49,10 @@ type Shared struct {
 	StoredByResource func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error)
 	// Purge, when the controllers run inside the API server, removes every
 	// key of a deleted project by its storage id, as the server's Purger
-	// does; nil in a controller manager of its own.
-	Purge func(ctx context.Context, projectID string) error
+	// does — with since (not 0), only if none was written after that
+	// revision (tenantstorage.PurgeUnchanged); nil in a controller manager
+	// of its own.
+	Purge func(ctx context.Context, projectID string, since int64) error
 }
 
 // Runner is a built controller: Run works until ctx ends and returns once it

@@ -12,6 +12,7 @@ package keyranges
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -31,6 +32,12 @@ type Store interface {
 	Exists(ctx context.Context, key string) (bool, error)
 	// DeletePrefixes deletes every key under every prefix and reports how many it deleted.
 	DeletePrefixes(ctx context.Context, prefixes ...string) (int64, error)
+	// DeletePrefixesUnchanged is DeletePrefixes for ranges none of whose
+	// keys was written after revision since: each transaction deletes its
+	// ranges only if so, and the first that finds a change ends it,
+	// reporting unchanged false (the ranges of earlier transactions are
+	// deleted). Only etcd compares ranges: kine answers ErrRangeCompare.
+	DeletePrefixesUnchanged(ctx context.Context, since int64, prefixes ...string) (deleted int64, unchanged bool, err error)
 	// Delete deletes one key and reports whether it was stored.
 	Delete(ctx context.Context, key string) (bool, error)
 	// List returns every key and value under prefix.
@@ -250,6 +257,43 @@ func (s etcdStore) DeletePrefixes(ctx context.Context, prefixes ...string) (int6
 		}
 	}
 	return deleted, nil
+}
+
+// DeletePrefixesUnchanged is DeletePrefixes, each transaction on the
+// condition that no key of its ranges was written after since (a range
+// without keys passes).
+func (s etcdStore) DeletePrefixesUnchanged(ctx context.Context, since int64, prefixes ...string) (int64, bool, error) {
+	var deleted int64
+	for batch := range slices.Chunk(prefixes, txnOps) {
+		ifs := make([]clientv3.Cmp, 0, len(batch))
+		ops := make([]clientv3.Op, 0, len(batch))
+		for _, prefix := range batch {
+			ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(prefix), "<", since+1).WithPrefix())
+			ops = append(ops, clientv3.OpDelete(prefix, clientv3.WithPrefix()))
+		}
+		resp, err := s.client.Txn(ctx).If(ifs...).Then(ops...).Commit()
+		if err != nil {
+			return deleted, false, fmt.Errorf("deleting key ranges: %w", err)
+		}
+		if !resp.Succeeded {
+			return deleted, false, nil
+		}
+		for _, r := range resp.Responses {
+			if d := r.GetResponseDeleteRange(); d != nil {
+				deleted += d.Deleted
+			}
+		}
+	}
+	return deleted, true, nil
+}
+
+// ErrRangeCompare is kine's answer to a deletion conditional on ranges.
+var ErrRangeCompare = errors.New("this storage cannot delete key ranges on the condition that they are unchanged")
+
+// DeletePrefixesUnchanged is not possible on kine, which compares one key
+// per transaction.
+func (kineStore) DeletePrefixesUnchanged(context.Context, int64, ...string) (int64, bool, error) {
+	return 0, false, ErrRangeCompare
 }
 
 // kineStore does one key or one range read per request.

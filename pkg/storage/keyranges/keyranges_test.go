@@ -173,6 +173,32 @@ func TestKeyRanges(t *testing.T) {
 					t.Fatalf("b/1 is %q", kv.Value)
 				}
 
+				// A purge on the condition that nothing changed since a
+				// revision: refused once a key of its ranges is newer.
+				put("d/1", 1)
+				put("d/2", 1)
+				first, _, _ := s.Get(ctx, root+"d/1")
+				last, _, _ := s.Get(ctx, root+"d/2")
+				n, unchanged, err := s.DeletePrefixesUnchanged(ctx, first.Revision, root+"d/", root+"none/")
+				if name == "kine" {
+					if !errors.Is(err, keyranges.ErrRangeCompare) {
+						t.Fatalf("a conditional purge on kine: %v", err)
+					}
+					if _, err := s.DeletePrefixes(ctx, root+"d/"); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					if err != nil || unchanged || n != 0 {
+						t.Fatalf("a purge since before d/2 was written: %d %v %v", n, unchanged, err)
+					}
+					if c, _ := s.Count(ctx, root+"d/"); c != 2 {
+						t.Fatalf("a refused purge left %d keys of 2", c)
+					}
+					if n, unchanged, err := s.DeletePrefixesUnchanged(ctx, last.Revision, root+"d/", root+"none/"); err != nil || !unchanged || n != 2 {
+						t.Fatalf("a purge since the last write: %d %v %v", n, unchanged, err)
+					}
+				}
+
 				// Two purgers at once (two replicas): every key goes, each counted once.
 				var wg sync.WaitGroup
 				var mu sync.Mutex

@@ -36,9 +36,28 @@ import (
 type Joints struct {
 	kv        clientv3.KV
 	resources map[schema.GroupResource]bool
+	// elsewhere are resources kept in another etcd than kv: neither stored
+	// as companions nor storing any.
+	elsewhere map[schema.GroupResource]bool
 	mu        sync.RWMutex
 	stores    map[schema.GroupResource]*store
 }
+
+// Elsewhere tells the Joints of resources kept in another etcd than theirs
+// (--etcd-servers-overrides), which their transactions do not reach: no
+// companion is stored with a create of one, nor is one a companion. Call it
+// before the storage is built.
+func (j *Joints) Elsewhere(resources ...schema.GroupResource) {
+	if j.elsewhere == nil {
+		j.elsewhere = map[schema.GroupResource]bool{}
+	}
+	for _, gr := range resources {
+		j.elsewhere[gr] = true
+	}
+}
+
+// reaches reports whether the Joints' transactions reach gr's storage.
+func (j *Joints) reaches(gr schema.GroupResource) bool { return j != nil && !j.elsewhere[gr] }
 
 // NewJoints returns the joint writer over kv, the server's etcd, for
 // companions of the resources named.
@@ -51,7 +70,7 @@ func NewJoints(kv clientv3.KV, resources ...schema.GroupResource) *Joints {
 }
 
 func (j *Joints) add(gr schema.GroupResource, s *store) {
-	if j == nil || !j.resources[gr] {
+	if j == nil || !j.resources[gr] || !j.reaches(gr) {
 		return
 	}
 	j.mu.Lock()

@@ -208,6 +208,34 @@ func TestJointCreateStoresCompanionsInOneTransaction(t *testing.T) {
 		}
 	})
 
+	t.Run("a failed create releases every caller's companions, and the request may add anew", func(t *testing.T) {
+		released = 0
+		inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
+			j := JointFrom(ctx)
+			if !j.Add("uid-f", companion("f1"), release, nil) || !j.Add("uid-f", companion("f2"), release, nil) {
+				t.Fatal("refused")
+			}
+			// "a" exists: the create fails and stores nothing.
+			if err := objects.Create(ctx, "/jointobjects/default/a", object("a", "uid-f"), &corev1.ConfigMap{}, 0); !storage.IsExist(err) {
+				t.Fatalf("creating an existing object: %v", err)
+			}
+			if released != 2 {
+				t.Fatalf("released %d times, want once per caller", released)
+			}
+			if !j.Add("uid-f3", companion("f3"), release, nil) {
+				t.Fatal("after a failed create the request cannot add again")
+			}
+		})
+		if released != 3 {
+			t.Fatalf("released %d times in all, want 3", released)
+		}
+		for _, n := range []string{"f1", "f2", "f3"} {
+			if modRevision(t, "/registry/jointclaims/_platform/default/"+n) != 0 {
+				t.Fatalf("companion %s was stored", n)
+			}
+		}
+	})
+
 	t.Run("a companion whose storage is not built is refused", func(t *testing.T) {
 		inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
 			c := []Companion{{Resource: corev1.Resource("unbuilt"), Object: object("x", "x")}}

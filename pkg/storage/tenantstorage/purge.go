@@ -2,6 +2,7 @@ package tenantstorage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"slices"
@@ -193,6 +194,19 @@ func (p *Prefixes) unmeteredPrefixes() map[string]bool {
 // time (keyranges). It reports how many keys it deleted. It refuses ids that
 // are not project storage ids, so it can never touch the platform's keys.
 func Purge(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, projectID string, more ...string) (int64, error) {
+	return PurgeUnchanged(ctx, keys, prefixes, projectID, 0, more...)
+}
+
+// ErrChanged says a purge found the project's keys written after the
+// revision it was given: what was decided about them from reads at that
+// revision may not hold any more.
+var ErrChanged = errors.New("the project's objects changed since they were read")
+
+// PurgeUnchanged is Purge on the condition, when since is not 0, that
+// none of the project's keys was written after revision since (on etcd,
+// checked by each transaction); ErrChanged when one was, having deleted
+// the ranges of the transactions before it.
+func PurgeUnchanged(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, projectID string, since int64, more ...string) (int64, error) {
 	if !tenancy.ValidProjectID(projectID) {
 		return 0, fmt.Errorf("purge: %q is not a project storage id", projectID)
 	}
@@ -202,9 +216,19 @@ func Purge(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, projec
 			return 0, fmt.Errorf("purge: refusing unexpected prefix %q", prefix)
 		}
 	}
-	deleted, err := keys.DeletePrefixes(ctx, all...)
+	var deleted int64
+	var err error
+	unchanged := true
+	if since == 0 {
+		deleted, err = keys.DeletePrefixes(ctx, all...)
+	} else {
+		deleted, unchanged, err = keys.DeletePrefixesUnchanged(ctx, since, all...)
+	}
 	if err != nil {
 		return deleted, fmt.Errorf("purging project %s: %w", projectID, err)
+	}
+	if !unchanged {
+		return deleted, fmt.Errorf("purging project %s: %w", projectID, ErrChanged)
 	}
 	klog.FromContext(ctx).V(2).Info("Purged project keys", "projectID", projectID, "keys", deleted)
 	return deleted, nil

@@ -248,7 +248,7 @@ func (s *store) Create(ctx context.Context, key string, obj, out runtime.Object,
 // create stores obj at k (its tenant's key), with the companions the
 // request's Joint holds for it.
 func (s *store) create(ctx context.Context, k string, obj, out runtime.Object, ttl uint64) error {
-	if s.joints != nil {
+	if s.joints.reaches(s.resource) {
 		j := JointFrom(ctx)
 		companions, err := j.take(obj)
 		if err != nil {
