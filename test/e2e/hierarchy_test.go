@@ -165,12 +165,7 @@ func TestProjectDeletionEmptiesItAndReleasesTheName(t *testing.T) {
 	if _, err := c.CoreV1().Secrets("team").Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the project is gone", func() error {
-		if _, _, exists := projectCondition(t, m, name, "Ready"); exists {
-			return fmt.Errorf("project %s still exists", name)
-		}
-		return nil
-	})
+	m.waitProjectGone(t, name)
 	all, err := m.projectKube(t, "*").CoreV1().ConfigMaps("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -289,12 +284,7 @@ spec:
 	if _, err := c.CoreV1().Secrets("team").Patch(ctx, "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the project is gone", func() error {
-		if _, _, exists := projectCondition(t, m, name, "Ready"); exists {
-			return fmt.Errorf("project %s still exists", name)
-		}
-		return nil
-	})
+	m.waitProjectGone(t, name)
 	deleted := map[string]bool{}
 	for !deleted["default/kept"] || !deleted["default/probe"] || !deleted["team/plain"] {
 		select {
@@ -309,6 +299,17 @@ spec:
 			t.Fatalf("the watcher saw deleted of %s only: %v", name, deleted)
 		}
 	}
+}
+
+// waitProjectGone waits until the named Project is deleted and purged.
+func (m *milo) waitProjectGone(t *testing.T, name string) {
+	t.Helper()
+	eventually(t, "project "+name+" gone", func() error {
+		if _, _, exists := projectCondition(t, m, name, "Ready"); exists {
+			return fmt.Errorf("project %s still exists", name)
+		}
+		return nil
+	})
 }
 
 // projectConditionReason returns the reason and message of a Project's condition.
