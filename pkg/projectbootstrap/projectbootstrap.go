@@ -87,15 +87,19 @@ func Objects(ca string) []Object {
 		system(&ns.ObjectMeta)
 		system(&sa.ObjectMeta)
 		system(&cm.ObjectMeta)
-		out = append(out,
-			Object{corev1.Resource("namespaces"), ns},
-			Object{corev1.Resource("serviceaccounts"), sa},
-			Object{corev1.Resource("configmaps"), cm})
+		out = append(out, Object{namespaces, ns}, Object{serviceAccounts, sa}, Object{configMaps, cm})
 	}
 	return out
 }
 
+// The resources of the bootstrap's objects.
+var (
+	namespaces      = corev1.Resource("namespaces")
+	serviceAccounts = corev1.Resource("serviceaccounts")
+	configMaps      = corev1.Resource("configmaps")
+)
+
 // Resources are the resources of the bootstrap's objects.
 func Resources() []schema.GroupResource {
-	return []schema.GroupResource{corev1.Resource("namespaces"), corev1.Resource("serviceaccounts"), corev1.Resource("configmaps")}
+	return []schema.GroupResource{namespaces, serviceAccounts, configMaps}
 }

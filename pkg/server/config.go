@@ -3,10 +3,13 @@ package server
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"go.opentelemetry.io/otel"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	apimachineryversion "k8s.io/apimachinery/pkg/version"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/util/webhook"
@@ -83,9 +86,14 @@ type Tenancy struct {
 	// Usage meters what projects store, for the built-in objects and bytes
 	// per project quotas; the storage of every resource tells it of writes.
 	Usage *quota.StorageMeter
-	// Joints stores a create's quota claims in the object's own etcd
-	// transaction (nil on SQL storage, which cannot).
+	// Joints stores with a create, in the object's own etcd transaction,
+	// its quota claims and a new project's bootstrap (nil on SQL storage,
+	// which cannot).
 	Joints *tenantstorage.Joints
+	// EtcdElsewhere are the resources --etcd-servers-overrides keeps in
+	// another etcd, which the server's own work on key ranges and
+	// transactions of several keys (Keys, Joints) does not reach.
+	EtcdElsewhere map[schema.GroupResource]bool
 	// Top names the heaviest projects (nil with --top-projects=0).
 	Top *telemetry.TopProjects
 }
@@ -180,17 +188,19 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		Prefixes: prefixes, Tenant: tenant, RBAC: projectrbac.NewStorage(tenant), Keys: keys,
 		IAM: opts.IAM, Users: users.NewRecorder(), Catalog: opts.Catalog,
 	}}
+	overrides, err := genericoptions.ParseEtcdServersOverrides(opts.ControlPlane.Etcd.EtcdServersOverrides)
+	if err != nil {
+		return nil, err
+	}
+	c.EtcdElsewhere = map[schema.GroupResource]bool{}
+	for _, o := range overrides {
+		c.EtcdElsewhere[o.GroupResource] = true
+	}
 	if opts.SQL == nil {
 		// Quota claims, and a new project's bootstrap, are stored with the
 		// object whose create makes them.
 		c.Joints = tenantstorage.NewJoints(etcdClient, append(projectbootstrap.Resources(), quotav1alpha1.ClaimsResource.GroupResource())...)
-		overrides, err := genericoptions.ParseEtcdServersOverrides(opts.ControlPlane.Etcd.EtcdServersOverrides)
-		if err != nil {
-			return nil, err
-		}
-		for _, o := range overrides {
-			c.Joints.Elsewhere(o.GroupResource)
-		}
+		c.Joints.Elsewhere(slices.Collect(maps.Keys(c.EtcdElsewhere))...)
 	}
 	if c.Catalog == nil {
 		c.Catalog = &catalog.Catalog{}

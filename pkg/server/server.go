@@ -24,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericapifilters "k8s.io/apiserver/pkg/endpoints/filters"
 	genericapiserver "k8s.io/apiserver/pkg/server"
-	genericoptions "k8s.io/apiserver/pkg/server/options"
 	"k8s.io/apiserver/pkg/util/notfoundhandler"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -491,9 +490,8 @@ func (c CompletedConfig) bootstrapProject() func(ctx context.Context, p *resourc
 	if c.Joints == nil {
 		return nil
 	}
-	elsewhere, ok := c.etcdElsewhere()
-	if !ok || elsewhere[resourcemanagerv1alpha1.Resource("projects")] ||
-		slices.ContainsFunc(projectbootstrap.Resources(), func(r schema.GroupResource) bool { return elsewhere[r] }) {
+	if c.EtcdElsewhere[resourcemanagerv1alpha1.Resource("projects")] ||
+		slices.ContainsFunc(projectbootstrap.Resources(), func(r schema.GroupResource) bool { return c.EtcdElsewhere[r] }) {
 		return nil
 	}
 	ca, err := servingCA(c.Options.AdminKubeconfig)
@@ -535,22 +533,6 @@ func (c CompletedConfig) purgeProjectSince(ctx context.Context, projectID string
 	return err
 }
 
-// etcdElsewhere are the resources --etcd-servers-overrides keeps in another
-// etcd, whose keys the server's own key-range work (counts, purges,
-// transactions of several keys) does not reach; ok is false when the flag
-// cannot be read.
-func (c CompletedConfig) etcdElsewhere() (map[schema.GroupResource]bool, bool) {
-	elsewhere := map[schema.GroupResource]bool{}
-	overrides, err := genericoptions.ParseEtcdServersOverrides(c.Options.ControlPlane.Etcd.EtcdServersOverrides)
-	if err != nil {
-		return nil, false
-	}
-	for _, o := range overrides {
-		elsewhere[o.GroupResource] = true
-	}
-	return elsewhere, true
-}
-
 // storedByResource is how the controllers in this server count a project's
 // objects per resource in storage, or nil where that would not be right or
 // cheaper than reading the watch caches: on SQL, where each count is a
@@ -560,11 +542,7 @@ func (c CompletedConfig) storedByResource() func(ctx context.Context, projectID 
 	if c.Options.SQL != nil || c.Keys == nil {
 		return nil
 	}
-	elsewhere, ok := c.etcdElsewhere()
-	if !ok {
-		return nil
-	}
-	keys, prefixes := c.Keys, c.Prefixes
+	elsewhere, keys, prefixes := c.EtcdElsewhere, c.Keys, c.Prefixes
 	return func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error) {
 		here := slices.DeleteFunc(slices.Clone(resources), func(r schema.GroupResource) bool { return elsewhere[r] })
 		return tenantstorage.StoredByResource(ctx, keys, prefixes, projectID, here)

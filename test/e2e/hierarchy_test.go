@@ -103,21 +103,31 @@ func TestHierarchyAdmission(t *testing.T) {
 	}
 }
 
+// projectCondition returns the status and message of a Project's condition,
+// and whether the Project exists.
 func projectCondition(t *testing.T, m *milo, name, condType string) (string, string, bool) {
+	t.Helper()
+	cond, exists := projectConditionFields(t, m, name, condType)
+	status, _ := cond["status"].(string)
+	msg, _ := cond["message"].(string)
+	return status, msg, exists
+}
+
+// projectConditionFields returns a Project's condition (nil when it has
+// none of the type), and whether the Project exists.
+func projectConditionFields(t *testing.T, m *milo, name, condType string) (map[string]any, bool) {
 	t.Helper()
 	p, err := m.dynamic(t).Resource(projectsGVR).Get(context.Background(), name, metav1.GetOptions{})
 	if err != nil {
-		return "", "", false
+		return nil, false
 	}
 	conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
 	for _, c := range conds {
 		if cm, ok := c.(map[string]any); ok && cm["type"] == condType {
-			status, _ := cm["status"].(string)
-			msg, _ := cm["message"].(string)
-			return status, msg, true
+			return cm, true
 		}
 	}
-	return "", "", true
+	return nil, true
 }
 
 func TestProjectDeletionEmptiesItAndReleasesTheName(t *testing.T) {
@@ -211,32 +221,9 @@ func TestProjectDeletionLeavesWhatNothingHoldsToThePurge(t *testing.T) {
 	if _, err := c.CoreV1().Secrets("team").Create(ctx, held, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	m.mustKubectl(t, fmt.Sprintf(`
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: keep-%[1]s}
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [""]
-      apiVersions: ["v1"]
-      operations: ["DELETE"]
-      resources: ["configmaps"]
-  validations:
-  - expression: "!has(oldObject.metadata.labels) || oldObject.metadata.labels[?'e2e.miloapis.com/keep'].orValue('') != '%[1]s'"
-    message: "this configmap is kept"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: keep-%[1]s}
-spec:
-  policyName: keep-%[1]s
-  validationActions: [Deny]
-`, name), "apply", "-f", "-")
-	t.Cleanup(func() {
-		m.kubectl(t, "", "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", "keep-"+name)
-	})
+	m.configMapPolicy(t, "keep-"+name, "DELETE",
+		fmt.Sprintf("!has(oldObject.metadata.labels) || oldObject.metadata.labels[?'e2e.miloapis.com/keep'].orValue('') != '%s'", name),
+		"this configmap is kept")
 	eventually(t, "the policy denies deleting a kept ConfigMap", func() error {
 		if _, err := c.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "probe", Labels: keep}},
 			metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -266,9 +253,10 @@ spec:
 	// The Secret holds the deletion, so everything is deleted through the
 	// API, where the policy refuses the kept ConfigMaps.
 	eventually(t, "the cleanup reports the refused deletion", func() error {
-		reason, msg := projectConditionReason(t, m, name, "ResourceCleanup")
-		if reason != "DeletionFailed" || !strings.Contains(msg, "configmaps") || !strings.Contains(msg, "this configmap is kept") {
-			return fmt.Errorf("ResourceCleanup %s %q", reason, msg)
+		cond, _ := projectConditionFields(t, m, name, "ResourceCleanup")
+		msg, _ := cond["message"].(string)
+		if cond["reason"] != "DeletionFailed" || !strings.Contains(msg, "configmaps") || !strings.Contains(msg, "this configmap is kept") {
+			return fmt.Errorf("ResourceCleanup %v", cond)
 		}
 		return nil
 	})
@@ -310,24 +298,6 @@ func (m *milo) waitProjectGone(t *testing.T, name string) {
 		}
 		return nil
 	})
-}
-
-// projectConditionReason returns the reason and message of a Project's condition.
-func projectConditionReason(t *testing.T, m *milo, name, condType string) (string, string) {
-	t.Helper()
-	p, err := m.dynamic(t).Resource(projectsGVR).Get(context.Background(), name, metav1.GetOptions{})
-	if err != nil {
-		return "", err.Error()
-	}
-	conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
-	for _, c := range conds {
-		if cm, ok := c.(map[string]any); ok && cm["type"] == condType {
-			reason, _ := cm["reason"].(string)
-			msg, _ := cm["message"].(string)
-			return reason, msg
-		}
-	}
-	return "", "no condition " + condType
 }
 
 // TestHierarchyKindsBehaveAsTheirDefinitionsSaid: served from typed storage,

@@ -761,6 +761,39 @@ func TestResourceQuotaLimitsOnlyItsProject(t *testing.T) {
 	}
 }
 
+// configMapPolicy installs on the platform a ValidatingAdmissionPolicy named
+// name, and its binding, that denies operation on ConfigMaps, in every
+// project, unless the CEL expression holds; both go when the test ends.
+func (m *milo) configMapPolicy(t *testing.T, name, operation, expression, message string) {
+	t.Helper()
+	m.mustKubectl(t, fmt.Sprintf(`
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: %[1]s}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: ["v1"]
+      operations: [%[2]q]
+      resources: ["configmaps"]
+  validations:
+  - expression: %[3]q
+    message: %[4]q
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: %[1]s}
+spec:
+  policyName: %[1]s
+  validationActions: [Deny]
+`, name, operation, expression, message), "apply", "-f", "-")
+	t.Cleanup(func() {
+		m.kubectl(t, "", "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", name)
+	})
+}
+
 // Admission policies are platform-wide: installed at /, they apply to every
 // project's requests and see the true project of each object.
 func TestPlatformAdmissionPolicyAppliesToProjects(t *testing.T) {
@@ -770,32 +803,9 @@ func TestPlatformAdmissionPolicyAppliesToProjects(t *testing.T) {
 	ca, cb := m.projectKube(t, a), m.projectKube(t, b)
 	createNamespace(t, ca, "default")
 	createNamespace(t, cb, "default")
-	m.mustKubectl(t, fmt.Sprintf(`
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicy
-metadata: {name: freeze-%[1]s}
-spec:
-  failurePolicy: Fail
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [""]
-      apiVersions: ["v1"]
-      operations: ["CREATE"]
-      resources: ["configmaps"]
-  validations:
-  - expression: "!has(object.metadata.annotations) || object.metadata.annotations[?'tenancy.miloapis.com/project'].orValue('') != '%[1]s'"
-    message: "project %[1]s is frozen"
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingAdmissionPolicyBinding
-metadata: {name: freeze-%[1]s}
-spec:
-  policyName: freeze-%[1]s
-  validationActions: [Deny]
-`, a), "apply", "-f", "-")
-	t.Cleanup(func() {
-		m.kubectl(t, "", "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", "freeze-"+a)
-	})
+	m.configMapPolicy(t, "freeze-"+a, "CREATE",
+		fmt.Sprintf("!has(object.metadata.annotations) || object.metadata.annotations[?'tenancy.miloapis.com/project'].orValue('') != '%s'", a),
+		"project "+a+" is frozen")
 
 	eventually(t, "the policy denies in A", func() error {
 		_, err := ca.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "x-"}}, metav1.CreateOptions{})

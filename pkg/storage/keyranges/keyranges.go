@@ -240,35 +240,22 @@ func sum(counts []int64) int64 {
 // prefixes, so the deletion is one atomic step, one consensus round and
 // one disk sync.
 func (s etcdStore) DeletePrefixes(ctx context.Context, prefixes ...string) (int64, error) {
-	var deleted int64
-	for batch := range slices.Chunk(prefixes, txnOps) {
-		ops := make([]clientv3.Op, 0, len(batch))
-		for _, prefix := range batch {
-			ops = append(ops, clientv3.OpDelete(prefix, clientv3.WithPrefix()))
-		}
-		resp, err := s.client.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			return deleted, fmt.Errorf("deleting key ranges: %w", err)
-		}
-		for _, r := range resp.Responses {
-			if d := r.GetResponseDeleteRange(); d != nil {
-				deleted += d.Deleted
-			}
-		}
-	}
-	return deleted, nil
+	deleted, _, err := s.DeletePrefixesUnchanged(ctx, 0, prefixes...)
+	return deleted, err
 }
 
-// DeletePrefixesUnchanged is DeletePrefixes, each transaction on the
-// condition that no key of its ranges was written after since (a range
-// without keys passes).
+// DeletePrefixesUnchanged is DeletePrefixes, each transaction, when since
+// is not 0, on the condition that no key of its ranges was written after
+// since (a range without keys passes).
 func (s etcdStore) DeletePrefixesUnchanged(ctx context.Context, since int64, prefixes ...string) (int64, bool, error) {
 	var deleted int64
 	for batch := range slices.Chunk(prefixes, txnOps) {
-		ifs := make([]clientv3.Cmp, 0, len(batch))
+		var ifs []clientv3.Cmp
 		ops := make([]clientv3.Op, 0, len(batch))
 		for _, prefix := range batch {
-			ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(prefix), "<", since+1).WithPrefix())
+			if since != 0 {
+				ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(prefix), "<", since+1).WithPrefix())
+			}
 			ops = append(ops, clientv3.OpDelete(prefix, clientv3.WithPrefix()))
 		}
 		resp, err := s.client.Txn(ctx).If(ifs...).Then(ops...).Commit()

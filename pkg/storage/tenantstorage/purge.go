@@ -220,6 +220,7 @@ func PurgeUnchanged(ctx context.Context, keys keyranges.Store, prefixes *Prefixe
 	var err error
 	unchanged := true
 	if since == 0 {
+		// No condition to check: kine, which compares no ranges, takes it too.
 		deleted, err = keys.DeletePrefixes(ctx, all...)
 	} else {
 		deleted, unchanged, err = keys.DeletePrefixesUnchanged(ctx, since, all...)
