@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -131,24 +130,26 @@ metadata: {name: held, namespace: team, finalizers: [example.com/hold]}
 	}
 }
 
+// servingCA is the PEM bundle of the CA the admin kubeconfig trusts.
+func (m *milo) servingCA(t *testing.T) string {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", m.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rest.LoadTLSFiles(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return string(cfg.CAData)
+}
+
 // Every namespace, in every project and on the platform, gets a default
 // ServiceAccount and the kube-root-ca.crt ConfigMap with the CA clients trust;
 // both come back when deleted, the ConfigMap when edited.
 func TestEveryNamespaceHasDefaultServiceAccountAndRootCA(t *testing.T) {
 	m := shared
 	ctx := context.Background()
-	cfg, err := clientcmd.BuildConfigFromFlags("", m.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	wantCA := string(cfg.CAData)
-	if wantCA == "" {
-		raw, err := os.ReadFile(cfg.CAFile)
-		if err != nil {
-			t.Fatal(err)
-		}
-		wantCA = string(raw)
-	}
+	wantCA := m.servingCA(t)
 	p := m.newProject(t, "sa")
 	name := fmt.Sprintf("sa-%d", projectSeq.Add(1))
 	for where, client := range map[string]kubernetes.Interface{"project": m.projectKube(t, p), "platform": m.kube(t)} {
@@ -191,13 +192,7 @@ func TestEveryNamespaceHasDefaultServiceAccountAndRootCA(t *testing.T) {
 func TestNewProjectIsReadyWithItsBootstrap(t *testing.T) {
 	m := shared
 	ctx := context.Background()
-	cfg, err := clientcmd.BuildConfigFromFlags("", m.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := rest.LoadTLSFiles(cfg); err != nil {
-		t.Fatal(err)
-	}
+	ca := m.servingCA(t)
 	name := fmt.Sprintf("boot-%d", projectSeq.Add(1))
 	project := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": map[string]any{"name": name},
@@ -292,7 +287,7 @@ func TestNewProjectIsReadyWithItsBootstrap(t *testing.T) {
 				}
 			case *corev1.ConfigMap:
 				want := want.(*corev1.ConfigMap)
-				if got.Data["ca.crt"] != string(cfg.CAData) || fmt.Sprint(got.Data) != fmt.Sprint(want.Data) {
+				if got.Data["ca.crt"] != ca || fmt.Sprint(got.Data) != fmt.Sprint(want.Data) {
 					t.Errorf("kube-root-ca.crt in %s holds %.60v, in a namespace created later %.60v", ns, got.Data, want.Data)
 				}
 			}
