@@ -59,10 +59,10 @@ func configureSelectors(s *tenantadmission.Selectors, opts CompletedOptions, cp 
 	// wraps it, the effective version.
 	authorizer := generic.Authorization.Authorizer
 	effective := compatibility.DefaultComponentGlobalsRegistry.EffectiveVersionFor(basecompatibility.DefaultKubeComponent)
-	build := func(k kubernetes.Interface, f informers.SharedInformerFactory) admission.PluginInitializer {
+	build := func(k kubernetes.Interface, f informers.SharedInformerFactory, instanceStop <-chan struct{}) admission.PluginInitializer {
 		chain := admission.PluginInitializers{
 			initializer.NewAPIServerIDInitializer(generic.APIServerID),
-			initializer.New(k, dyn, f, authorizer, utilfeature.DefaultFeatureGate, effective, stop, mapper),
+			initializer.New(k, dyn, f, authorizer, utilfeature.DefaultFeatureGate, effective, instanceStop, mapper),
 		}
 		return append(chain, initializers...)
 	}
@@ -84,6 +84,6 @@ func configureSelectors(s *tenantadmission.Selectors, opts CompletedOptions, cp 
 		}
 	}
 	config := func(plugin string) ([]byte, error) { return configs[plugin], nil }
-	s.Set(kube, cp.VersionedInformers, build, config)
+	s.Set(kube, cp.VersionedInformers, build, config, stop)
 	return nil
 }

@@ -6,11 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apiserver/pkg/admission"
@@ -24,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -41,6 +44,15 @@ import (
 // and client that read the namespaces of the project the instance is serving. An
 // instance serves one request at a time; idle instances wait in a pool whose size
 // is bounded and independent of the number of projects.
+
+// An instance of an admission-policy plugin compiles the platform's policies
+// itself and refreshes them once a second, so two instances can disagree for up
+// to a second after a policy changes: a request could be denied by one and the
+// next admitted by another. An instance therefore carries the version of the
+// policies and bindings it was built at, and one found older than the platform's
+// when taken is stopped and replaced by a fresh one, which compiles what the
+// platform holds now. Once a project request sees a policy, every later one does.
+// Webhook plugins read their configuration on each request and need no such care.
 
 // selectorPlugins are the upstream plugins with namespace selectors, by name.
 var selectorPlugins = map[string]func(io.Reader) (admission.Interface, error){
@@ -74,10 +86,47 @@ const MaxInstancesPerProject = MaxInstancesPerPlugin / 4
 // mutating names the selector plugins that mutate; the others validate.
 var mutating = map[string]bool{mutatingwebhook.PluginName: true, mutatingpolicy.PluginName: true}
 
+// compiled names, for the plugins that compile their configuration in the
+// background, the informers holding it.
+var compiled = map[string]func(informers.SharedInformerFactory) []cache.SharedIndexInformer{
+	validatingpolicy.PluginName: func(f informers.SharedInformerFactory) []cache.SharedIndexInformer {
+		v1 := f.Admissionregistration().V1()
+		return []cache.SharedIndexInformer{v1.ValidatingAdmissionPolicies().Informer(), v1.ValidatingAdmissionPolicyBindings().Informer()}
+	},
+	mutatingpolicy.PluginName: func(f informers.SharedInformerFactory) []cache.SharedIndexInformer {
+		v1 := f.Admissionregistration().V1()
+		return []cache.SharedIndexInformer{v1.MutatingAdmissionPolicies().Informer(), v1.MutatingAdmissionPolicyBindings().Informer()}
+	},
+}
+
+// configVersion identifies the contents of a plugin's configuration informers:
+// any addition or update raises newest (resource versions only grow), and a
+// deletion alone lowers count, so no sequence of changes returns to an earlier
+// value.
+type configVersion struct {
+	count  int
+	newest uint64
+}
+
+func versionOf(informers []cache.SharedIndexInformer) configVersion {
+	var v configVersion
+	for _, i := range informers {
+		for _, obj := range i.GetStore().List() {
+			v.count++
+			if m, err := meta.Accessor(obj); err == nil {
+				if rv, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64); err == nil && rv > v.newest {
+					v.newest = rv
+				}
+			}
+		}
+	}
+	return v
+}
+
 // InitializerFunc returns the initializers of a plugin instance that reads
-// namespaces through kube and informers. The server builds it from the same parts
-// as its own admission chain.
-type InitializerFunc func(kube kubernetes.Interface, informers informers.SharedInformerFactory) admission.PluginInitializer
+// namespaces through kube and informers and stops its background work when stop
+// is closed. The server builds it from the same parts as its own admission chain.
+type InitializerFunc func(kube kubernetes.Interface, informers informers.SharedInformerFactory, stop <-chan struct{}) admission.PluginInitializer
 
 // Selectors builds the project instances of the selector plugins. It is
 // configured by the server (Set) once its admission chain exists.
@@ -87,6 +136,8 @@ type Selectors struct {
 }
 
 type selectorSetup struct {
+	// base ends when the server drains; each instance's context derives from it.
+	base        context.Context
 	kube        kubernetes.Interface
 	informers   informers.SharedInformerFactory
 	initializer InitializerFunc
@@ -97,10 +148,16 @@ type selectorSetup struct {
 func NewSelectors(namespaces *Namespaces) *Selectors { return &Selectors{namespaces: namespaces} }
 
 // Set gives the parts of the server's admission chain: its client and informers
-// (wrapped per instance), its initializers, and each plugin's configuration from
-// the admission configuration file.
-func (s *Selectors) Set(kube kubernetes.Interface, f informers.SharedInformerFactory, initializer InitializerFunc, config func(plugin string) ([]byte, error)) {
-	s.setup.Store(&selectorSetup{kube: kube, informers: f, initializer: initializer, config: config})
+// (wrapped per instance), its initializers, each plugin's configuration from the
+// admission configuration file, and the channel closed when the server drains,
+// which stops every instance.
+func (s *Selectors) Set(kube kubernetes.Interface, f informers.SharedInformerFactory, initializer InitializerFunc, config func(plugin string) ([]byte, error), stop <-chan struct{}) {
+	base, cancel := context.WithCancel(context.Background())
+	go func() {
+		<-stop
+		cancel()
+	}()
+	s.setup.Store(&selectorSetup{base: base, kube: kube, informers: f, initializer: initializer, config: config})
 }
 
 // pool holds the project instances of one selector plugin.
@@ -117,6 +174,9 @@ type pool struct {
 	// the project has a request here, so it is bounded by requests in flight.
 	mu         sync.Mutex
 	perProject map[string]*projectSlot
+	// configuration holds the informers the plugin compiles, once known; nil
+	// for plugins that read theirs on each request.
+	configuration atomic.Pointer[[]cache.SharedIndexInformer]
 }
 
 func newPool(name string, base admission.Interface, s *Selectors) *pool {
@@ -129,6 +189,10 @@ func newPool(name string, base admission.Interface, s *Selectors) *pool {
 type instance struct {
 	plugin admission.Interface
 	bound  *binding
+	// version is that of the plugin's configuration when it was built; stop
+	// ends its background work.
+	version configVersion
+	stop    context.CancelFunc
 }
 
 var (
@@ -223,30 +287,54 @@ type projectSlot struct {
 	tokens chan struct{}
 }
 
+// acquire takes an idle instance built at the current configuration, stopping
+// older ones, or builds one if the pool has room.
 func (p *pool) acquire(ctx context.Context) (*instance, error) {
-	select {
-	case in := <-p.idle:
-		return in, nil
-	default:
-	}
-	select {
-	case in := <-p.idle:
-		return in, nil
-	case p.slots <- struct{}{}:
-		in, err := p.build()
-		if err != nil {
-			<-p.slots
-			return nil, apierrors.NewInternalError(fmt.Errorf("admission plugin %s for projects: %w", p.name, err))
+	current := p.version()
+	for {
+		var in *instance
+		select {
+		case in = <-p.idle:
+		default:
+			select {
+			case in = <-p.idle:
+			case p.slots <- struct{}{}:
+				in, err := p.build(current)
+				if err != nil {
+					<-p.slots
+					return nil, apierrors.NewInternalError(fmt.Errorf("admission plugin %s for projects: %w", p.name, err))
+				}
+				return in, nil
+			case <-ctx.Done():
+				return nil, apierrors.NewTimeoutError(fmt.Sprintf("waiting for admission plugin %s", p.name), 0)
+			}
 		}
-		return in, nil
-	case <-ctx.Done():
-		return nil, apierrors.NewTimeoutError(fmt.Sprintf("waiting for admission plugin %s", p.name), 0)
+		if in.version == current {
+			return in, nil
+		}
+		in.stop()
+		<-p.slots
 	}
+}
+
+// version is the current version of the configuration the plugin compiles.
+func (p *pool) version() configVersion {
+	informers := p.configuration.Load()
+	if informers == nil {
+		configuration, setup := compiled[p.name], p.selectors.setup.Load()
+		if configuration == nil || setup == nil {
+			return configVersion{}
+		}
+		list := configuration(setup.informers)
+		p.configuration.Store(&list)
+		informers = &list
+	}
+	return versionOf(*informers)
 }
 
 // build makes an instance the way the server made its own, with the namespace
 // lister and client swapped for the bound ones.
-func (p *pool) build() (*instance, error) {
+func (p *pool) build(version configVersion) (*instance, error) {
 	setup := p.selectors.setup.Load()
 	if setup == nil {
 		return nil, errors.New("not configured yet")
@@ -264,11 +352,13 @@ func (p *pool) build() (*instance, error) {
 		return nil, err
 	}
 	b := &binding{namespaces: p.selectors.namespaces}
-	setup.initializer(boundClient{Interface: setup.kube, b: b}, boundInformers{SharedInformerFactory: setup.informers, b: b}).Initialize(plugin)
+	ctx, stop := context.WithCancel(setup.base)
+	setup.initializer(boundClient{Interface: setup.kube, b: b}, boundInformers{SharedInformerFactory: setup.informers, b: b}, ctx.Done()).Initialize(plugin)
 	if err := admission.ValidateInitialization(plugin); err != nil {
+		stop()
 		return nil, err
 	}
-	return &instance{plugin: plugin, bound: b}, nil
+	return &instance{plugin: plugin, bound: b, version: version, stop: stop}, nil
 }
 
 // binding is the request an instance serves; its namespace reads are the

@@ -9,12 +9,14 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/initializer"
+	validatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -53,7 +55,11 @@ type labelReader struct {
 	hold         chan struct{}
 	// holdOnly limits hold to one project's requests.
 	holdOnly string
+	// stop is the instance's drained notification.
+	stop <-chan struct{}
 }
+
+func (l *labelReader) SetDrainedNotification(stop <-chan struct{}) { l.stop = stop }
 
 func (l *labelReader) SetExternalKubeInformerFactory(f informers.SharedInformerFactory) {
 	l.lister = f.Core().V1().Namespaces().Lister()
@@ -86,6 +92,10 @@ func (l *labelReader) Validate(ctx context.Context, a admission.Attributes, _ ad
 }
 
 func testPool(t *testing.T, hold chan struct{}, holdOnly ...string) (*pool, *int) {
+	return testPoolOf(t, "ValidatingAdmissionWebhook", hold, holdOnly...)
+}
+
+func testPoolOf(t *testing.T, plugin string, hold chan struct{}, holdOnly ...string) (*pool, *int) {
 	t.Helper()
 	tenant := tenantstate.New()
 	tenant.Install("", map[string]rest.Storage{"namespaces": projectNamespaces{}})
@@ -94,12 +104,12 @@ func testPool(t *testing.T, hold chan struct{}, holdOnly ...string) (*pool, *int
 	// The platform's own namespace "team" is labelled owner=platform.
 	platform := fake.NewSimpleClientset(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team", Labels: map[string]string{"owner": "platform"}}})
 	f := informers.NewSharedInformerFactory(platform, 0)
-	s.Set(platform, f, func(k kubernetes.Interface, f informers.SharedInformerFactory) admission.PluginInitializer {
-		return initializer.New(k, nil, f, nil, nil, nil, nil, nil)
-	}, func(string) ([]byte, error) { return nil, nil })
+	s.Set(platform, f, func(k kubernetes.Interface, f informers.SharedInformerFactory, stop <-chan struct{}) admission.PluginInitializer {
+		return initializer.New(k, nil, f, nil, nil, nil, stop, nil)
+	}, func(string) ([]byte, error) { return nil, nil }, t.Context().Done())
 	inside, most := 0, 0
 	mu := &sync.Mutex{}
-	p := newPool("ValidatingAdmissionWebhook", admission.NewHandler(admission.Create), s)
+	p := newPool(plugin, admission.NewHandler(admission.Create), s)
 	p.newPlugin = func(io.Reader) (admission.Interface, error) {
 		r := &labelReader{Handler: admission.NewHandler(admission.Create), inside: &inside, most: &most, mu: mu, hold: hold}
 		if len(holdOnly) > 0 {
@@ -229,5 +239,63 @@ func TestEachPluginServesItsOwnPhase(t *testing.T) {
 	m := newPool("MutatingAdmissionWebhook", admission.NewHandler(admission.Create), p.selectors)
 	if err := m.Validate(ctx, attrs("team"), nil); err != nil || len(m.slots) != 0 {
 		t.Fatalf("a mutating plugin's validating phase: %v, %d instances", err, len(m.slots))
+	}
+}
+
+// TestPolicyInstancesNeverLagTheirConfiguration: an instance of a policy plugin
+// built before a policy or binding changed is stopped and replaced when next
+// taken, so no request is served by policies older than an earlier request's.
+func TestPolicyInstancesNeverLagTheirConfiguration(t *testing.T) {
+	p, _ := testPoolOf(t, validatingpolicy.PluginName, nil)
+	ctx := tenancy.WithTenant(context.Background(), tenancy.ProjectTenant("a"))
+	served := func() *labelReader {
+		t.Helper()
+		if err := p.Validate(ctx, attrs("team"), nil); err == nil || err.Error() != "owner=a" {
+			t.Fatalf("validate: %v", err)
+		}
+		in := <-p.idle
+		p.idle <- in
+		return in.plugin.(*labelReader)
+	}
+	stopped := func(l *labelReader) bool {
+		select {
+		case <-l.stop:
+			return true
+		default:
+			return false
+		}
+	}
+	first := served()
+	if again := served(); again != first || stopped(first) {
+		t.Fatal("an instance was replaced with its configuration unchanged")
+	}
+	v1 := p.selectors.setup.Load().informers.Admissionregistration().V1()
+	policies, bindings := v1.ValidatingAdmissionPolicies().Informer().GetStore(), v1.ValidatingAdmissionPolicyBindings().Informer().GetStore()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", ResourceVersion: "7"}}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "b", ResourceVersion: "8"}}
+	updated := policy.DeepCopy()
+	updated.ResourceVersion = "9"
+	previous := first
+	for _, change := range []struct {
+		name string
+		do   func() error
+	}{
+		{"a policy added", func() error { return policies.Add(policy) }},
+		{"a binding added", func() error { return bindings.Add(binding) }},
+		{"a policy updated", func() error { return policies.Update(updated) }},
+		{"a binding deleted", func() error { return bindings.Delete(binding) }},
+		{"the newest policy deleted", func() error { return policies.Delete(updated) }},
+	} {
+		if err := change.do(); err != nil {
+			t.Fatal(err)
+		}
+		next := served()
+		if next == previous || !stopped(previous) || stopped(next) {
+			t.Fatalf("after %s the instance built before it served on (replaced %v, stopped %v)", change.name, next != previous, stopped(previous))
+		}
+		if len(p.slots) != 1 {
+			t.Fatalf("after %s: %d instances, want the one replaced", change.name, len(p.slots))
+		}
+		previous = next
 	}
 }
