@@ -110,6 +110,7 @@ func main() {
 	flag.IntVar(&o.LatencySamples, "latency-samples", 400, "samples of each ConfigMap operation per step")
 	flag.IntVar(&o.WatchSamples, "watch-samples", 200, "watch deliveries timed per step")
 	flag.StringVar(&o.MiloBin, "milo-bin", "", "milo binary (default: built from --repo)")
+	flag.StringVar(&o.ServiceBin, "service-bin", "", "sample service binary for --service (default: built from --repo)")
 	flag.StringVar(&o.BaselineBin, "baseline-bin", "", "baseline binary (default: built from --repo)")
 	flag.StringVar(&o.Repo, "repo", ".", "Milo's source tree, to build the binaries")
 	flag.DurationVar(&o.Settle, "settle", 80*time.Second, "wait after creating projects before measuring memory (the watch caches' event window is 75 s)")

@@ -3,6 +3,7 @@ package mcprovider
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"sync"
@@ -429,14 +430,21 @@ func TestQualifiedNamespacesAreUnambiguous(t *testing.T) {
 	clusterScoped := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team",
 		Annotations: map[string]string{tenancy.AnnotationKey: "foo"}}}
 	platform := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x", Namespace: "foo"}}
+	withID := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "y", Namespace: "default",
+		Annotations: map[string]string{tenancy.AnnotationKey: "web", tenancy.IDAnnotationKey: "p-1234"}}}
 	for _, c := range []struct {
 		obj    metav1.Object
 		ns, id string
-	}{{legacy, "foo/foo", "foo"}, {clusterScoped, "foo/", "foo"}, {platform, "foo", ""}} {
+	}{{legacy, "foo/foo", "foo"}, {clusterScoped, "foo/", "foo"}, {platform, "foo", ""}, {withID, "p-1234/default", "p-1234"}} {
+		annotations := maps.Clone(c.obj.GetAnnotations())
 		for range 2 { // applying it twice changes nothing
 			if _, err := qualify(c.obj); err != nil {
 				t.Fatal(err)
 			}
+		}
+		// The annotations keep their values (one now shares the namespace's bytes).
+		if !maps.Equal(c.obj.GetAnnotations(), annotations) {
+			t.Errorf("%s: annotations %v after qualifying, want %v", c.obj.GetName(), c.obj.GetAnnotations(), annotations)
 		}
 		if c.obj.GetNamespace() != c.ns {
 			t.Errorf("%s qualified into namespace %q, want %q", c.obj.GetName(), c.obj.GetNamespace(), c.ns)

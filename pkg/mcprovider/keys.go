@@ -8,6 +8,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	miloclient "go.miloapis.com/milo/pkg/client"
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 // The shared cache holds every project's objects, and two projects' objects
@@ -34,7 +35,17 @@ func qualify(obj any) (any, error) {
 	if !ok || strings.Contains(m.GetNamespace(), "/") {
 		return obj, nil
 	}
-	m.SetNamespace(qualifiedNamespace(p.ID, m.GetNamespace()))
+	qualified := qualifiedNamespace(p.ID, m.GetNamespace())
+	m.SetNamespace(qualified)
+	// The annotation the id came from takes its value from the qualified
+	// namespace's first bytes, so that the object holds the id once and
+	// qualifying it costs next to nothing (the decoded value is freed).
+	a := m.GetAnnotations()
+	key := tenancy.IDAnnotationKey
+	if a[key] != p.ID {
+		key = tenancy.AnnotationKey // a project stored before storage ids
+	}
+	a[key] = qualified[:len(p.ID)]
 	// Managed fields are the largest part of most objects' metadata and no
 	// reconciler reads them from a cache.
 	m.SetManagedFields(nil)
