@@ -26,12 +26,13 @@ import (
 
 // Slim reduces meta to what identifies an object in an informer's store and
 // tells its handlers a change from a resync (name, qualified namespace,
-// resourceVersion) and whether it is being deleted (deletionTimestamp). An
-// informer's transform applies it after Qualify, which has put the project
-// into the namespace.
+// resourceVersion), whether it is being deleted (deletionTimestamp) and when
+// it was made (creationTimestamp, a field of the struct that costs nothing
+// more kept). An informer's transform applies it after Qualify, which has put
+// the project into the namespace.
 func Slim(meta *metav1.ObjectMeta) {
-	*meta = metav1.ObjectMeta{Name: meta.Name, Namespace: meta.Namespace,
-		ResourceVersion: meta.ResourceVersion, DeletionTimestamp: meta.DeletionTimestamp}
+	*meta = metav1.ObjectMeta{Name: meta.Name, Namespace: meta.Namespace, ResourceVersion: meta.ResourceVersion,
+		CreationTimestamp: meta.CreationTimestamp, DeletionTimestamp: meta.DeletionTimestamp}
 }
 
 // MetadataInformer returns an informer of gvr's objects that keeps of each

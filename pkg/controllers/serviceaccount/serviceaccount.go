@@ -8,14 +8,23 @@
 // ServiceAccounts named `default` and the ConfigMaps named `kube-root-ca.crt`
 // only (a field selector each, so nothing else is cached); one queue keyed by
 // project and namespace, a fixed pool of workers, and clients of the
-// namespace's own project made per work item.
+// namespace's own project made for a work item that writes. A new project's
+// namespaces are stored with their ServiceAccount and ConfigMap; the controller
+// waits briefly for its informers to see them (bootstrapWait) rather than
+// send creates the server would refuse.
 package serviceaccount
 
 import (
 	"context"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
@@ -72,6 +81,56 @@ type term struct {
 	*Controller
 	// per view (platform, all projects): namespaces, service accounts, config maps
 	namespaces, accounts, configMaps [2]cache.SharedIndexInformer
+	// accountsSeen and configMapsSeen are, per view, the newest resource
+	// version the informers of service accounts and config maps have handed
+	// their handlers (their stores hold everything up to it).
+	accountsSeen, configMapsSeen [2]atomic.Uint64
+}
+
+// bootstrapWait is how long after a project's bootstrap namespace is created
+// the controller waits for its informers to catch up with it before it
+// creates what the namespace seems to lack. The server stores a new project's
+// namespaces with their ServiceAccount and root CA ConfigMap in one
+// transaction, so all three share a resource version; the namespace's event
+// can reach the controller before the others reach its informers, and a
+// create then is refused (409) — a request wasted on every such namespace.
+const bootstrapWait = 3 * time.Second
+
+// bootstrapRetry is how soon a namespace waiting for the informers is looked
+// at again.
+const bootstrapRetry = 100 * time.Millisecond
+
+// resourceVersion is obj's resource version as a number (0 if it has none).
+func resourceVersion(obj any) uint64 {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return 0
+	}
+	rv, _ := strconv.ParseUint(m.GetResourceVersion(), 10, 64)
+	return rv
+}
+
+// waitsForBootstrap reports whether what namespace ns (named name in its
+// project) seems to lack may only not have reached an informer yet, which has
+// handed out resource versions up to seen: ns is a project's bootstrap
+// namespace, created less than bootstrapWait before now, newer than seen.
+func waitsForBootstrap(inProject bool, name string, ns metav1.Object, seen uint64, now time.Time) bool {
+	return inProject && slices.Contains(projectbootstrap.Namespaces, name) &&
+		now.Sub(ns.GetCreationTimestamp().Time) < bootstrapWait && seen < resourceVersion(ns)
+}
+
+// noting returns a handler that raises seen to the resource version of what
+// it is handed.
+func noting(seen *atomic.Uint64) func(any) {
+	return func(obj any) {
+		rv := resourceVersion(obj)
+		for {
+			old := seen.Load()
+			if rv <= old || seen.CompareAndSwap(old, rv) {
+				return
+			}
+		}
+	}
 }
 
 // Run works until ctx ends.
@@ -104,8 +163,15 @@ func (ctl *Controller) Run(ctx context.Context, workers int) {
 			klog.FromContext(ctx).Error(err, "Preparing informer", "controller", Name)
 			return
 		}
+		content := func(seen *atomic.Uint64) cache.ResourceEventHandlerFuncs {
+			note := noting(seen)
+			return cache.ResourceEventHandlerFuncs{AddFunc: note,
+				UpdateFunc: func(_, o any) { note(o); contentChanged(o) },
+				DeleteFunc: func(o any) { note(o); contentChanged(o) }}
+		}
 		if !manager.StartInformers(ctx, Name, cache.ResourceEventHandlerFuncs{AddFunc: namespaceChanged, UpdateFunc: func(_, o any) { namespaceChanged(o) }}, t.namespaces[view]) ||
-			!manager.StartInformers(ctx, Name, cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) { contentChanged(o) }, DeleteFunc: contentChanged}, t.accounts[view], t.configMaps[view]) {
+			!manager.StartInformers(ctx, Name, content(&t.accountsSeen[view]), t.accounts[view]) ||
+			!manager.StartInformers(ctx, Name, content(&t.configMapsSeen[view]), t.configMaps[view]) {
 			return
 		}
 	}
@@ -123,18 +189,27 @@ func (t *term) sync(ctx context.Context, ns allprojects.Key) error {
 	if err != nil || !exists {
 		return err
 	}
-	if m, ok := obj.(metav1.Object); !ok || m.GetDeletionTimestamp() != nil {
+	m, ok := obj.(metav1.Object)
+	if !ok || m.GetDeletionTimestamp() != nil {
 		return nil // nothing new in a namespace being deleted
 	}
-	client, err := kubernetes.NewForConfigAndClient(t.clients.Config(ns.Project), t.clients.HTTPClient())
-	if err != nil {
-		return err
-	}
+	behind := func(seen *atomic.Uint64) bool { return waitsForBootstrap(view == 1, ns.Name, m, seen.Load(), time.Now()) }
+	// The project's client, made only when there is something to write.
+	client := sync.OnceValues(func() (kubernetes.Interface, error) {
+		return kubernetes.NewForConfigAndClient(t.clients.Config(ns.Project), t.clients.HTTPClient())
+	})
 	in := func(name string) string {
 		return allprojects.Key{Project: ns.Project, ID: ns.ID, Namespace: ns.Name, Name: name}.StoreKey()
 	}
 	if _, exists, _ := t.accounts[view].GetStore().GetByKey(in(DefaultServiceAccount)); !exists {
-		_, err := client.CoreV1().ServiceAccounts(ns.Name).Create(ctx, projectbootstrap.ServiceAccount(ns.Name), metav1.CreateOptions{})
+		if behind(&t.accountsSeen[view]) {
+			return manager.RetryAfter{After: bootstrapRetry, Reason: "waiting for the ServiceAccounts stored with the namespace"}
+		}
+		c, err := client()
+		if err != nil {
+			return err
+		}
+		_, err = c.CoreV1().ServiceAccounts(ns.Name).Create(ctx, projectbootstrap.ServiceAccount(ns.Name), metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) && !terminating(err) {
 			return err
 		}
@@ -142,19 +217,30 @@ func (t *term) sync(ctx context.Context, ns allprojects.Key) error {
 	cached, exists, _ := t.configMaps[view].GetStore().GetByKey(in(RootCAConfigMap))
 	want := map[string]string{rootCAKey: t.rootCA}
 	if !exists {
-		_, err := client.CoreV1().ConfigMaps(ns.Name).Create(ctx, projectbootstrap.RootCA(ns.Name, t.rootCA), metav1.CreateOptions{})
+		if behind(&t.configMapsSeen[view]) {
+			return manager.RetryAfter{After: bootstrapRetry, Reason: "waiting for the ConfigMaps stored with the namespace"}
+		}
+		c, err := client()
+		if err != nil {
+			return err
+		}
+		_, err = c.CoreV1().ConfigMaps(ns.Name).Create(ctx, projectbootstrap.RootCA(ns.Name, t.rootCA), metav1.CreateOptions{})
 		if err != nil && !apierrors.IsAlreadyExists(err) && !terminating(err) {
 			return err
 		}
 		return nil
 	}
 	if cm, ok := cached.(*corev1.ConfigMap); ok && (len(cm.Data) != 1 || cm.Data[rootCAKey] != t.rootCA || len(cm.BinaryData) != 0) {
-		fresh, err := client.CoreV1().ConfigMaps(ns.Name).Get(ctx, RootCAConfigMap, metav1.GetOptions{})
+		c, err := client()
+		if err != nil {
+			return err
+		}
+		fresh, err := c.CoreV1().ConfigMaps(ns.Name).Get(ctx, RootCAConfigMap, metav1.GetOptions{})
 		if err != nil {
 			return client404(err)
 		}
 		fresh.Data, fresh.BinaryData = want, nil
-		if _, err := client.CoreV1().ConfigMaps(ns.Name).Update(ctx, fresh, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+		if _, err := c.CoreV1().ConfigMaps(ns.Name).Update(ctx, fresh, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
 			return client404(err)
 		}
 	}
