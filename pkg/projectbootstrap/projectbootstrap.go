@@ -8,6 +8,7 @@ package projectbootstrap
 
 import (
 	"strings"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/kubernetes/pkg/apis/core"
 )
 
 // Namespaces are the namespaces every project starts with: those Kubernetes
@@ -55,7 +57,7 @@ func ServiceAccount(namespace string) *corev1.ServiceAccount {
 func RootCA(namespace, ca string) *corev1.ConfigMap {
 	return &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: RootCAConfigMap, Namespace: namespace,
-			Annotations: map[string]string{"kubernetes.io/description": rootCADescription}},
+			Annotations: map[string]string{descriptionKey: rootCADescription}},
 		Data: map[string]string{RootCAKey: ca},
 	}
 }
@@ -102,4 +104,41 @@ var (
 // Resources are the resources of the bootstrap's objects.
 func Resources() []schema.GroupResource {
 	return []schema.GroupResource{namespaces, serviceAccounts, configMaps}
+}
+
+// descriptionKey is the annotation upstream's root CA publisher describes
+// the ConfigMap in.
+const descriptionKey = "kubernetes.io/description"
+
+// ShareRootCA returns a tenantstorage.Options.Share that makes every root CA
+// ConfigMap decoded from storage hold the same copy of the bundle (the one
+// last decoded, so a new CA is shared from its first ConfigMap on) and of
+// upstream's description: two of each per project, over a kilobyte a project
+// in the watch cache otherwise.
+func ShareRootCA() func(schema.GroupResource, runtime.Object) {
+	var bundle atomic.Pointer[string]
+	share := func(data, annotations map[string]string) {
+		if v, ok := data[RootCAKey]; ok {
+			if b := bundle.Load(); b != nil && *b == v {
+				data[RootCAKey] = *b
+			} else {
+				bundle.Store(&v)
+			}
+		}
+		if annotations[descriptionKey] == rootCADescription {
+			annotations[descriptionKey] = rootCADescription
+		}
+	}
+	return func(_ schema.GroupResource, obj runtime.Object) {
+		switch cm := obj.(type) {
+		case *core.ConfigMap: // what storage decodes into
+			if cm.Name == RootCAConfigMap {
+				share(cm.Data, cm.Annotations)
+			}
+		case *corev1.ConfigMap:
+			if cm.Name == RootCAConfigMap {
+				share(cm.Data, cm.Annotations)
+			}
+		}
+	}
 }

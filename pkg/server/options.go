@@ -16,7 +16,9 @@ import (
 	"strings"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	genericfeatures "k8s.io/apiserver/pkg/features"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	clientfeatures "k8s.io/client-go/features"
@@ -131,7 +133,21 @@ func NewOptions() *Options {
 	cp.Admission.GenericAdmission.RecommendedPluginOrder = append(cp.Admission.GenericAdmission.RecommendedPluginOrder, quota.PluginName)
 	cp.Admission.GenericAdmission.DefaultOffPlugins = defaultOffAdmissionPlugins()
 	cp.Authentication.ServiceAccounts.OptionalTokenGetter = satokens.PlatformGetter
+	defaultSizeBasedListCostOff()
 	return o
+}
+
+// defaultSizeBasedListCostOff makes Milo's default for the apiserver's
+// SizeBasedListCostEstimate feature off, before the flags are parsed, so that
+// --feature-gates can still turn it on. With it on, every watch cache keeps the
+// size of every object under its key (about 150 bytes an object, on keys that
+// carry the project's storage id) and rebuilds that map from all the
+// resource's keys every minute, to charge a list seats by bytes. Milo's
+// priority levels charge a list by the objects it may return (see
+// docs/fairness.md), which upstream computes from the object counts it keeps
+// anyway.
+func defaultSizeBasedListCostOff() {
+	utilruntime.Must(utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(genericfeatures.SizeBasedListCostEstimate): false}))
 }
 
 // Flag groups shown by `milo start --help`; the rest are listed by --help-all.

@@ -10,6 +10,9 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+	genericfeatures "k8s.io/apiserver/pkg/features"
+	"k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	cliflag "k8s.io/component-base/cli/flag"
 )
 
@@ -226,6 +229,23 @@ func TestProjectCRDFlags(t *testing.T) {
 	for _, bad := range []string{"https://convert.example.net", "http://convert.example.net/", "https://convert.example.net/x?y=/", "/relative/"} {
 		if errs := parse(t, "--project-crd-conversion-webhook-prefixes="+bad).validateMiloFlags(); len(errs) != 1 {
 			t.Errorf("prefix %q: %v, want one error", bad, errs)
+		}
+	}
+}
+
+// Milo's default for SizeBasedListCostEstimate is off (no per-object size map in
+// every watch cache); --feature-gates still turns it on.
+func TestSizeBasedListCostEstimateIsOffUnlessAsked(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want bool
+	}{{nil, false}, {[]string{"--feature-gates=SizeBasedListCostEstimate=true"}, true}} { // the registry keeps the last flags: this order
+		parse(t, c.args...)
+		if err := compatibility.DefaultComponentGlobalsRegistry.Set(); err != nil {
+			t.Fatal(err)
+		}
+		if got := utilfeature.DefaultFeatureGate.Enabled(genericfeatures.SizeBasedListCostEstimate); got != c.want {
+			t.Errorf("with %v: SizeBasedListCostEstimate %v, want %v", c.args, got, c.want)
 		}
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/iam/satokens"
+	"go.miloapis.com/milo/pkg/projectbootstrap"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/telemetry"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -49,7 +50,8 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 			opts.Decorator = g.raw
 		}
 	}
-	opts.Decorator = tenantstorage.Decorate(opts.Decorator, tenantstorage.Options{Prefixes: g.prefixes, MaxListItems: g.maxList, Shown: g.shown, Meter: g.meter, Joints: g.joints})
+	opts.Decorator = tenantstorage.Decorate(opts.Decorator, tenantstorage.Options{Prefixes: g.prefixes, MaxListItems: g.maxList, Shown: g.shown, Meter: g.meter, Joints: g.joints,
+		Share: projectbootstrap.ShareRootCA()})
 	return opts, nil
 }
 

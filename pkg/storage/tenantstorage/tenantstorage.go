@@ -60,6 +60,10 @@ type Options struct {
 	Meter Meter
 	// Joints, if not nil, stores companions with creates (etcd only).
 	Joints *Joints
+	// Share, if not nil, is given every object storage decodes, with its
+	// resource, to point values many objects hold at one copy (see
+	// sharingCodec). It must only replace values with equal ones.
+	Share func(schema.GroupResource, runtime.Object)
 }
 
 // Decorate returns a storage decorator that makes inner's storage tenant-keyed.
@@ -77,6 +81,9 @@ func Decorate(inner generic.StorageDecorator, o Options) generic.StorageDecorato
 		if o.Prefixes != nil {
 			o.Prefixes.add(config.Config.Prefix, resourcePrefix, config.GroupResource)
 		}
+		shared := *config
+		shared.Config.Codec = sharingCodec{Codec: config.Config.Codec, resource: config.GroupResource, share: o.Share}
+		config = &shared
 		s := &store{prefix: resourcePrefix, resource: config.GroupResource, maxListItems: o.MaxListItems, shown: o.Shown, newFunc: newFunc, newList: newListFunc,
 			codec: config.Config.Codec, joints: o.Joints, transformer: transformerOf(config.Config.Transformer), decoder: etcd3.NewDefaultDecoder(config.Config.Codec, versioner)}
 		s.pathPrefix = path.Join("/", config.Config.Prefix)
