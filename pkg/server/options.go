@@ -16,7 +16,6 @@ import (
 	"strings"
 
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
 	genericfeatures "k8s.io/apiserver/pkg/features"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -139,15 +138,17 @@ func NewOptions() *Options {
 
 // defaultSizeBasedListCostOff makes Milo's default for the apiserver's
 // SizeBasedListCostEstimate feature off, before the flags are parsed, so that
-// --feature-gates can still turn it on. With it on, every watch cache keeps the
-// size of every object under its key (about 150 bytes an object, on keys that
-// carry the project's storage id) and rebuilds that map from all the
-// resource's keys every minute, to charge a list seats by bytes. Milo's
-// priority levels charge a list by the objects it may return (see
+// --feature-gates can still turn it on (and an emulated version before the
+// feature, where it does not exist, still starts). With it on, every watch
+// cache keeps the size of every object under its key (about 150 bytes an
+// object, on keys that carry the project's storage id) and rebuilds that map
+// from all the resource's keys every minute, to charge a list seats by bytes.
+// Milo's priority levels charge a list by the objects it may return (see
 // docs/fairness.md), which upstream computes from the object counts it keeps
-// anyway.
+// anyway. Overriding a default is refused once the gates are in a flag set:
+// the first Options made in a process set it, and later ones find it set.
 func defaultSizeBasedListCostOff() {
-	utilruntime.Must(utilfeature.DefaultMutableFeatureGate.SetFromMap(map[string]bool{string(genericfeatures.SizeBasedListCostEstimate): false}))
+	_ = utilfeature.DefaultMutableFeatureGate.OverrideDefault(genericfeatures.SizeBasedListCostEstimate, false)
 }
 
 // Flag groups shown by `milo start --help`; the rest are listed by --help-all.

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/util/version"
 	genericfeatures "k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/util/compatibility"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
@@ -236,6 +237,17 @@ func TestProjectCRDFlags(t *testing.T) {
 // Milo's default for SizeBasedListCostEstimate is off (no per-object size map in
 // every watch cache); --feature-gates still turns it on.
 func TestSizeBasedListCostEstimateIsOffUnlessAsked(t *testing.T) {
+	parse(t)
+	// A version emulated from before the feature existed still starts: Milo
+	// changes its default, it sets no value. (Checked before the flags below
+	// set one.)
+	gate := utilfeature.DefaultMutableFeatureGate.DeepCopy()
+	if err := gate.SetEmulationVersion(version.MustParse("1.33")); err != nil {
+		t.Fatalf("emulating 1.33: %v", err)
+	}
+	if gate.Enabled(genericfeatures.SizeBasedListCostEstimate) {
+		t.Error("SizeBasedListCostEstimate on at emulated version 1.33")
+	}
 	for _, c := range []struct {
 		args []string
 		want bool

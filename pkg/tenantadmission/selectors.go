@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -48,11 +47,13 @@ import (
 // An instance of an admission-policy plugin compiles the platform's policies
 // itself and refreshes them once a second, so two instances can disagree for up
 // to a second after a policy changes: a request could be denied by one and the
-// next admitted by another. An instance therefore carries the version of the
-// policies and bindings it was built at, and one found older than the platform's
-// when taken is stopped and replaced by a fresh one, which compiles what the
-// platform holds now. Once a project request sees a policy, every later one does.
-// Webhook plugins read their configuration on each request and need no such care.
+// next admitted by another. The pool therefore counts the changes to the
+// policies' and bindings' specs its handlers see, each instance carries the
+// count it was built at, and one found older when taken is stopped and replaced
+// by a fresh one, which compiles what the platform holds now. Once a project
+// request has seen a change, every request after the informers' handlers have
+// seen it does too. Webhook plugins read their configuration on each request and
+// need no such care.
 
 // selectorPlugins are the upstream plugins with namespace selectors, by name.
 var selectorPlugins = map[string]func(io.Reader) (admission.Interface, error){
@@ -99,28 +100,13 @@ var compiled = map[string]func(informers.SharedInformerFactory) []cache.SharedIn
 	},
 }
 
-// configVersion identifies the contents of a plugin's configuration informers:
-// any addition or update raises newest (resource versions only grow), and a
-// deletion alone lowers count, so no sequence of changes returns to an earlier
-// value.
-type configVersion struct {
-	count  int
-	newest uint64
-}
-
-func versionOf(informers []cache.SharedIndexInformer) configVersion {
-	var v configVersion
-	for _, i := range informers {
-		for _, obj := range i.GetStore().List() {
-			v.count++
-			if m, err := meta.Accessor(obj); err == nil {
-				if rv, err := strconv.ParseUint(m.GetResourceVersion(), 10, 64); err == nil && rv > v.newest {
-					v.newest = rv
-				}
-			}
-		}
-	}
-	return v
+// specChanged reports whether an update changed what a policy or binding says:
+// their generation moves with their spec, not with the status the server
+// writes after type-checking a policy.
+func specChanged(oldObj, newObj any) bool {
+	o, err1 := meta.Accessor(oldObj)
+	n, err2 := meta.Accessor(newObj)
+	return err1 != nil || err2 != nil || o.GetGeneration() != n.GetGeneration() || n.GetGeneration() == 0
 }
 
 // InitializerFunc returns the initializers of a plugin instance that reads
@@ -174,9 +160,11 @@ type pool struct {
 	// the project has a request here, so it is bounded by requests in flight.
 	mu         sync.Mutex
 	perProject map[string]*projectSlot
-	// configuration holds the informers the plugin compiles, once known; nil
-	// for plugins that read theirs on each request.
-	configuration atomic.Pointer[[]cache.SharedIndexInformer]
+	// generation counts the changes to the configuration the plugin compiles
+	// that the pool's handlers have seen (watched registers them, once); it
+	// stays 0 for plugins that read theirs on each request.
+	generation atomic.Uint64
+	watched    sync.Once
 }
 
 func newPool(name string, base admission.Interface, s *Selectors) *pool {
@@ -191,7 +179,7 @@ type instance struct {
 	bound  *binding
 	// version is that of the plugin's configuration when it was built; stop
 	// ends its background work.
-	version configVersion
+	version uint64
 	stop    context.CancelFunc
 }
 
@@ -290,8 +278,8 @@ type projectSlot struct {
 // acquire takes an idle instance built at the current configuration, stopping
 // older ones, or builds one if the pool has room.
 func (p *pool) acquire(ctx context.Context) (*instance, error) {
-	current := p.version()
 	for {
+		current := p.version()
 		var in *instance
 		select {
 		case in = <-p.idle:
@@ -317,24 +305,40 @@ func (p *pool) acquire(ctx context.Context) (*instance, error) {
 	}
 }
 
-// version is the current version of the configuration the plugin compiles.
-func (p *pool) version() configVersion {
-	informers := p.configuration.Load()
-	if informers == nil {
-		configuration, setup := compiled[p.name], p.selectors.setup.Load()
-		if configuration == nil || setup == nil {
-			return configVersion{}
-		}
-		list := configuration(setup.informers)
-		p.configuration.Store(&list)
-		informers = &list
+// version is the generation of the configuration the plugin compiles.
+func (p *pool) version() uint64 {
+	if setup := p.selectors.setup.Load(); setup != nil {
+		p.watched.Do(func() { p.watch(setup) })
 	}
-	return versionOf(*informers)
+	return p.generation.Load()
+}
+
+// watch counts the changes to the plugin's compiled configuration, with one
+// handler per informer for the server's lifetime. The informers' stores hold
+// a change before their handlers see it, so an instance built at a generation
+// compiles at least what that generation counted.
+func (p *pool) watch(setup *selectorSetup) {
+	configuration := compiled[p.name]
+	if configuration == nil {
+		return
+	}
+	bump := func(any) { p.generation.Add(1) }
+	for _, inf := range configuration(setup.informers) {
+		// Fails only for an informer already stopped: the server is draining.
+		_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: bump, DeleteFunc: bump,
+			UpdateFunc: func(oldObj, newObj any) {
+				if specChanged(oldObj, newObj) {
+					bump(newObj)
+				}
+			}})
+	}
+	// Those the server's own plugins asked for already run; start any other.
+	setup.informers.StartWithContext(setup.base)
 }
 
 // build makes an instance the way the server made its own, with the namespace
 // lister and client swapped for the bound ones.
-func (p *pool) build(version configVersion) (*instance, error) {
+func (p *pool) build(version uint64) (*instance, error) {
 	setup := p.selectors.setup.Load()
 	if setup == nil {
 		return nil, errors.New("not configured yet")
@@ -353,7 +357,7 @@ func (p *pool) build(version configVersion) (*instance, error) {
 	}
 	b := &binding{namespaces: p.selectors.namespaces}
 	ctx, stop := context.WithCancel(setup.base)
-	setup.initializer(boundClient{Interface: setup.kube, b: b}, boundInformers{SharedInformerFactory: setup.informers, b: b}, ctx.Done()).Initialize(plugin)
+	setup.initializer(boundClient{Interface: setup.kube, b: b}, boundInformers{SharedInformerFactory: setup.informers, b: b, base: setup.base}, ctx.Done()).Initialize(plugin)
 	if err := admission.ValidateInitialization(plugin); err != nil {
 		stop()
 		return nil, err
@@ -381,6 +385,19 @@ func (b *binding) get(name string) (*corev1.Namespace, error) {
 type boundInformers struct {
 	informers.SharedInformerFactory
 	b *binding
+	// base ends when the server drains.
+	base context.Context
+}
+
+// Start starts what an instance asked for (a policy's params of a built-in
+// kind) for the server's lifetime, not the instance's: the factory is the
+// platform's, an informer it starts serves every plugin, and a stopped one is
+// never started again.
+func (f boundInformers) Start(<-chan struct{}) { f.SharedInformerFactory.StartWithContext(f.base) }
+
+// StartWithContext is Start.
+func (f boundInformers) StartWithContext(context.Context) {
+	f.SharedInformerFactory.StartWithContext(f.base)
 }
 
 func (f boundInformers) Core() coreinformers.Interface {

@@ -269,25 +269,43 @@ func TestPolicyInstancesNeverLagTheirConfiguration(t *testing.T) {
 	if again := served(); again != first || stopped(first) {
 		t.Fatal("an instance was replaced with its configuration unchanged")
 	}
-	v1 := p.selectors.setup.Load().informers.Admissionregistration().V1()
-	policies, bindings := v1.ValidatingAdmissionPolicies().Informer().GetStore(), v1.ValidatingAdmissionPolicyBindings().Informer().GetStore()
-	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", ResourceVersion: "7"}}
-	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "b", ResourceVersion: "8"}}
+	// Changes reach the pool through the platform's informers, as from the API.
+	api := p.selectors.setup.Load().kube.AdmissionregistrationV1()
+	bg := context.Background()
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p", Generation: 1}}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: "b", Generation: 1}}
 	updated := policy.DeepCopy()
-	updated.ResourceVersion = "9"
+	updated.Generation = 2
 	previous := first
 	for _, change := range []struct {
 		name string
 		do   func() error
 	}{
-		{"a policy added", func() error { return policies.Add(policy) }},
-		{"a binding added", func() error { return bindings.Add(binding) }},
-		{"a policy updated", func() error { return policies.Update(updated) }},
-		{"a binding deleted", func() error { return bindings.Delete(binding) }},
-		{"the newest policy deleted", func() error { return policies.Delete(updated) }},
+		{"a policy added", func() error {
+			_, err := api.ValidatingAdmissionPolicies().Create(bg, policy, metav1.CreateOptions{})
+			return err
+		}},
+		{"a binding added", func() error {
+			_, err := api.ValidatingAdmissionPolicyBindings().Create(bg, binding, metav1.CreateOptions{})
+			return err
+		}},
+		{"a policy's spec changed", func() error {
+			_, err := api.ValidatingAdmissionPolicies().Update(bg, updated, metav1.UpdateOptions{})
+			return err
+		}},
+		{"a binding deleted", func() error { return api.ValidatingAdmissionPolicyBindings().Delete(bg, "b", metav1.DeleteOptions{}) }},
+		{"a policy deleted", func() error { return api.ValidatingAdmissionPolicies().Delete(bg, "p", metav1.DeleteOptions{}) }},
 	} {
+		before := p.version()
 		if err := change.do(); err != nil {
 			t.Fatal(err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for p.version() == before {
+			if time.Now().After(deadline) {
+				t.Fatalf("after %s the pool's handlers saw no change", change.name)
+			}
+			time.Sleep(time.Millisecond)
 		}
 		next := served()
 		if next == previous || !stopped(previous) || stopped(next) {
@@ -297,5 +315,12 @@ func TestPolicyInstancesNeverLagTheirConfiguration(t *testing.T) {
 			t.Fatalf("after %s: %d instances, want the one replaced", change.name, len(p.slots))
 		}
 		previous = next
+	}
+	// The status the server writes after type-checking a policy leaves its
+	// generation, and the instances, alone.
+	status := updated.DeepCopy()
+	status.Status.ObservedGeneration = 2
+	if specChanged(updated, status) || !specChanged(policy, updated) {
+		t.Error("specChanged does not follow the generation")
 	}
 }
