@@ -193,7 +193,9 @@ func (t *term) sync(ctx context.Context, ns allprojects.Key) error {
 	if !ok || m.GetDeletionTimestamp() != nil {
 		return nil // nothing new in a namespace being deleted
 	}
-	behind := func(seen *atomic.Uint64) bool { return waitsForBootstrap(view == 1, ns.Name, m, seen.Load(), time.Now()) }
+	behind := func(seen *atomic.Uint64) bool {
+		return waitsForBootstrap(view == 1, ns.Name, m, seen.Load(), time.Now())
+	}
 	// The project's client, made only when there is something to write.
 	client := sync.OnceValues(func() (kubernetes.Interface, error) {
 		return kubernetes.NewForConfigAndClient(t.clients.Config(ns.Project), t.clients.HTTPClient())
