@@ -51,6 +51,7 @@ import (
 	"go.miloapis.com/milo/pkg/projectbootstrap"
 	"go.miloapis.com/milo/pkg/registry/resourcemanager"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
+	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/storage/sqlstorage"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/telemetry"
@@ -291,8 +292,15 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if err != nil {
 				return err
 			}
+			// The controllers leave what nothing holds to a purge conditional
+			// on the project's key ranges, which only etcd can make; on SQL
+			// they empty a project through the API and the Purger purges it.
+			purge := c.purgeProjectSince
+			if c.Keys == nil || !keyranges.ComparesRanges(c.Keys) {
+				purge = nil
+			}
 			mgr, err := manager.New(controllers.Registry(), c.Options.Controllers, manager.Shared{Config: loopback, Hierarchy: tree.Factory(), Workers: 16, RootCA: rootCA,
-				StoredByResource: c.storedByResource(), Purge: c.purgeProjectSince})
+				StoredByResource: c.storedByResource(), Purge: purge})
 			if err != nil {
 				return err
 			}
@@ -539,7 +547,10 @@ func (c CompletedConfig) purgeProjectSince(ctx context.Context, projectID string
 // query of its own. Resources kept in another etcd (--etcd-servers-overrides)
 // are never counted: their keys are not in the storage counted.
 func (c CompletedConfig) storedByResource() func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error) {
-	if c.Options.SQL != nil || c.Keys == nil {
+	// Counted objects are left to a purge conditional on the counted ranges,
+	// which only etcd can make: on SQL (whichever flag chose it) everything
+	// is deleted through the API.
+	if c.Options.SQL != nil || c.Keys == nil || !keyranges.ComparesRanges(c.Keys) {
 		return nil
 	}
 	elsewhere, keys, prefixes := c.EtcdElsewhere, c.Keys, c.Prefixes

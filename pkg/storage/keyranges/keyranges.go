@@ -274,6 +274,13 @@ func (s etcdStore) DeletePrefixesUnchanged(ctx context.Context, since int64, pre
 	return deleted, true, nil
 }
 
+// ComparesRanges reports whether s can delete key ranges on the condition
+// that they are unchanged (etcd can; kine answers ErrRangeCompare).
+func ComparesRanges(s Store) bool {
+	_, kine := s.(kineStore)
+	return !kine
+}
+
 // ErrRangeCompare is kine's answer to a deletion conditional on ranges.
 var ErrRangeCompare = errors.New("this storage cannot delete key ranges on the condition that they are unchanged")
 
