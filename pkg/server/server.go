@@ -547,10 +547,7 @@ func (c CompletedConfig) purgeProjectSince(ctx context.Context, projectID string
 // query of its own. Resources kept in another etcd (--etcd-servers-overrides)
 // are never counted: their keys are not in the storage counted.
 func (c CompletedConfig) storedByResource() func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error) {
-	// Counted objects are left to a purge conditional on the counted ranges,
-	// which only etcd can make: on SQL (whichever flag chose it) everything
-	// is deleted through the API.
-	if c.Options.SQL != nil || c.Keys == nil || !keyranges.ComparesRanges(c.Keys) {
+	if c.Options.SQL != nil || c.Keys == nil {
 		return nil
 	}
 	elsewhere, keys, prefixes := c.EtcdElsewhere, c.Keys, c.Prefixes
