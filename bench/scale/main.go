@@ -30,6 +30,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/dynamic"
@@ -80,6 +81,9 @@ type options struct {
 	Noisy        bool
 	Tracing      bool
 	NoisyOptions noisyOptions
+	// LatencyProfile keeps a CPU profile of the server over this much of
+	// each step's latency sampling (latency-{n}.cpu.pprof); 0: none.
+	LatencyProfile time.Duration
 	// EtcdMaintenance counts, compacts and defragments the embedded etcd
 	// after the last step, timed (Milo only).
 	EtcdMaintenance bool
@@ -124,6 +128,7 @@ func main() {
 	flag.BoolVar(&o.EtcdMaintenance, "etcd-maintenance", true, "after the last step, count etcd's keys, compact it to the current revision and defragment it, timed (Milo on its embedded etcd)")
 	flag.BoolVar(&o.Noisy, "noisy", true, "after the last step, measure a quiet project's GETs while another project floods the server, with and without per-project flows (Milo only)")
 	flag.StringVar(&miloArgs, "milo-args", "", "flags added to every `milo start`, separated by spaces (e.g. --project-list-concurrency=4)")
+	flag.DurationVar(&o.LatencyProfile, "latency-profile", 0, "keep a CPU profile of the server over this much of each step's latency sampling (latency-{projects}.cpu.pprof), and log its collections and CPU time over the sampling; 0: none")
 	noisyProfiles := flag.Bool("noisy-profiles", false, "keep a CPU profile and an allocation profile of the server over each noisy-neighbour phase and an execution trace of a few seconds of it (noisy-{configuration}-{phase}.cpu.pprof, .allocs.pprof and .trace)")
 	probeInProcess := flag.Bool("noisy-probe-in-process", false, "run the quiet project's GETs in the harness's own process, beside the flood's clients, as before (default: a process of its own, one core)")
 	probeRate := flag.Int("noisy-probe-rate", -1, "the quiet project's GETs per second in the noisy-neighbour measurement (-1: the default, 100; 0: back to back)")
@@ -343,9 +348,22 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		if c := step.Resources.Controllers; c != nil {
 			progress("[%s] %d projects: controllers' heap %.1f MiB, RSS %.0f MiB, %v goroutines", name, n, c.HeapBytes/(1<<20), c.RSSBytes/(1<<20), c.Goroutines)
 		}
+		var profiled sync.WaitGroup
+		gcBefore, cpuBefore, sampled := s.collections(ctx), s.cpuSeconds(), time.Now()
+		if o.LatencyProfile > 0 {
+			profiled.Go(func() {
+				s.profile(ctx, "/debug/pprof/profile", o.LatencyProfile, fmt.Sprintf("latency-%d.cpu.pprof", n))
+			})
+		}
 		lat, err := measureLatency(ctx, s, n, o.LatencySamples, rng)
 		if err != nil {
 			return err
+		}
+		if o.LatencyProfile > 0 {
+			cpuAfter := s.cpuSeconds()
+			progress("[%s] %d projects: latency sampling took %.1f s, %.0f collections, server CPU %.1f s, controllers %.1f s", name, n,
+				time.Since(sampled).Seconds(), s.collections(ctx)-gcBefore, cpuAfter[0]-cpuBefore[0], cpuAfter[1]-cpuBefore[1])
+			profiled.Wait()
 		}
 		step.Latency = map[string]quantiles{}
 		for op, l := range lat {

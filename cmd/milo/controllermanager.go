@@ -12,7 +12,6 @@ import (
 	"go.opentelemetry.io/otel/sdk/resource"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	cliflag "k8s.io/component-base/cli/flag"
@@ -73,11 +72,10 @@ func newControllerManagerCommand() *cobra.Command {
 				otel.SetTracerProvider(tp)
 				config.Wrap(tracing.WrapperFor(tp))
 			}
-			client, err := dynamic.NewForConfig(config)
+			factory, err := hierarchy.NewInformerFactory(config)
 			if err != nil {
 				return err
 			}
-			factory := hierarchy.NewInformerFactory(client)
 			// The CA this kubeconfig trusts is the one published in every namespace.
 			withCA := rest.CopyConfig(config)
 			if err := rest.LoadTLSFiles(withCA); err != nil {

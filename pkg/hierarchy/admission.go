@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -222,9 +223,9 @@ func (p *plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.
 // deleting names the first object of the chain that is being deleted, if any.
 func (p *plugin) organizationOf(ctx context.Context, kind, name, self string, isFolder bool) (org, problem, deleting string, err error) {
 	depth := 1
-	noteDeleting := func(o *unstructured.Unstructured) {
+	noteDeleting := func(kind string, o metav1.Object) {
 		if deleting == "" && o.GetDeletionTimestamp() != nil {
-			deleting = o.GetKind() + " " + o.GetName()
+			deleting = kind + " " + o.GetName()
 		}
 	}
 	for {
@@ -234,7 +235,7 @@ func (p *plugin) organizationOf(ctx context.Context, kind, name, self string, is
 			if err != nil {
 				return missing("Organization", name, err)
 			}
-			noteDeleting(o)
+			noteDeleting(kind, o)
 			return name, "", deleting, nil
 		case "Folder":
 			if isFolder && name == self {
@@ -247,9 +248,8 @@ func (p *plugin) organizationOf(ctx context.Context, kind, name, self string, is
 			if err != nil {
 				return missing("Folder", name, err)
 			}
-			noteDeleting(f)
-			kind, _, _ = unstructured.NestedString(f.Object, "spec", "parentRef", "kind")
-			name, _, _ = unstructured.NestedString(f.Object, "spec", "parentRef", "name")
+			noteDeleting(kind, f)
+			kind, name = ParentOf(f)
 			depth++
 			if depth > MaxDepth+1 {
 				return "", "", "", fmt.Errorf("folder chain above %q is longer than %d: a cycle in storage", self, MaxDepth)

@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
@@ -45,27 +44,30 @@ func newPhases() *phases {
 }
 
 // phaseOf is the phase obj is in, and since when.
-func phaseOf(obj *unstructured.Unstructured) (string, time.Time) {
+func phaseOf(obj any) (string, time.Time) {
+	m := Object(obj)
 	switch {
-	case obj.GetDeletionTimestamp() != nil:
-		return phaseDeleting, obj.GetDeletionTimestamp().Time
+	case m == nil:
+		return phasePending, time.Time{}
+	case m.GetDeletionTimestamp() != nil:
+		return phaseDeleting, m.GetDeletionTimestamp().Time
 	case IsReady(obj):
 		return phaseReady, time.Time{}
 	default:
-		return phasePending, obj.GetCreationTimestamp().Time
+		return phasePending, m.GetCreationTimestamp().Time
 	}
 }
 
 func (p *phases) change(kind string, old, obj any, remove bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if u := unstructuredOf(old); u != nil {
+	if u := Object(old); u != nil {
 		phase, _ := phaseOf(u)
 		k := phaseKey{kind, phase}
 		p.counts[k]--
 		delete(p.since[k], u.GetName())
 	}
-	if u := unstructuredOf(obj); u != nil && !remove {
+	if u := Object(obj); u != nil && !remove {
 		phase, since := phaseOf(u)
 		k := phaseKey{kind, phase}
 		p.counts[k]++
@@ -76,14 +78,6 @@ func (p *phases) change(kind string, old, obj any, remove bool) {
 			p.since[k][u.GetName()] = since
 		}
 	}
-}
-
-func unstructuredOf(obj any) *unstructured.Unstructured {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	u, _ := obj.(*unstructured.Unstructured)
-	return u
 }
 
 // watch keeps p current for one informer's kind.

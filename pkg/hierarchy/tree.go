@@ -2,18 +2,16 @@ package hierarchy
 
 import (
 	"context"
-	"reflect"
+	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	registryrest "k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -58,8 +56,11 @@ func (t *Tree) Init(loopback *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	t.client = client
-	t.factory = NewInformerFactory(client)
+	factory, err := NewInformerFactory(loopback)
+	if err != nil {
+		return err
+	}
+	t.client, t.factory = client, factory
 	t.orgs = t.factory.ForResource(organizations).Informer()
 	t.folders = t.factory.ForResource(folders).Informer()
 	t.projects = t.factory.ForResource(projects).Informer()
@@ -100,34 +101,19 @@ const (
 func ParentKey(kind, name string) string { return kind + "/" + name }
 
 func byOrganization(obj any) ([]string, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok || u.GetLabels()[tenancy.OrganizationLabel] == "" {
+	m := Object(obj)
+	if m == nil || m.GetLabels()[tenancy.OrganizationLabel] == "" {
 		return nil, nil
 	}
-	return []string{u.GetLabels()[tenancy.OrganizationLabel]}, nil
+	return []string{m.GetLabels()[tenancy.OrganizationLabel]}, nil
 }
 
 func byParent(obj any) ([]string, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return nil, nil
-	}
-	kind, name := ParentOf(u)
+	kind, name := ParentOf(obj)
 	if kind == "" || name == "" {
 		return nil, nil
 	}
 	return []string{ParentKey(kind, name)}, nil
-}
-
-// ParentOf returns the kind and name of a Folder's parentRef or a Project's ownerRef.
-func ParentOf(obj *unstructured.Unstructured) (kind, name string) {
-	field := "parentRef"
-	if obj.GetKind() == "Project" {
-		field = "ownerRef"
-	}
-	kind, _, _ = unstructured.NestedString(obj.Object, "spec", field, "kind")
-	name, _, _ = unstructured.NestedString(obj.Object, "spec", field, "name")
-	return kind, name
 }
 
 func (t *Tree) initialized() bool { return t.client != nil }
@@ -160,26 +146,29 @@ func (t *Tree) Run(ctx context.Context) bool {
 	return cache.WaitForCacheSync(ctx.Done(), t.orgs.HasSynced, t.folders.HasSynced, t.projects.HasSynced, t.memberships.HasSynced)
 }
 
-func (t *Tree) get(ctx context.Context, inf cache.SharedIndexInformer, gvr schema.GroupVersionResource, name string) (*unstructured.Unstructured, error) {
+// get returns the named object: the informer's (a Go type) or, for one
+// created a moment ago, what read finds.
+func (t *Tree) get(ctx context.Context, inf cache.SharedIndexInformer, gvr schema.GroupVersionResource, name string) (metav1.Object, error) {
 	if obj, ok, _ := inf.GetStore().GetByKey(name); ok {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			return u, nil
+		if m := Object(obj); m != nil {
+			return m, nil
 		}
 	}
 	return t.read(ctx, gvr, name)
 }
 
 // read reads an object of the hierarchy's group from storage: in-process
-// where UseStorage handed the Tree its storage, else over the loopback.
-func (t *Tree) read(ctx context.Context, gvr schema.GroupVersionResource, name string) (*unstructured.Unstructured, error) {
+// where UseStorage handed the Tree its storage (a Go type), else over the
+// loopback (unstructured).
+func (t *Tree) read(ctx context.Context, gvr schema.GroupVersionResource, name string) (metav1.Object, error) {
 	if s := t.stores[gvr.Resource]; s != nil {
-		return readStorage(ctx, s, gvr, name)
+		return readStorage(ctx, s, name)
 	}
 	return t.client.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
 }
 
-// readStorage reads name from storage as the loopback would answer it.
-func readStorage(ctx context.Context, storage registryrest.Getter, gvr schema.GroupVersionResource, name string) (*unstructured.Unstructured, error) {
+// readStorage reads name from storage as the object its Go type.
+func readStorage(ctx context.Context, storage registryrest.Getter, name string) (metav1.Object, error) {
 	// A context of its own: the asking request's carries its tenant, its
 	// namespace and its user, none of which belongs to a platform object's
 	// read. It ends with the request.
@@ -190,15 +179,11 @@ func readStorage(ctx context.Context, storage registryrest.Getter, gvr schema.Gr
 	if err != nil {
 		return nil, err
 	}
-	fields, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return nil, err
+	m := Object(obj)
+	if m == nil {
+		return nil, fmt.Errorf("storage of %s returned %T", name, obj)
 	}
-	u := &unstructured.Unstructured{Object: fields}
-	u.SetAPIVersion(gvr.GroupVersion().String())
-	// The group's Go types are named as its kinds; storage leaves TypeMeta empty.
-	u.SetKind(reflect.TypeOf(obj).Elem().Name())
-	return u, nil
+	return m, nil
 }
 
 // storageReadTimeout bounds an in-process read of the hierarchy, as the
@@ -234,11 +219,11 @@ func (t *Tree) CachedProjectID(name string) string {
 	if !ok {
 		return ""
 	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
+	m := Object(obj)
+	if m == nil {
 		return ""
 	}
-	return tenancy.StorageIDOf(u)
+	return tenancy.StorageIDOf(m)
 }
 
 // CachedOrganizationOf returns the organization of the named project if it is
@@ -251,8 +236,8 @@ func (t *Tree) CachedOrganizationOf(project string) string {
 	if !ok {
 		return ""
 	}
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		return u.GetLabels()[tenancy.OrganizationLabel]
+	if m := Object(obj); m != nil {
+		return m.GetLabels()[tenancy.OrganizationLabel]
 	}
 	return ""
 }
@@ -265,9 +250,9 @@ func (t *Tree) ProjectNames(ids map[string]int64) map[string]string {
 		return out
 	}
 	for _, obj := range t.projects.GetStore().List() {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			if id := tenancy.StorageIDOf(u); ids[id] != 0 {
-				out[id] = u.GetName()
+		if m := Object(obj); m != nil {
+			if id := tenancy.StorageIDOf(m); ids[id] != 0 {
+				out[id] = m.GetName()
 			}
 		}
 	}
@@ -285,18 +270,14 @@ func (t *Tree) EndRequestsOfDeleted(lifetimes *tenancy.Lifetimes) error {
 		tenant := x.tenant
 		if _, err := x.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			UpdateFunc: func(oldObj, newObj any) {
-				o, okOld := oldObj.(*unstructured.Unstructured)
-				n, okNew := newObj.(*unstructured.Unstructured)
-				if okOld && okNew && o.GetUID() != n.GetUID() {
+				o, n := Object(oldObj), Object(newObj)
+				if o != nil && n != nil && o.GetUID() != n.GetUID() {
 					lifetimes.End(tenant(o.GetName()))
 				}
 			},
 			DeleteFunc: func(obj any) {
-				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-					obj = d.Obj
-				}
-				if u, ok := obj.(*unstructured.Unstructured); ok {
-					lifetimes.End(tenant(u.GetName()))
+				if m := Object(obj); m != nil {
+					lifetimes.End(tenant(m.GetName()))
 				}
 			},
 		}); err != nil {
@@ -332,12 +313,13 @@ func (t *Tree) OrganizationGoing(ctx context.Context, name string) (bool, error)
 	}
 }
 
-// MembershipsOf returns the cached OrganizationMemberships of an organization's namespace.
+// MembershipsOf returns the cached OrganizationMemberships of an
+// organization's namespace, as unstructured copies (an organization has few).
 func (t *Tree) MembershipsOf(org string) []*unstructured.Unstructured {
 	objs, _ := t.memberships.GetIndexer().ByIndex(cache.NamespaceIndex, tenancy.OrganizationNamespace(org))
 	out := make([]*unstructured.Unstructured, 0, len(objs))
 	for _, o := range objs {
-		if u, ok := o.(*unstructured.Unstructured); ok {
+		if u, err := AsUnstructured(o); err == nil {
 			out = append(out, u)
 		}
 	}
@@ -347,7 +329,7 @@ func (t *Tree) MembershipsOf(org string) []*unstructured.Unstructured {
 // OrganizationOf returns the organization label of a Folder, Project or
 // ProjectSuspension, and whether it exists.
 func (t *Tree) OrganizationOf(ctx context.Context, gr schema.GroupResource, name string) (string, bool, error) {
-	var obj *unstructured.Unstructured
+	var obj metav1.Object
 	var err error
 	switch {
 	case gr == tenancy.SuspensionsResource:
@@ -367,57 +349,4 @@ func (t *Tree) OrganizationOf(ctx context.Context, gr schema.GroupResource, name
 	default:
 		return obj.GetLabels()[tenancy.OrganizationLabel], true, nil
 	}
-}
-
-// IsReady reports whether obj's Ready condition is True for its current generation.
-func IsReady(obj *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Ready" && m["status"] == string(metav1.ConditionTrue) {
-			if gen, ok := m["observedGeneration"].(int64); !ok || gen == obj.GetGeneration() {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// initialized reports whether the project has been Ready once. Its control plane
-// stays initialized when a later change of its spec (a move) waits for the
-// controllers to confirm Ready again.
-func initialized(p *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(p.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, _ := c.(map[string]any); m["type"] == "Ready" && m["status"] == string(metav1.ConditionTrue) {
-			return true
-		}
-	}
-	return false
-}
-
-// NewInformerFactory returns the shared informer factory of Milo's objects.
-// Its informers keep objects without their managedFields: nothing reads
-// them, they are a large part of every object's memory, and an update sent
-// without them keeps the stored ones.
-func NewInformerFactory(client dynamic.Interface) dynamicinformer.DynamicSharedInformerFactory {
-	return slimFactory{dynamicinformer.NewDynamicSharedInformerFactory(client, 10*time.Minute)}
-}
-
-type slimFactory struct {
-	dynamicinformer.DynamicSharedInformerFactory
-}
-
-func (f slimFactory) ForResource(gvr schema.GroupVersionResource) informers.GenericInformer {
-	gi := f.DynamicSharedInformerFactory.ForResource(gvr)
-	// Fails only once the informer runs, by when it has the transform.
-	_ = gi.Informer().SetTransform(dropManagedFields)
-	return gi
-}
-
-func dropManagedFields(obj any) (any, error) {
-	if u, ok := obj.(*unstructured.Unstructured); ok && u.GetManagedFields() != nil {
-		u.SetManagedFields(nil)
-	}
-	return obj, nil
 }

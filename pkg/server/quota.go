@@ -89,11 +89,8 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 	// cache of Projects, every project of the organization, with no claim.
 	ledger.Meter(quota.ProjectsPerOrganization)
 	count := func(obj any, delta int64, added bool) {
-		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-			obj = t.Obj
-		}
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok || u.GetLabels()[tenancy.OrganizationLabel] == "" {
+		u := hierarchy.Object(obj)
+		if u == nil || u.GetLabels()[tenancy.OrganizationLabel] == "" {
 			return
 		}
 		object := ""
@@ -105,8 +102,7 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 	counted, err := inf.Projects.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) { count(obj, 1, true) },
 		UpdateFunc: func(old, obj any) {
-			o, _ := old.(*unstructured.Unstructured)
-			n, _ := obj.(*unstructured.Unstructured)
+			o, n := hierarchy.Object(old), hierarchy.Object(obj)
 			// Another organization, or another project of the name (seen as
 			// an update when a relist missed the delete): one out, one in.
 			if o != nil && n != nil && (o.GetUID() != n.GetUID() || o.GetLabels()[tenancy.OrganizationLabel] != n.GetLabels()[tenancy.OrganizationLabel]) {
@@ -116,10 +112,7 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 		},
 		DeleteFunc: func(obj any) {
 			count(obj, -1, false)
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
+			if u := hierarchy.Object(obj); u != nil {
 				usage.ProjectGone(u.GetName(), tenancy.StorageIDOf(u))
 			}
 		},

@@ -15,6 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+
+	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+	"go.miloapis.com/milo/pkg/hierarchy"
+	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 var foldersGVR = schema.GroupVersionResource{Group: "resourcemanager.miloapis.com", Version: "v1alpha1", Resource: "folders"}
@@ -423,5 +428,131 @@ func TestHierarchyKindsBehaveAsTheirDefinitionsSaid(t *testing.T) {
 		SetHeader("Accept", "application/vnd.kubernetes.protobuf, application/json").DoRaw(ctx)
 	if err != nil || !strings.HasPrefix(string(body), "{") {
 		t.Errorf("protobuf first: %v %.80s", err, body)
+	}
+}
+
+// TestHierarchyInformersHoldGoTypes: the informer factory the server and the
+// controller manager share holds Organizations, Folders, Projects and
+// OrganizationMemberships as the group's Go types, without managedFields,
+// hears their changes and deletions, and its readers read them; every other
+// resource stays unstructured.
+func TestHierarchyInformersHoldGoTypes(t *testing.T) {
+	m := shared
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	n := projectSeq.Add(1)
+	org, fold, proj := fmt.Sprintf("typed-%d", n), fmt.Sprintf("typed-f-%d", n), fmt.Sprintf("typed-p-%d", n)
+	if err := m.ensureOrganization(org); err != nil {
+		t.Fatal(err)
+	}
+	factory, err := hierarchy.NewInformerFactory(m.restConfig(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	projects := factory.ForResource(projectsGVR).Informer()
+	if factory.ForResource(projectsGVR).Informer() != projects {
+		t.Fatal("a second ForResource of projects made another informer")
+	}
+	folders := factory.ForResource(foldersGVR).Informer()
+	orgs := factory.ForResource(projectsGVR.GroupVersion().WithResource("organizations")).Informer()
+	memberships := factory.ForResource(hierarchy.Memberships).Informer()
+	roles := factory.ForResource(schema.GroupVersionResource{Group: "iam.miloapis.com", Version: "v1alpha1", Resource: "roles"}).Informer()
+	deleted := make(chan string, 16)
+	if _, err := projects.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: func(obj any) {
+		if p := hierarchy.Object(obj); p != nil {
+			deleted <- p.GetName()
+		}
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	defer func() { cancel(); factory.Shutdown() }() // Shutdown waits for the informers to stop
+	for gvr, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			t.Fatalf("%s did not sync", gvr.Resource)
+		}
+	}
+
+	if _, err := m.dynamic(t).Resource(foldersGVR).Create(ctx, folder(fold, "Organization", org), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.dynamic(t).Resource(projectsGVR).Create(ctx, objectOf("Project", proj, map[string]any{
+		"ownerRef": map[string]any{"kind": "Folder", "name": fold}}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var p *resourcemanagerv1alpha1.Project
+	eventually(t, "the informer holds project "+proj+" Ready", func() error {
+		obj, ok, _ := projects.GetStore().GetByKey(proj)
+		if !ok {
+			return fmt.Errorf("not cached")
+		}
+		typed, isTyped := obj.(*resourcemanagerv1alpha1.Project)
+		if !isTyped {
+			t.Fatalf("the informer holds a %T", obj)
+		}
+		if !hierarchy.IsReady(typed) {
+			return fmt.Errorf("not Ready: %+v", typed.Status.Conditions)
+		}
+		p = typed
+		return nil
+	})
+	if p.ManagedFields != nil {
+		t.Errorf("the cached project keeps its managedFields")
+	}
+	if kind, name := hierarchy.ParentOf(p); kind != "Folder" || name != fold {
+		t.Errorf("ParentOf = %s %s, want Folder %s", kind, name, fold)
+	}
+	if p.Labels[orgLabel] != org || tenancy.StorageIDOf(p) != tenancy.ProjectID(string(p.UID)) {
+		t.Errorf("labels %v, storage id %s: want the organization's label and the id of its uid", p.Labels, tenancy.StorageIDOf(p))
+	}
+	u, err := hierarchy.AsUnstructured(p)
+	if err != nil || u.GetKind() != "Project" || u.GetAPIVersion() != "resourcemanager.miloapis.com/v1alpha1" || u.GetName() != proj {
+		t.Fatalf("AsUnstructured = %v %v", u, err)
+	}
+	if kind, name := hierarchy.ParentOf(u); kind != "Folder" || name != fold || !hierarchy.IsReady(u) {
+		t.Errorf("the unstructured copy reads %s %s, Ready %v", kind, name, hierarchy.IsReady(u))
+	}
+	for _, x := range []struct {
+		inf  cache.SharedIndexInformer
+		key  string
+		want string
+	}{{folders, fold, "*v1alpha1.Folder"}, {orgs, org, "*v1alpha1.Organization"}} {
+		eventually(t, x.key+" cached", func() error {
+			obj, ok, _ := x.inf.GetStore().GetByKey(x.key)
+			if !ok {
+				return fmt.Errorf("not cached")
+			}
+			if got := fmt.Sprintf("%T", obj); got != x.want {
+				t.Fatalf("%s is cached as %s, want %s", x.key, got, x.want)
+			}
+			return nil
+		})
+	}
+	eventually(t, "the organization's creator membership cached", func() error {
+		objs, _ := memberships.GetIndexer().ByIndex(cache.NamespaceIndex, tenancy.OrganizationNamespace(org))
+		if len(objs) == 0 {
+			return fmt.Errorf("none")
+		}
+		if _, ok := objs[0].(*resourcemanagerv1alpha1.OrganizationMembership); !ok {
+			t.Fatalf("a membership is cached as %T", objs[0])
+		}
+		return nil
+	})
+	for _, obj := range roles.GetStore().List() {
+		if _, ok := obj.(*unstructured.Unstructured); !ok {
+			t.Fatalf("a Role is cached as %T", obj)
+		}
+	}
+
+	if err := m.dynamic(t).Resource(projectsGVR).Delete(ctx, proj, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case name := <-deleted:
+		if name != proj {
+			t.Fatalf("deleted %s, want %s", name, proj)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the project's deletion never reached the informer")
 	}
 }

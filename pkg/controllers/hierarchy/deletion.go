@@ -90,8 +90,8 @@ func (c *Controllers) deleteChildren(ctx context.Context, index, key string) (st
 			return "", err
 		}
 		for _, obj := range children {
-			child := obj.(*unstructured.Unstructured)
-			if child.GetDeletionTimestamp() != nil {
+			child := hierarchy.Object(obj)
+			if child == nil || child.GetDeletionTimestamp() != nil {
 				continue
 			}
 			err := c.dynamic.Resource(kind.gvr).Delete(ctx, child.GetName(), metav1.DeleteOptions{

@@ -21,6 +21,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -133,6 +134,7 @@ func (c *Controllers) Run(ctx context.Context) {
 	orgLoop := newLoop("organizations", c.orgs, c.syncOrganization)
 	folderLoop := newLoop("folders", c.folders, c.syncFolder)
 	projectLoop := newLoop("projects", c.projects, c.syncProject)
+	projectLoop.idle = projectIdle
 	roleLoop := newLoop("roles", c.roles, c.syncRole)
 	membershipLoop := newLoop("organizationmemberships", c.memberships, c.syncMembership)
 	// A membership puts back a binding of its own that someone changed or deleted.
@@ -170,20 +172,21 @@ func (c *Controllers) Run(ctx context.Context) {
 	// The deletion of a child may let its parent's deletion finish.
 	parentDeleting := func(inf cache.SharedIndexInformer, key string) bool {
 		obj, ok, _ := inf.GetStore().GetByKey(key)
-		return ok && obj.(*unstructured.Unstructured).GetDeletionTimestamp() != nil
+		m := hierarchy.Object(obj)
+		return ok && m != nil && m.GetDeletionTimestamp() != nil
 	}
 	childGone := func(obj any) {
 		if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 			obj = d.Obj
 		}
-		u, ok := obj.(*unstructured.Unstructured)
-		if !ok {
+		u := hierarchy.Object(obj)
+		if u == nil {
 			return
 		}
 		if org := u.GetLabels()[tenancy.OrganizationLabel]; org != "" && parentDeleting(c.orgs, org) {
 			orgLoop.queue.Add(org)
 		}
-		if kind, name := hierarchy.ParentOf(u); kind == "Folder" && parentDeleting(c.folders, name) {
+		if kind, name := hierarchy.ParentOf(obj); kind == "Folder" && parentDeleting(c.folders, name) {
 			folderLoop.queue.Add(name)
 		}
 	}
@@ -254,7 +257,7 @@ func (c *Controllers) syncProject(ctx context.Context, p *unstructured.Unstructu
 	if wrote, err := addFinalizers(ctx, c.dynamic, projects, p, hierarchy.ProjectFinalizer, hierarchy.PurgeFinalizer); wrote || err != nil {
 		return err
 	}
-	if hierarchy.IsReady(p) && readyMessage(p) == projectbootstrap.ReadyMessage {
+	if projectIdle(p) {
 		return nil
 	}
 	// Not Ready, or Ready from a bootstrap that made fewer namespaces (a project
@@ -284,16 +287,14 @@ func (c *Controllers) event(obj *unstructured.Unstructured, eventtype, reason, f
 	}
 }
 
-// readyMessage is the message of obj's Ready condition.
-func readyMessage(obj *unstructured.Unstructured) string {
-	conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
-	for _, c := range conds {
-		if m, ok := c.(map[string]any); ok && m["type"] == "Ready" {
-			msg, _ := m["message"].(string)
-			return msg
-		}
-	}
-	return ""
+// projectIdle reports whether a Project has nothing for syncProject to do:
+// it is not being deleted, has its finalizers, and is Ready from the
+// current bootstrap.
+func projectIdle(obj any) bool {
+	m := hierarchy.Object(obj)
+	return m != nil && m.GetDeletionTimestamp() == nil &&
+		slices.Contains(m.GetFinalizers(), hierarchy.ProjectFinalizer) && slices.Contains(m.GetFinalizers(), hierarchy.PurgeFinalizer) &&
+		hierarchy.IsReady(obj) && hierarchy.ReadyMessage(obj) == projectbootstrap.ReadyMessage
 }
 
 // setReady sets the Ready condition.

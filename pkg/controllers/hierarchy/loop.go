@@ -20,6 +20,7 @@ import (
 
 	"go.miloapis.com/milo/pkg/controllers/events"
 	"go.miloapis.com/milo/pkg/controllers/manager"
+	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -31,6 +32,10 @@ type loop struct {
 	informer cache.SharedIndexInformer
 	queue    workqueue.TypedRateLimitingInterface[string]
 	sync     func(ctx context.Context, obj *unstructured.Unstructured) error
+	// idle, if set, tells from the cached object that sync has nothing to
+	// do, before the object is converted for it: a resync hands the loops
+	// every project.
+	idle func(obj any) bool
 	// events, if set, hears of sync failures: its owners see them as Events.
 	events *events.Recorder
 }
@@ -52,11 +57,7 @@ func (l *loop) organizationOf(key string) string {
 	if err != nil || !exists {
 		return ""
 	}
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return ""
-	}
-	return keyOf(u, key).organization
+	return keyOf(obj, key).organization
 }
 
 func (l *loop) enqueue(obj any) {
@@ -101,18 +102,25 @@ func (l *loop) next(ctx context.Context) bool {
 	defer l.queue.Done(key)
 	obj, exists, err := l.informer.GetStore().GetByKey(key)
 	if err == nil && exists {
-		u := obj.(*unstructured.Unstructured)
 		var end func(error)
-		k := keyOf(u, key)
+		k := keyOf(obj, key)
 		ctx, end = manager.Begin(ctx, l.name, k)
-		err = l.sync(ctx, u)
+		// The informers hold the hierarchy's kinds as Go types; the
+		// controllers edit a copy as unstructured, as they do other kinds,
+		// made only when there is work.
+		var u *unstructured.Unstructured
+		if l.idle == nil || !l.idle(obj) {
+			if u, err = hierarchy.AsUnstructured(obj); err == nil {
+				err = l.sync(ctx, u)
+			}
+		}
 		var waiting errWaiting
 		if errors.As(err, &waiting) {
 			end(manager.Waiting{Reason: err.Error()}) // not a failure
 		} else {
 			end(err)
 		}
-		if err != nil && !errors.As(err, &waiting) && ctx.Err() == nil && l.events != nil {
+		if err != nil && !errors.As(err, &waiting) && ctx.Err() == nil && l.events != nil && u != nil {
 			l.events.HierarchyEventf(k.organization, u, corev1.EventTypeWarning, "SyncFailed", "%v", err)
 		}
 	}
@@ -137,17 +145,26 @@ func (k objectKey) String() string                             { return k.key }
 func (k objectKey) TenantKeys() (project, organization string) { return k.project, k.organization }
 
 // keyOf tells which project and organization obj is about.
-func keyOf(obj *unstructured.Unstructured, key string) objectKey {
-	// Read in place: GetLabels copies the map, and the queue asks under its lock.
-	org, _, _ := unstructured.NestedString(obj.Object, "metadata", "labels", tenancy.OrganizationLabel)
+func keyOf(obj any, key string) objectKey {
+	m := hierarchy.Object(obj)
+	if m == nil {
+		return objectKey{key: key}
+	}
+	var org string
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		// Read in place: GetLabels copies the map, and the queue asks under its lock.
+		org, _, _ = unstructured.NestedString(u.Object, "metadata", "labels", tenancy.OrganizationLabel)
+	} else {
+		org = m.GetLabels()[tenancy.OrganizationLabel]
+	}
 	k := objectKey{key: key, organization: org}
-	switch obj.GetKind() {
+	switch hierarchy.KindOf(obj) {
 	case "Project":
-		k.project = obj.GetName()
+		k.project = m.GetName()
 	case "Organization":
-		k.organization = obj.GetName()
+		k.organization = m.GetName()
 	default:
-		if org, ok := tenancy.OrganizationOfNamespace(obj.GetNamespace()); ok {
+		if org, ok := tenancy.OrganizationOfNamespace(m.GetNamespace()); ok {
 			k.organization = org
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -48,7 +49,16 @@ func NewPurger(loopback *rest.Config, factory dynamicinformer.DynamicSharedInfor
 	p := &Purger{purge: purge, dynamic: dyn, events: events.New(clients)}
 	p.loop = newLoop("project-purge", factory.ForResource(projects).Informer(), p.sync)
 	p.loop.events = p.events
+	p.loop.idle = func(obj any) bool { m := hierarchy.Object(obj); return m == nil || !purgeable(m) }
 	return p, nil
+}
+
+// purgeable reports whether a project waits for its purge: deleted, emptied
+// (its ProjectFinalizer gone), and not purged yet.
+func purgeable(project metav1.Object) bool {
+	finalizers := project.GetFinalizers()
+	return project.GetDeletionTimestamp() != nil && slices.Contains(finalizers, hierarchy.PurgeFinalizer) &&
+		!slices.Contains(finalizers, hierarchy.ProjectFinalizer)
 }
 
 // Run purges with the given number of workers until ctx ends.
@@ -58,9 +68,7 @@ func (p *Purger) Run(ctx context.Context, workers int) {
 }
 
 func (p *Purger) sync(ctx context.Context, project *unstructured.Unstructured) error {
-	finalizers := project.GetFinalizers()
-	if project.GetDeletionTimestamp() == nil || !slices.Contains(finalizers, hierarchy.PurgeFinalizer) ||
-		slices.Contains(finalizers, hierarchy.ProjectFinalizer) {
+	if !purgeable(project) {
 		return nil
 	}
 	start := time.Now()

@@ -45,6 +45,7 @@ import (
 	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/controllers/manager"
+	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/quota"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -98,7 +99,7 @@ func (c *Controller) going(claim string) {
 }
 
 // New returns the controller.
-func New(ledger *quota.Ledger, clients *allprojects.Clients, hierarchy tenancy.HierarchyLookup, inf Informers) (*Controller, error) {
+func New(ledger *quota.Ledger, clients *allprojects.Clients, tree tenancy.HierarchyLookup, inf Informers) (*Controller, error) {
 	platform, err := dynamic.NewForConfigAndClient(clients.Config(""), clients.HTTPClient())
 	if err != nil {
 		return nil, err
@@ -107,7 +108,7 @@ func New(ledger *quota.Ledger, clients *allprojects.Clients, hierarchy tenancy.H
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{ledger: ledger, clients: clients, platform: platform, hierarchy: hierarchy, inf: inf, now: time.Now, seen: map[string]bool{}, goingChecks: map[string]int{},
+	c := &Controller{ledger: ledger, clients: clients, platform: platform, hierarchy: tree, inf: inf, now: time.Now, seen: map[string]bool{}, goingChecks: map[string]int{},
 		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disco))}
 	c.queue = manager.NewFairQueue("quota", c.organizationOf, workqueue.NewTypedMaxOfRateLimiter(
 		workqueue.NewTypedItemExponentialFailureRateLimiter[string](100*time.Millisecond, 10*time.Second)))
@@ -148,15 +149,12 @@ func New(ledger *quota.Ledger, clients *allprojects.Clients, hierarchy tenancy.H
 	// are checked.
 	if _, err := inf.Projects.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(_, obj any) {
-			if u, ok := obj.(*unstructured.Unstructured); ok && u.GetDeletionTimestamp() != nil {
+			if u := hierarchy.Object(obj); u != nil && u.GetDeletionTimestamp() != nil {
 				c.queue.Add("projectgone\x00" + u.GetName() + "\x00" + u.GetLabels()[tenancy.OrganizationLabel] + "\x00" + string(u.GetUID()))
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
+			if u := hierarchy.Object(obj); u != nil {
 				c.queue.Add("projectgone\x00" + u.GetName() + "\x00" + u.GetLabels()[tenancy.OrganizationLabel] + "\x00" + string(u.GetUID()))
 				ledger.ProjectDeleted(u.GetName())
 			}
@@ -247,8 +245,9 @@ func bucketItem(k quota.BucketKey) string {
 }
 
 func (c *Controller) enqueue(prefix string, obj any, namespaced bool) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
+	// Organizations and Projects are Go types in the hierarchy's informers.
+	u := hierarchy.Object(obj)
+	if u == nil {
 		return
 	}
 	key := u.GetName()
@@ -631,9 +630,13 @@ func (c *Controller) syncConsumer(ctx context.Context, kind, name string) error 
 	if err != nil || !exists {
 		return err
 	}
-	u := obj.(*unstructured.Unstructured)
-	if u.GetDeletionTimestamp() != nil {
+	if m := hierarchy.Object(obj); m == nil || m.GetDeletionTimestamp() != nil {
 		return nil
+	}
+	// The policies' expressions read the consumer as an unstructured object.
+	u, err := hierarchy.AsUnstructured(obj)
+	if err != nil {
+		return err
 	}
 	self := quota.Consumer{Kind: kind, Name: name}
 	for _, pobj := range c.inf.GrantPolicies.GetStore().List() {
@@ -673,7 +676,7 @@ func (c *Controller) projectGone(ctx context.Context, project, org, uid string) 
 	if obj, exists, err := c.inf.Projects.GetStore().GetByKey(project); err != nil {
 		return err
 	} else if exists {
-		if u, ok := obj.(*unstructured.Unstructured); ok && string(u.GetUID()) != uid {
+		if u := hierarchy.Object(obj); u != nil && string(u.GetUID()) != uid {
 			return nil
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
+	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/quota"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -57,9 +58,13 @@ func (c *Controller) recountPolicy(ctx context.Context, k quota.BucketKey, org s
 	// The Projects of an organization are in the hierarchy's informer.
 	if gvk.GroupKind() == (schema.GroupKind{Group: quota.ConsumerGroup, Kind: quota.KindProject}) {
 		for _, obj := range c.inf.Projects.GetStore().List() {
-			u := obj.(*unstructured.Unstructured)
-			if u.GetLabels()[tenancy.OrganizationLabel] != org || u.GetDeletionTimestamp() != nil {
+			m := hierarchy.Object(obj)
+			if m == nil || m.GetLabels()[tenancy.OrganizationLabel] != org || m.GetDeletionTimestamp() != nil {
 				continue
+			}
+			u, err := hierarchy.AsUnstructured(obj)
+			if err != nil {
+				return err
 			}
 			if err := c.claimExisting(ctx, k, org, p, "", gvk.GroupVersion().WithResource("projects"), u); err != nil {
 				return err
@@ -80,7 +85,7 @@ func (c *Controller) recountPolicy(ctx context.Context, k quota.BucketKey, org s
 	if k.Consumer.Kind == quota.KindOrganization {
 		projects = nil
 		for _, obj := range c.inf.Projects.GetStore().List() {
-			if u := obj.(*unstructured.Unstructured); u.GetLabels()[tenancy.OrganizationLabel] == org {
+			if u := hierarchy.Object(obj); u != nil && u.GetLabels()[tenancy.OrganizationLabel] == org {
 				projects = append(projects, u.GetName())
 			}
 		}

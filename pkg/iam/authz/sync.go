@@ -57,25 +57,37 @@ func Sync(e *evaluator.Evaluator, factory dynamicinformer.DynamicSharedInformerF
 		synced = append(synced, inf.HasSynced)
 		return err
 	}
-	nodeOf := func(u *unstructured.Unstructured) evaluator.Node {
-		if u.GetKind() == "Project" {
-			return evaluator.Project(u.GetName())
+	// Folders and Projects: the hierarchy's informers hold them as Go types.
+	for _, x := range []struct {
+		gvr  schema.GroupVersionResource
+		node func(string) evaluator.Node
+	}{{foldersResource, evaluator.Folder}, {projectsResource, evaluator.Project}} {
+		node := x.node
+		setParent := func(obj any) {
+			m := hierarchy.Object(obj)
+			if m == nil {
+				return
+			}
+			kind, name := hierarchy.ParentOf(obj)
+			parent := evaluator.Organization(name)
+			if kind == "Folder" {
+				parent = evaluator.Folder(name)
+			}
+			e.SetParent(node(m.GetName()), parent)
 		}
-		return evaluator.Folder(u.GetName())
-	}
-	setParent := func(u *unstructured.Unstructured) {
-		kind, name := hierarchy.ParentOf(u)
-		parent := evaluator.Organization(name)
-		if kind == "Folder" {
-			parent = evaluator.Folder(name)
-		}
-		e.SetParent(nodeOf(u), parent)
-	}
-	dropNode := func(_ string, u *unstructured.Unstructured) { e.DeleteNode(nodeOf(u)) }
-	for _, gvr := range []schema.GroupVersionResource{foldersResource, projectsResource} {
-		if err := on(gvr, nil, setParent, dropNode); err != nil {
+		inf := factory.ForResource(x.gvr).Informer()
+		if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    setParent,
+			UpdateFunc: func(_, obj any) { setParent(obj) },
+			DeleteFunc: func(obj any) {
+				if m := hierarchy.Object(obj); m != nil {
+					e.DeleteNode(node(m.GetName()))
+				}
+			},
+		}); err != nil {
 			return nil, err
 		}
+		synced = append(synced, inf.HasSynced)
 	}
 	if err := on(RolesResource, sameRole, func(u *unstructured.Unstructured) {
 		var r iamv1alpha1.Role
