@@ -21,7 +21,10 @@ func Object(obj any) metav1.Object {
 		obj = d.Obj
 	}
 	m, _ := obj.(metav1.Object)
-	if m == nil || reflect.ValueOf(m).IsNil() {
+	if m == nil {
+		return nil
+	}
+	if v := reflect.ValueOf(m); v.Kind() == reflect.Pointer && v.IsNil() {
 		return nil
 	}
 	return m
@@ -88,7 +91,8 @@ func Conditions(obj any) []metav1.Condition {
 	return nil
 }
 
-// readyCondition is obj's Ready condition, nil without one.
+// readyCondition is obj's Ready condition, nil without one. The controllers
+// keep one condition of each type (meta.SetStatusCondition).
 func readyCondition(obj any) *metav1.Condition {
 	conds := Conditions(obj)
 	for i := range conds {

@@ -167,7 +167,8 @@ func (t *Tree) read(ctx context.Context, gvr schema.GroupVersionResource, name s
 	return t.client.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
 }
 
-// readStorage reads name from storage as the object its Go type.
+// readStorage reads name from storage as the object its Go type. The
+// object is the storage's answer, not a copy: callers only read it.
 func readStorage(ctx context.Context, storage registryrest.Getter, name string) (metav1.Object, error) {
 	// A context of its own: the asking request's carries its tenant, its
 	// namespace and its user, none of which belongs to a platform object's
@@ -254,6 +255,21 @@ func (t *Tree) ProjectNames(ids map[string]int64) map[string]string {
 			if id := tenancy.StorageIDOf(m); ids[id] != 0 {
 				out[id] = m.GetName()
 			}
+		}
+	}
+	return out
+}
+
+// ProjectIDs returns the storage ids of the cached projects.
+func (t *Tree) ProjectIDs() []string {
+	if !t.initialized() {
+		return nil
+	}
+	objs := t.projects.GetStore().List()
+	out := make([]string, 0, len(objs))
+	for _, obj := range objs {
+		if m := Object(obj); m != nil {
+			out = append(out, tenancy.StorageIDOf(m))
 		}
 	}
 	return out

@@ -264,7 +264,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			}
 			n := c.Options.TopProjects.N
 			go c.Top.CountStoredEvery(ctx, c.Options.TopProjects.StoredInterval, func(ctx context.Context) (map[string]int64, error) {
-				byID, err := tenantstorage.StoredObjectsByProject(ctx, c.Keys, c.Prefixes)
+				byID, err := tenantstorage.StoredObjectsByProject(ctx, c.Keys, c.Prefixes, tree.ProjectIDs())
 				if err != nil {
 					return nil, err
 				}

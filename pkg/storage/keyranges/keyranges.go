@@ -42,8 +42,12 @@ type Store interface {
 	Delete(ctx context.Context, key string) (bool, error)
 	// List returns every key and value under prefix.
 	List(ctx context.Context, prefix string) ([]KV, error)
-	// Keys calls f with every key under prefix, in pages, values unread.
-	Keys(ctx context.Context, prefix string, f func(key string) error) error
+	// KeysBetween calls f with every key from start (included) to end
+	// (excluded), in pages, values unread. On etcd each page costs a visit
+	// of every key from its start to end (etcd counts them for the reply),
+	// so a wide range costs the square of its keys over the page size:
+	// callers split a wide range into narrow ones.
+	KeysBetween(ctx context.Context, start, end string, f func(key string) error) error
 	// Get returns key's value, if it is stored.
 	Get(ctx context.Context, key string) (KV, bool, error)
 	// Put writes key unconditionally.
@@ -148,15 +152,19 @@ func (c common) CompareAndPut(ctx context.Context, key string, value []byte, rev
 // each calls f with every key under prefix, a page at a time, in key
 // order; keysOnly leaves values out.
 func (c common) each(ctx context.Context, prefix string, keysOnly bool, f func(KV) error) error {
-	end := clientv3.GetPrefixRangeEnd(prefix)
+	return c.between(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), keysOnly, f)
+}
+
+// between calls f with every key from start to end, as each does.
+func (c common) between(ctx context.Context, start, end string, keysOnly bool, f func(KV) error) error {
 	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(page)}
 	if keysOnly {
 		opts = append(opts, clientv3.WithKeysOnly())
 	}
-	for key := prefix; ; {
+	for key := start; ; {
 		resp, err := c.client.Get(ctx, key, opts...)
 		if err != nil {
-			return fmt.Errorf("reading %s: %w", prefix, err)
+			return fmt.Errorf("reading %s: %w", start, err)
 		}
 		for _, kv := range resp.Kvs {
 			if err := f(KV{Key: string(kv.Key), Value: kv.Value, Revision: kv.ModRevision}); err != nil {
@@ -179,8 +187,8 @@ func (c common) List(ctx context.Context, prefix string) ([]KV, error) {
 	return out, err
 }
 
-func (c common) Keys(ctx context.Context, prefix string, f func(string) error) error {
-	return c.each(ctx, prefix, true, func(kv KV) error { return f(kv.Key) })
+func (c common) KeysBetween(ctx context.Context, start, end string, f func(string) error) error {
+	return c.between(ctx, start, end, true, func(kv KV) error { return f(kv.Key) })
 }
 
 func (c common) Measure(ctx context.Context, prefixes ...string) (keys, bytes int64, err error) {

@@ -143,9 +143,14 @@ func TestKeyRanges(t *testing.T) {
 				}
 
 				var keys []string
-				if err := s.Keys(ctx, root+"a/", func(k string) error { keys = append(keys, k); return nil }); err != nil ||
+				if err := s.KeysBetween(ctx, root+"a/", root+"a0", func(k string) error { keys = append(keys, k); return nil }); err != nil ||
 					len(keys) != many || keys[0] != root+"a/00000" || keys[many-1] != root+"a/01099" {
 					t.Fatalf("keys of a/: %d %v", len(keys), err)
+				}
+				keys = nil
+				if err := s.KeysBetween(ctx, root+"a/00100", root+"a/00700", func(k string) error { keys = append(keys, k); return nil }); err != nil ||
+					len(keys) != 600 || keys[0] != root+"a/00100" || keys[599] != root+"a/00699" {
+					t.Fatalf("keys of a/00100 to a/00700: %d %v", len(keys), err)
 				}
 
 				if created, err := s.Create(ctx, root+"c/1", []byte("first")); err != nil || !created {

@@ -237,26 +237,50 @@ func PurgeUnchanged(ctx context.Context, keys keyranges.Store, prefixes *Prefixe
 
 // StoredObjectsByProject counts, directly in storage, the objects every
 // project stores across the metered resources (Events aside), by storage id:
-// one keys-only pass over each resource, a page at a time. The map it returns
-// holds one entry per project that stores anything; callers keep what they need.
-func StoredObjectsByProject(ctx context.Context, keys keyranges.Store, prefixes *Prefixes) (map[string]int64, error) {
+// one keys-only pass over each resource. The map it returns holds one entry
+// per project that stores anything; callers keep what they need.
+//
+// ids are the storage ids of the projects known (in any order): they cut
+// each resource's keys into narrow ranges of about idsPerRange projects
+// each, read a page at a time. On etcd a page costs a visit of every key
+// from its start to its range's end, so paging one range of a whole
+// resource would cost the square of its keys; cut, the pass costs its
+// keys. Keys of projects not in ids are counted all the same.
+func StoredObjectsByProject(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, ids []string) (map[string]int64, error) {
 	skip := prefixes.unmeteredPrefixes()
+	sorted := slices.Sorted(slices.Values(ids))
 	counts := map[string]int64{}
 	for _, r := range prefixes.List() {
 		if skip[r] {
 			continue
 		}
 		base := r + "/"
-		err := keys.Keys(ctx, base, func(key string) error {
+		count := func(key string) error {
 			id, _, found := strings.Cut(strings.TrimPrefix(key, base), "/")
 			if found && tenancy.ValidProjectID(id) {
 				counts[id]++
 			}
 			return nil
-		})
-		if err != nil {
+		}
+		start := base
+		for i := idsPerRange; i < len(sorted); i += idsPerRange {
+			end := base + sorted[i] + "/"
+			if end <= start {
+				continue
+			}
+			if err := keys.KeysBetween(ctx, start, end, count); err != nil {
+				return nil, err
+			}
+			start = end
+		}
+		// The end of the range of keys under base ('0' follows '/').
+		if err := keys.KeysBetween(ctx, start, r+"0", count); err != nil {
 			return nil, err
 		}
 	}
 	return counts, nil
 }
+
+// idsPerRange is how many projects' keys StoredObjectsByProject reads in one
+// range: a few pages of the resources with an object or a few per project.
+const idsPerRange = 200

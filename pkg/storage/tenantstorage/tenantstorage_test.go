@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
@@ -268,6 +269,48 @@ func TestStoredByResourceCountsOneProject(t *testing.T) {
 			t.Errorf("counting accepted %q", bad)
 		}
 	}
+}
+
+// TestStoredObjectsByProjectCountsEveryProject: the pass over a resource,
+// cut into ranges at the known projects' ids, counts every project's objects
+// exactly, those of projects it was not told of included, and nothing of the
+// platform's.
+func TestStoredObjectsByProjectCountsEveryProject(t *testing.T) {
+	s, prefixes := newConfigMapStorage(t, "countall")
+	const projects = 2*idsPerRange + 50 // three ranges
+	want := map[string]int64{}
+	var known []string
+	for i := range projects {
+		project := fmt.Sprintf("all-%03d", i)
+		for k := range i % 3 {
+			create(t, s, in(project), "/countall", "default", fmt.Sprintf("cm-%d", k), "x")
+			want[idOf(project)]++
+		}
+		if i%2 == 0 {
+			known = append(known, idOf(project))
+		}
+	}
+	create(t, s, context.Background(), "/countall", "kube-system", "platform-object", "platform")
+	got, err := StoredObjectsByProject(context.Background(), keyRanges, prefixes, known)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(got, want) {
+		t.Fatalf("counted %d projects, want %d; first differences: %v", len(got), len(want), firstDifferences(got, want))
+	}
+	if got, err := StoredObjectsByProject(context.Background(), keyRanges, prefixes, nil); err != nil || !maps.Equal(got, want) {
+		t.Fatalf("without ids: %d projects, %v", len(got), err)
+	}
+}
+
+func firstDifferences(got, want map[string]int64) []string {
+	var out []string
+	for id, n := range want {
+		if got[id] != n && len(out) < 5 {
+			out = append(out, fmt.Sprintf("%s: %d, want %d", id, got[id], n))
+		}
+	}
+	return out
 }
 
 // A project created with the name of a deleted one gets a new storage id, so
