@@ -138,6 +138,7 @@ func (t *TopProjects) CountStoredEvery(ctx context.Context, interval time.Durati
 			}
 		} else {
 			t.SetStored(counts, start)
+			klog.FromContext(ctx).V(2).Info("Counted the objects projects store", "took", t.now().Sub(start), "largest", len(counts))
 		}
 		timer.Reset(interval)
 	}
