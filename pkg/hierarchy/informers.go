@@ -117,16 +117,13 @@ func (f *slimFactory) Start(stopCh <-chan struct{}) {
 
 func (f *slimFactory) WaitForCacheSync(stopCh <-chan struct{}) map[schema.GroupVersionResource]bool {
 	out := f.DynamicSharedInformerFactory.WaitForCacheSync(stopCh)
+	started := map[schema.GroupVersionResource]cache.SharedIndexInformer{}
 	f.mu.Lock()
-	var started []schema.GroupVersionResource
 	for gvr := range f.started {
-		started = append(started, gvr)
+		started[gvr] = f.typed[gvr]
 	}
 	f.mu.Unlock()
-	for _, gvr := range started {
-		f.mu.Lock()
-		inf := f.typed[gvr]
-		f.mu.Unlock()
+	for gvr, inf := range started {
 		out[gvr] = cache.WaitForCacheSync(stopCh, inf.HasSynced)
 	}
 	return out
