@@ -4,12 +4,8 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -17,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+	"go.miloapis.com/milo/pkg/typedinformer"
 )
 
 // resync is how often the informers hand every object to their handlers again.
@@ -44,19 +41,7 @@ func NewInformerFactory(config *rest.Config) (dynamicinformer.DynamicSharedInfor
 	if err != nil {
 		return nil, err
 	}
-	scheme := runtime.NewScheme()
-	if err := resourcemanagerv1alpha1.AddToScheme(scheme); err != nil {
-		return nil, err
-	}
-	metav1.AddToGroupVersion(scheme, schema.GroupVersion{Version: "v1"})
-	typed := rest.CopyConfig(config)
-	typed.GroupVersion = &resourcemanagerv1alpha1.SchemeGroupVersion
-	typed.APIPath = "/apis"
-	// The group's types have no protobuf encoding.
-	typed.ContentType = runtime.ContentTypeJSON
-	typed.AcceptContentTypes = runtime.ContentTypeJSON
-	typed.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
-	rc, err := rest.RESTClientFor(typed)
+	rc, err := typedinformer.NewClient(config, resourcemanagerv1alpha1.SchemeGroupVersion, resourcemanagerv1alpha1.AddToScheme)
 	if err != nil {
 		return nil, err
 	}
@@ -92,9 +77,7 @@ func (f *slimFactory) ForResource(gvr schema.GroupVersionResource) informers.Gen
 	defer f.mu.Unlock()
 	inf := f.typed[gvr]
 	if inf == nil {
-		lw := cache.NewListWatchFromClient(f.rest, gvr.Resource, metav1.NamespaceAll, fields.Everything())
-		inf = cache.NewSharedIndexInformer(lw, newObject(), resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
-		_ = inf.SetTransform(dropManagedFields)
+		inf = typedinformer.New(f.rest, gvr.Resource, newObject(), resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
 		f.typed[gvr] = inf
 	}
 	return typedInformer{inf, gvr.GroupResource()}
@@ -149,8 +132,6 @@ func (t typedInformer) Lister() cache.GenericLister {
 }
 
 func dropManagedFields(obj any) (any, error) {
-	if m, err := meta.Accessor(obj); err == nil && m.GetManagedFields() != nil {
-		m.SetManagedFields(nil)
-	}
+	typedinformer.DropManagedFields(obj)
 	return obj, nil
 }

@@ -27,77 +27,80 @@ func Feed(l *Ledger, inf Informers) ([]cache.InformerSynced, error) {
 		}
 		return err
 	}
-	add := func(inf cache.SharedIndexInformer, set func(*unstructured.Unstructured), del func(*unstructured.Unstructured)) error {
-		return handle(inf, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { withObject(obj, set) },
-			UpdateFunc: func(_, obj any) { withObject(obj, set) },
-			DeleteFunc: func(obj any) {
-				if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-					obj = t.Obj
-				}
-				withObject(obj, del)
-			},
-		})
-	}
-	if err := add(inf.Registrations, func(u *unstructured.Unstructured) {
-		var r quotav1alpha1.ResourceRegistration
-		if decode(u, &r) {
-			l.SetRegistration(&r)
-		}
-	}, func(u *unstructured.Unstructured) { l.DeleteRegistration(u.GetName()) }); err != nil {
+	if err := handle(inf.Registrations, handler(l.SetRegistration, func(r *quotav1alpha1.ResourceRegistration) { l.DeleteRegistration(r.Name) })); err != nil {
 		return nil, err
 	}
-	if err := add(inf.Grants, func(u *unstructured.Unstructured) {
-		var g quotav1alpha1.ResourceGrant
-		if decode(u, &g) {
-			l.SetGrant(&g)
-		}
-	}, func(u *unstructured.Unstructured) { l.DeleteGrant(u.GetNamespace(), u.GetName()) }); err != nil {
+	if err := handle(inf.Grants, handler(l.SetGrant, func(g *quotav1alpha1.ResourceGrant) { l.DeleteGrant(g.Namespace, g.Name) })); err != nil {
 		return nil, err
-	}
-	setClaim := func(u *unstructured.Unstructured, check bool) {
-		var c quotav1alpha1.ResourceClaim
-		if decode(u, &c) {
-			l.SetClaim(&c, check)
-		}
 	}
 	if err := handle(inf.Claims, cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { withObject(obj, func(u *unstructured.Unstructured) { setClaim(u, true) }) },
+		AddFunc: func(obj any) {
+			if c, ok := As[quotav1alpha1.ResourceClaim](obj); ok {
+				l.SetClaim(c, true)
+			}
+		},
 		UpdateFunc: func(old, obj any) {
 			// A resync hands the same object again: its object is looked up again.
-			o, _ := old.(*unstructured.Unstructured)
-			withObject(obj, func(u *unstructured.Unstructured) {
-				setClaim(u, o != nil && o.GetResourceVersion() == u.GetResourceVersion())
-			})
+			o, _ := As[quotav1alpha1.ResourceClaim](old)
+			if c, ok := As[quotav1alpha1.ResourceClaim](obj); ok {
+				l.SetClaim(c, o != nil && o.ResourceVersion == c.ResourceVersion)
+			}
 		},
 		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
+			if c, ok := As[quotav1alpha1.ResourceClaim](obj); ok {
+				l.DeleteClaim(c.Namespace, c.Name)
 			}
-			withObject(obj, func(u *unstructured.Unstructured) { l.DeleteClaim(u.GetNamespace(), u.GetName()) })
 		},
 	}); err != nil {
 		return nil, err
 	}
-	return synced, add(inf.ClaimPolicies, func(u *unstructured.Unstructured) {
-		var p quotav1alpha1.ClaimCreationPolicy
-		if decode(u, &p) {
-			l.SetClaimPolicy(CompileClaimPolicy(&p))
+	return synced, handle(inf.ClaimPolicies, handler(func(p *quotav1alpha1.ClaimCreationPolicy) { l.SetClaimPolicy(CompileClaimPolicy(p)) },
+		func(p *quotav1alpha1.ClaimCreationPolicy) { l.DeleteClaimPolicy(p.Name) }))
+}
+
+// handler hands each object of an informer of T to set as it is added or
+// updated, and to del as it is deleted. The objects are the informer's:
+// set and del only read them.
+func handler[T any](set, del func(*T)) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if t, ok := As[T](obj); ok {
+				set(t)
+			}
+		},
+		UpdateFunc: func(_, obj any) {
+			if t, ok := As[T](obj); ok {
+				set(t)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := As[T](obj); ok {
+				del(t)
+			}
+		},
+	}
+}
+
+// As returns obj, a quota object an informer holds or handed a handler (a
+// deleted object's last state included), as its Go type T. The platform's
+// informers hold the Go types (typedinformer), and the object returned is
+// then the informer's own, to be read and not changed; an unstructured
+// object is converted into a copy.
+func As[T any](obj any) (*T, bool) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	switch o := obj.(type) {
+	case *T:
+		return o, o != nil
+	case *unstructured.Unstructured:
+		out := new(T)
+		// The schema has validated it, so a failure is logged, not returned.
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, out); err != nil {
+			klog.ErrorS(err, "Decoding a quota object", "kind", o.GetKind(), "namespace", o.GetNamespace(), "name", o.GetName())
+			return nil, false
 		}
-	}, func(u *unstructured.Unstructured) { l.DeleteClaimPolicy(u.GetName()) })
-}
-
-func withObject(obj any, f func(*unstructured.Unstructured)) {
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		f(u)
+		return out, true
 	}
-}
-
-// decode converts u into out; the schema has validated it, so a failure is logged, not returned.
-func decode(u *unstructured.Unstructured, out any) bool {
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
-		klog.ErrorS(err, "Decoding a quota object", "kind", u.GetKind(), "namespace", u.GetNamespace(), "name", u.GetName())
-		return false
-	}
-	return true
+	return nil, false
 }

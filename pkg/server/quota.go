@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
@@ -24,6 +23,7 @@ import (
 	"go.miloapis.com/milo/pkg/quota"
 	"go.miloapis.com/milo/pkg/suspension"
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/pkg/typedinformer"
 )
 
 // ClaimResync is how often every quota claim's object is looked up again.
@@ -48,22 +48,39 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 	if err != nil {
 		return err
 	}
-	informer := func(gvr schema.GroupVersionResource) cache.SharedIndexInformer {
-		resync := time.Duration(0)
+	// The quota kinds and suspensions are held as their Go types: a claim
+	// is held per charged object and a grant per consumer, and the ledger
+	// reads each as its struct.
+	quotaClient, err := typedinformer.NewClient(loopback, quotav1alpha1.SchemeGroupVersion, quotav1alpha1.AddToScheme)
+	if err != nil {
+		return err
+	}
+	suspensionClient, err := typedinformer.NewClient(loopback, resourcemanagerv1alpha1.SchemeGroupVersion, resourcemanagerv1alpha1.AddToScheme)
+	if err != nil {
+		return err
+	}
+	informer := func(gvr schema.GroupVersionResource, example runtime.Object) cache.SharedIndexInformer {
+		client, resync := quotaClient, time.Duration(0)
+		if gvr.Group != quotav1alpha1.GroupName {
+			client = suspensionClient
+		}
 		if gvr == quotav1alpha1.ClaimsResource {
 			// Every claim's object is looked up again at each resync (the
 			// ledger asks on every update): a delete the server did not see
 			// (a crash) frees its units then.
 			resync = ClaimResync
 		}
-		inf := dynamicinformer.NewFilteredDynamicInformer(dyn, gvr, metav1.NamespaceAll, resync, cache.Indexers{}, nil).Informer()
-		_ = inf.SetTransform(slimQuotaObject) // fails only once started
-		return inf
+		return typedinformer.New(client, gvr.Resource, example, resync, cache.Indexers{}, slimQuotaObject)
 	}
 	inf := quotacontroller.Informers{
-		Informers: quota.Informers{Registrations: informer(quotav1alpha1.RegistrationsResource), Grants: informer(quotav1alpha1.GrantsResource),
-			Claims: informer(quotav1alpha1.ClaimsResource), ClaimPolicies: informer(quotav1alpha1.ClaimCreationPoliciesResource)},
-		GrantPolicies: informer(quotav1alpha1.GrantCreationPoliciesResource), Suspensions: informer(projectSuspensionsResource),
+		Informers: quota.Informers{
+			Registrations: informer(quotav1alpha1.RegistrationsResource, &quotav1alpha1.ResourceRegistration{}),
+			Grants:        informer(quotav1alpha1.GrantsResource, &quotav1alpha1.ResourceGrant{}),
+			Claims:        informer(quotav1alpha1.ClaimsResource, &quotav1alpha1.ResourceClaim{}),
+			ClaimPolicies: informer(quotav1alpha1.ClaimCreationPoliciesResource, &quotav1alpha1.ClaimCreationPolicy{}),
+		},
+		GrantPolicies: informer(quotav1alpha1.GrantCreationPoliciesResource, &quotav1alpha1.GrantCreationPolicy{}),
+		Suspensions:   informer(projectSuspensionsResource, &resourcemanagerv1alpha1.ProjectSuspension{}),
 		Organizations: tree.Factory().ForResource(organizationsGVR).Informer(), Projects: tree.Factory().ForResource(projectsGVR).Informer(),
 	}
 	fed, err := quota.Feed(ledger, inf.Informers)
@@ -74,11 +91,8 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 		AddFunc:    func(obj any) { setSuspension(index, obj) },
 		UpdateFunc: func(_, obj any) { setSuspension(index, obj) },
 		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
-				index.Delete(u.GetName())
+			if s, ok := quota.As[resourcemanagerv1alpha1.ProjectSuspension](obj); ok {
+				index.Delete(s.Name)
 			}
 		},
 	})
@@ -154,29 +168,18 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 	return nil
 }
 
-// slimQuotaObject drops what nobody here reads of a cached quota object:
-// its managed fields, and a claim's per-request status (a claim and a grant
-// are held once per object a quota charges or consumer it limits).
-func slimQuotaObject(obj any) (any, error) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return obj, nil
+// slimQuotaObject drops what nobody here reads of a cached claim, beyond
+// the managed fields every cached object loses: its per-request status (a
+// claim is held once per object a quota charges).
+func slimQuotaObject(obj runtime.Object) {
+	if c, ok := obj.(*quotav1alpha1.ResourceClaim); ok {
+		c.Status.Allocations = nil
 	}
-	u.SetManagedFields(nil)
-	if u.GetKind() == "ResourceClaim" {
-		unstructured.RemoveNestedField(u.Object, "status", "allocations")
-	}
-	return u, nil
 }
 
 func setSuspension(index *suspension.Index, obj any) {
-	u, ok := obj.(*unstructured.Unstructured)
-	if !ok {
-		return
-	}
-	var s resourcemanagerv1alpha1.ProjectSuspension
-	if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &s) == nil {
-		index.Set(&s)
+	if s, ok := quota.As[resourcemanagerv1alpha1.ProjectSuspension](obj); ok {
+		index.Set(s)
 	}
 }
 

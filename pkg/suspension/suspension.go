@@ -43,7 +43,8 @@ func NewIndex() *Index {
 	return &Index{byName: map[string]*resourcemanagerv1alpha1.ProjectSuspension{}, project: map[string][]string{}}
 }
 
-// Set records s.
+// Set records s, which is kept as it is (an informer's object): neither the
+// index nor its readers change it.
 func (x *Index) Set(s *resourcemanagerv1alpha1.ProjectSuspension) {
 	x.mu.Lock()
 	defer x.mu.Unlock()

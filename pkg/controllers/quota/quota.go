@@ -167,7 +167,7 @@ func New(ledger *quota.Ledger, clients *allprojects.Clients, tree tenancy.Hierar
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if u, ok := obj.(*unstructured.Unstructured); ok {
+			if u := hierarchy.Object(obj); u != nil {
 				c.forget(quota.Key(u.GetNamespace(), u.GetName()))
 			}
 		},
@@ -407,11 +407,11 @@ func (c *Controller) syncClaim(ctx context.Context, key string, going bool) (tim
 		c.forget(key)
 		return 0, err
 	}
-	var claim quotav1alpha1.ResourceClaim
-	if !decodeInto(obj, &claim) || claim.DeletionTimestamp != nil {
+	claim, ok := quota.As[quotav1alpha1.ResourceClaim](obj)
+	if !ok || claim.DeletionTimestamp != nil {
 		return 0, nil
 	}
-	trigger, ok := quota.TriggerFromAnnotations(&claim)
+	trigger, ok := quota.TriggerFromAnnotations(claim)
 	if !ok {
 		return 0, nil // made by hand at the platform: counted as it is
 	}
@@ -459,8 +459,9 @@ func (c *Controller) syncClaim(ctx context.Context, key string, going bool) (tim
 	if !c.wasSeen(key) && age < Grace {
 		return min(Grace-age, time.Second), nil
 	}
+	uid := claim.UID
 	err = c.platform.Resource(quotav1alpha1.ClaimsResource).Namespace(claim.Namespace).Delete(ctx, claim.Name,
-		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &claim.UID}})
+		metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		err = nil
 	}
@@ -506,7 +507,10 @@ func (c *Controller) condition(ctx context.Context, inf cache.SharedIndexInforme
 	if gerr != nil || !exists {
 		return gerr
 	}
-	u := obj.(*unstructured.Unstructured).DeepCopy()
+	u, cerr := asUnstructured(obj, gvr.GroupVersion())
+	if cerr != nil {
+		return cerr
+	}
 	var status struct {
 		ObservedGeneration int64              `json:"observedGeneration,omitempty"`
 		Conditions         []metav1.Condition `json:"conditions,omitempty"`
@@ -572,11 +576,11 @@ func (c *Controller) syncClaimPolicy(ctx context.Context, name string) error {
 	if err != nil || !exists {
 		return err
 	}
-	var policy quotav1alpha1.ClaimCreationPolicy
-	if !decodeInto(obj, &policy) {
+	policy, ok := quota.As[quotav1alpha1.ClaimCreationPolicy](obj)
+	if !ok {
 		return nil
 	}
-	p := quota.CompileClaimPolicy(&policy)
+	p := quota.CompileClaimPolicy(policy)
 	reason := quotav1alpha1.ReasonPolicyReady
 	if p.Disabled {
 		reason = quotav1alpha1.ReasonPolicyDisabled
@@ -589,11 +593,11 @@ func (c *Controller) grantPolicy(name string) (*quota.GrantPolicy, bool) {
 	if err != nil || !exists {
 		return nil, false
 	}
-	var p quotav1alpha1.GrantCreationPolicy
-	if !decodeInto(obj, &p) {
+	p, ok := quota.As[quotav1alpha1.GrantCreationPolicy](obj)
+	if !ok {
 		return nil, false
 	}
-	return quota.CompileGrantPolicy(&p), true
+	return quota.CompileGrantPolicy(p), true
 }
 
 func (c *Controller) syncGrantPolicy(ctx context.Context, name string) error {
@@ -640,7 +644,11 @@ func (c *Controller) syncConsumer(ctx context.Context, kind, name string) error 
 	}
 	self := quota.Consumer{Kind: kind, Name: name}
 	for _, pobj := range c.inf.GrantPolicies.GetStore().List() {
-		p, ok := c.grantPolicy(pobj.(*unstructured.Unstructured).GetName())
+		m := hierarchy.Object(pobj)
+		if m == nil {
+			continue
+		}
+		p, ok := c.grantPolicy(m.GetName())
 		if !ok || !p.Active() || p.Trigger.Kind != kind {
 			continue
 		}
@@ -692,8 +700,8 @@ func (c *Controller) projectGone(ctx context.Context, project, org, uid string) 
 		}
 	}
 	for _, obj := range c.inf.Suspensions.GetStore().List() {
-		var s resourcemanagerv1alpha1.ProjectSuspension
-		if !decodeInto(obj, &s) || s.Spec.ProjectRef.Name != project {
+		s, ok := quota.As[resourcemanagerv1alpha1.ProjectSuspension](obj)
+		if !ok || s.Spec.ProjectRef.Name != project {
 			continue
 		}
 		err := c.platform.Resource(resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projectsuspensions")).Delete(ctx, s.Name,
@@ -710,17 +718,36 @@ func (c *Controller) syncSuspension(ctx context.Context, name string) error {
 	if err != nil || !exists {
 		return err
 	}
-	var s resourcemanagerv1alpha1.ProjectSuspension
-	if !decodeInto(obj, &s) || s.Status.Phase != "" {
+	s, ok := quota.As[resourcemanagerv1alpha1.ProjectSuspension](obj)
+	if !ok || s.Status.Phase != "" {
 		return nil
 	}
+	s = s.DeepCopy() // the informer's own
+	// A typed client's decoding clears the kind, which a write needs.
+	s.APIVersion, s.Kind = resourcemanagerv1alpha1.SchemeGroupVersion.String(), "ProjectSuspension"
 	s.Status.Phase = resourcemanagerv1alpha1.SuspensionActive
-	return updateStatus(ctx, c.platform.Resource(resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projectsuspensions")), &s)
+	return updateStatus(ctx, c.platform.Resource(resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projectsuspensions")), s)
 }
 
-func decodeInto(obj any, out any) bool {
-	u, ok := obj.(*unstructured.Unstructured)
-	return ok && runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out) == nil
+// asUnstructured is a copy of obj, an object an informer holds (its Go type,
+// or unstructured), to be changed and written back as gv's.
+func asUnstructured(obj any, gv schema.GroupVersion) (*unstructured.Unstructured, error) {
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		return u.DeepCopy(), nil
+	}
+	o, ok := obj.(runtime.Object)
+	if !ok {
+		return nil, fmt.Errorf("not an object: %T", obj)
+	}
+	raw, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+	if err != nil {
+		return nil, err
+	}
+	u := &unstructured.Unstructured{Object: raw}
+	// A typed client's decoding clears the kind, which a write needs.
+	u.SetAPIVersion(gv.String())
+	u.SetKind(hierarchy.KindOf(obj))
+	return u, nil
 }
 
 func create(ctx context.Context, ri dynamic.ResourceInterface, obj runtime.Object) (*unstructured.Unstructured, error) {

@@ -33,11 +33,11 @@ func (c *Controller) recount(ctx context.Context, k quota.BucketKey) error {
 		return nil
 	}
 	for _, obj := range c.inf.ClaimPolicies.GetStore().List() {
-		var policy quotav1alpha1.ClaimCreationPolicy
-		if !decodeInto(obj, &policy) {
+		policy, ok := quota.As[quotav1alpha1.ClaimCreationPolicy](obj)
+		if !ok {
 			continue
 		}
-		p := quota.CompileClaimPolicy(&policy)
+		p := quota.CompileClaimPolicy(policy)
 		if !p.Active() || !p.Requests(k.ResourceType) {
 			continue
 		}
