@@ -400,8 +400,8 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 			}
 			st.Provider, widgets = o.Service, n
 			out.Service = append(out.Service, st)
-			progress("[%s] %d projects: service (%s) heap %.1f MiB, %v goroutines; widget create → Ready p50 %.0f / p99 %.0f ms; %.0f widgets/s",
-				name, n, o.Service, st.HeapBytes/(1<<20), st.Goroutines, st.Ready.P50, st.Ready.P99, st.WidgetsPerSecond)
+			progress("[%s] %d projects: service (%s) heap %.1f MiB, %v goroutines; widget create → Ready p50 %.0f / p99 %.0f ms (%.1f s, %.0f server collections); %.0f widgets/s",
+				name, n, o.Service, st.HeapBytes/(1<<20), st.Goroutines, st.Ready.P50, st.Ready.P99, st.SamplingSeconds, st.ServerCollections, st.WidgetsPerSecond)
 			if n <= o.ServiceNaiveMax && o.Service != "naive" {
 				service.stop()
 				nst, err := measureNaive(ctx, s, o, n, filepath.Join(dir, fmt.Sprintf("service-naive-heap-%d.pprof", n)))

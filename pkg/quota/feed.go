@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
@@ -27,10 +28,10 @@ func Feed(l *Ledger, inf Informers) ([]cache.InformerSynced, error) {
 		}
 		return err
 	}
-	if err := handle(inf.Registrations, handler(l.SetRegistration, func(r *quotav1alpha1.ResourceRegistration) { l.DeleteRegistration(r.Name) })); err != nil {
+	if err := handle(inf.Registrations, handler(l.SetRegistration, func(_, name string) { l.DeleteRegistration(name) })); err != nil {
 		return nil, err
 	}
-	if err := handle(inf.Grants, handler(l.SetGrant, func(g *quotav1alpha1.ResourceGrant) { l.DeleteGrant(g.Namespace, g.Name) })); err != nil {
+	if err := handle(inf.Grants, handler(l.SetGrant, l.DeleteGrant)); err != nil {
 		return nil, err
 	}
 	if err := handle(inf.Claims, cache.ResourceEventHandlerFuncs{
@@ -46,22 +47,18 @@ func Feed(l *Ledger, inf Informers) ([]cache.InformerSynced, error) {
 				l.SetClaim(c, o != nil && o.ResourceVersion == c.ResourceVersion)
 			}
 		},
-		DeleteFunc: func(obj any) {
-			if c, ok := As[quotav1alpha1.ResourceClaim](obj); ok {
-				l.DeleteClaim(c.Namespace, c.Name)
-			}
-		},
+		DeleteFunc: func(obj any) { deleted(obj, l.DeleteClaim) },
 	}); err != nil {
 		return nil, err
 	}
 	return synced, handle(inf.ClaimPolicies, handler(func(p *quotav1alpha1.ClaimCreationPolicy) { l.SetClaimPolicy(CompileClaimPolicy(p)) },
-		func(p *quotav1alpha1.ClaimCreationPolicy) { l.DeleteClaimPolicy(p.Name) }))
+		func(_, name string) { l.DeleteClaimPolicy(name) }))
 }
 
 // handler hands each object of an informer of T to set as it is added or
-// updated, and to del as it is deleted. The objects are the informer's:
-// set and del only read them.
-func handler[T any](set, del func(*T)) cache.ResourceEventHandler {
+// updated (the informer's own object: set only reads it), and the
+// namespace and name of each deleted one to del.
+func handler[T any](set func(*T), del func(namespace, name string)) cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
 			if t, ok := As[T](obj); ok {
@@ -73,11 +70,18 @@ func handler[T any](set, del func(*T)) cache.ResourceEventHandler {
 				set(t)
 			}
 		},
-		DeleteFunc: func(obj any) {
-			if t, ok := As[T](obj); ok {
-				del(t)
-			}
-		},
+		DeleteFunc: func(obj any) { deleted(obj, del) },
+	}
+}
+
+// deleted hands the namespace and name of a deleted object (or of its last
+// state) to del, whatever its form: nothing else of it is read.
+func deleted(obj any, del func(namespace, name string)) {
+	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = d.Obj
+	}
+	if m, err := meta.Accessor(obj); err == nil {
+		del(m.GetNamespace(), m.GetName())
 	}
 }
 

@@ -28,7 +28,7 @@ func TestAsReadsGoTypesInPlaceAndConvertsUnstructured(t *testing.T) {
 			"allowances": []any{map[string]any{"resourceType": "t", "buckets": []any{map[string]any{"amount": int64(3)}}}}},
 	}}
 	got, ok := As[quotav1alpha1.ResourceGrant](u)
-	if !ok || got.Name != "g" || got.Spec.ConsumerRef.Name != "p" || got.Spec.Allowances[0].Buckets[0].Amount != 3 {
+	if !ok || got.Name != "g" || got.Spec.ConsumerRef.Name != "p" || len(got.Spec.Allowances) != 1 || got.Spec.Allowances[0].Buckets[0].Amount != 3 {
 		t.Fatalf("an unstructured grant converts: got %+v, %v", got, ok)
 	}
 	for _, obj := range []any{nil, (*quotav1alpha1.ResourceGrant)(nil), &quotav1alpha1.ResourceClaim{}, "g",
@@ -45,7 +45,7 @@ func TestFeedHandlersReadEitherForm(t *testing.T) {
 	for _, form := range []string{"typed", "unstructured"} {
 		t.Run(form, func(t *testing.T) {
 			l := NewLedger()
-			h := handler(l.SetGrant, func(g *quotav1alpha1.ResourceGrant) { l.DeleteGrant(g.Namespace, g.Name) })
+			h := handler(l.SetGrant, l.DeleteGrant)
 			var obj any = &quotav1alpha1.ResourceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "org-a", Name: "g"},
 				Spec: quotav1alpha1.ResourceGrantSpec{ConsumerRef: quotav1alpha1.ConsumerRef{Kind: KindOrganization, Name: "a"},
 					Allowances: []quotav1alpha1.Allowance{{ResourceType: "t", Buckets: []quotav1alpha1.Bucket{{Amount: 2}, {Amount: 3}}}}}}

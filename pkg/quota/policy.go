@@ -190,6 +190,8 @@ func compileConsumer(ref quotav1alpha1.ConsumerRef) (consumerTemplate, error) {
 }
 
 // CompileClaimPolicy compiles p; a policy that does not compile has Err set.
+// p may be an informer's object: the policy shares its requests and labels,
+// which neither it nor its users change.
 func CompileClaimPolicy(p *quotav1alpha1.ClaimCreationPolicy) *ClaimPolicy {
 	out := &ClaimPolicy{Name: p.Name, Disabled: p.Spec.Disabled != nil && *p.Spec.Disabled}
 	var gvk schema.GroupVersionKind
@@ -279,6 +281,8 @@ type GrantPolicy struct {
 }
 
 // CompileGrantPolicy compiles p; a policy that does not compile has Err set.
+// p may be an informer's object: the policy shares its allowances and
+// labels, which neither it nor its users change.
 func CompileGrantPolicy(p *quotav1alpha1.GrantCreationPolicy) *GrantPolicy {
 	out := &GrantPolicy{Name: p.Name, Disabled: p.Spec.Disabled != nil && *p.Spec.Disabled}
 	gvk, conditions, err := compileTrigger(p.Spec.Trigger.Resource.APIVersion, p.Spec.Trigger.Resource.Kind, p.Spec.Trigger.Constraints)

@@ -91,8 +91,8 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 		AddFunc:    func(obj any) { setSuspension(index, obj) },
 		UpdateFunc: func(_, obj any) { setSuspension(index, obj) },
 		DeleteFunc: func(obj any) {
-			if s, ok := quota.As[resourcemanagerv1alpha1.ProjectSuspension](obj); ok {
-				index.Delete(s.Name)
+			if s := hierarchy.Object(obj); s != nil {
+				index.Delete(s.GetName())
 			}
 		},
 	})

@@ -14,12 +14,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // NewClient returns a REST client of the group version gv that decodes
@@ -36,13 +38,82 @@ func NewClient(config *rest.Config, gv schema.GroupVersion, addToScheme func(*ru
 	typed.APIPath = "/apis"
 	typed.ContentType = runtime.ContentTypeJSON
 	typed.AcceptContentTypes = runtime.ContentTypeJSON
-	typed.NegotiatedSerializer = serializer.NewCodecFactory(scheme).WithoutConversion()
+	typed.NegotiatedSerializer = lenientSerializer{serializer.NewCodecFactory(scheme).WithoutConversion(), scheme}
 	return rest.RESTClientFor(typed)
 }
 
+// lenientSerializer decodes as the codec factory does, but for objects
+// that do not decode into their Go type (lenientDecoder).
+type lenientSerializer struct {
+	runtime.NegotiatedSerializer
+	scheme *runtime.Scheme
+}
+
+func (s lenientSerializer) DecoderToVersion(d runtime.Decoder, gv runtime.GroupVersioner) runtime.Decoder {
+	return lenientDecoder{s.NegotiatedSerializer.DecoderToVersion(d, gv), s.scheme}
+}
+
+// lenientDecoder keeps one object an informer cannot hold from stopping it.
+// A custom resource's schema admits values its Go type cannot hold (a
+// date-time without a zone, which metav1.Time refuses), and a typed
+// decoding fails for the whole list, or ends the watch at the event, which
+// the reflector would then read again, for ever. Such an object is left out
+// of a list and logged, and a watch event's is handed on unstructured,
+// which the reflector skips as not of its type. The informers held every
+// object unstructured before, and their readers skipped those they could
+// not convert: what the readers see is the same.
+type lenientDecoder struct {
+	runtime.Decoder
+	scheme *runtime.Scheme
+}
+
+func (d lenientDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, into runtime.Object) (runtime.Object, *schema.GroupVersionKind, error) {
+	obj, gvk, err := d.Decoder.Decode(data, defaults, into)
+	if err == nil || into != nil {
+		// Into a given object (Result.Into) the caller wants that object or the error.
+		return obj, gvk, err
+	}
+	u, ugvk, uerr := unstructured.UnstructuredJSONScheme.Decode(data, defaults, nil)
+	if uerr != nil {
+		return obj, gvk, err
+	}
+	list, ok := u.(*unstructured.UnstructuredList)
+	if !ok {
+		o, _ := u.(*unstructured.Unstructured)
+		klog.ErrorS(err, "An object does not decode into its Go type: the informer skips it", "kind", ugvk.Kind, "namespace", o.GetNamespace(), "name", o.GetName())
+		return u, ugvk, nil
+	}
+	typed, nerr := d.scheme.New(*ugvk)
+	lm, lerr := meta.ListAccessor(typed)
+	if nerr != nil || lerr != nil {
+		return obj, gvk, err
+	}
+	items := make([]runtime.Object, 0, len(list.Items))
+	for i := range list.Items {
+		item := &list.Items[i]
+		o, ierr := d.scheme.New(item.GroupVersionKind())
+		if ierr == nil {
+			ierr = runtime.DefaultUnstructuredConverter.FromUnstructured(item.Object, o)
+		}
+		if ierr != nil {
+			klog.ErrorS(ierr, "An object does not decode into its Go type: the informer leaves it out", "kind", item.GetKind(), "namespace", item.GetNamespace(), "name", item.GetName())
+			continue
+		}
+		items = append(items, o)
+	}
+	if err := meta.SetList(typed, items); err != nil {
+		return obj, gvk, err
+	}
+	lm.SetResourceVersion(list.GetResourceVersion())
+	lm.SetContinue(list.GetContinue())
+	lm.SetRemainingItemCount(list.GetRemainingItemCount())
+	return typed, ugvk, nil
+}
+
 // New returns an informer of every object of resource, in every namespace,
-// decoded by client into example's type. Its objects carry no kind (a typed
-// client's decoding clears it) and no managedFields, which nothing reads
+// decoded by client into example's type. Its objects may carry no kind (a
+// typed client's decoding clears a watch event's; a list's items keep
+// theirs): readers take the kind from the Go type. They carry no managedFields, which nothing reads
 // and which are a large part of an object's bytes; an update sent without
 // them keeps the stored ones. slim, if set, drops more of each object
 // before it is stored.

@@ -705,7 +705,7 @@ func (c *Controller) projectGone(ctx context.Context, project, org, uid string) 
 			continue
 		}
 		err := c.platform.Resource(resourcemanagerv1alpha1.SchemeGroupVersion.WithResource("projectsuspensions")).Delete(ctx, s.Name,
-			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &s.UID}})
+			metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(s.UID))})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 			return err
 		}
