@@ -637,7 +637,11 @@ func serviceSection(steps []serviceStep) string {
 			if st.Engaged > 0 {
 				engaged = fmt.Sprintf("%.1f s", st.ReadyWaitSeconds)
 			}
-			fmt.Fprintf(&b, "| %d | %.1f MiB | %.1f MiB | %s | %.0f | %.0f ms | %.0f ms | %.0f in %.0f s | %.0f | %s |\n", st.Projects, st.HeapBytes/(1<<20), st.HeapLiveBytes/(1<<20), per, st.Goroutines, st.Ready.P50, st.Ready.P99, st.ServerCollections, st.SamplingSeconds, st.WidgetsPerSecond, engaged)
+			collections := "–"
+			if st.SamplingSeconds > 0 && st.ServerCollections >= 0 {
+				collections = fmt.Sprintf("%.0f in %.0f s", st.ServerCollections, st.SamplingSeconds)
+			}
+			fmt.Fprintf(&b, "| %d | %.1f MiB | %.1f MiB | %s | %.0f | %.0f ms | %.0f ms | %s | %.0f | %s |\n", st.Projects, st.HeapBytes/(1<<20), st.HeapLiveBytes/(1<<20), per, st.Goroutines, st.Ready.P50, st.Ready.P99, collections, st.WidgetsPerSecond, engaged)
 		}
 		b.WriteString("\n")
 	}

@@ -46,7 +46,8 @@ type serviceStep struct {
 	Provider              string
 	// ServerCollections is how many garbage collections the server ran
 	// while the samples were timed, over SamplingSeconds: at 100,000
-	// projects a collection's marking slows every request it overlaps.
+	// projects a collection's marking slows every request it overlaps. -1:
+	// the server's metrics could not be read.
 	ServerCollections, SamplingSeconds float64
 	ObjectsPerProjectBytes             float64 `json:",omitempty"`
 }
@@ -299,7 +300,10 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 	// Widgets and ConfigMaps (the garbage collector's graph takes each
 	// owner reference) would otherwise take the cores from the samples.
 	if _, _, err := s.waitDrained(ctx, 10*time.Minute); err != nil {
-		return r, err
+		if ctx.Err() != nil {
+			return r, err
+		}
+		progress("  work queues not read (%v): timing anyway", err)
 	}
 	// Timed samples, one at a time, spread over the projects.
 	var lat latencies
@@ -343,7 +347,12 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 		}
 	}
 	r.SamplingSeconds = time.Since(sampled).Seconds()
-	r.ServerCollections = s.collections(ctx) - gcBefore
+	// A failed read of the server's metrics gives no count (-1).
+	if after := s.collections(ctx); gcBefore > 0 && after >= gcBefore {
+		r.ServerCollections = after - gcBefore
+	} else {
+		r.ServerCollections = -1
+	}
 	slices.Sort(lat)
 	r.Ready = quantiles{P50: ms(lat.quantile(0.5)), P99: ms(lat.quantile(0.99))}
 	if r.HeapBytes, r.HeapLiveBytes, r.Goroutines, err = p.footprint(ctx, profile); err != nil {

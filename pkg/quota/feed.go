@@ -1,6 +1,8 @@
 package quota
 
 import (
+	"reflect"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -78,11 +80,23 @@ func handler[T any](set func(*T), del func(namespace, name string)) cache.Resour
 // state) to del, whatever its form: nothing else of it is read.
 func deleted(obj any, del func(namespace, name string)) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		if d.Obj == nil {
+			// A relist found it gone, its last state unknown: its key names it.
+			if ns, name, err := cache.SplitMetaNamespaceKey(d.Key); err == nil {
+				del(ns, name)
+			}
+			return
+		}
 		obj = d.Obj
 	}
-	if m, err := meta.Accessor(obj); err == nil {
+	if m, err := meta.Accessor(obj); err == nil && !isNilPointer(m) {
 		del(m.GetNamespace(), m.GetName())
 	}
+}
+
+func isNilPointer(v any) bool {
+	r := reflect.ValueOf(v)
+	return r.Kind() == reflect.Pointer && r.IsNil()
 }
 
 // As returns obj, a quota object an informer holds or handed a handler (a

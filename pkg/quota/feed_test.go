@@ -64,6 +64,12 @@ func TestFeedHandlersReadEitherForm(t *testing.T) {
 			if l.HasGrant(Consumer{Kind: KindOrganization, Name: "a"}, []string{"t"}) {
 				t.Fatal("the grant was not forgotten")
 			}
+			// Gone at a relist with its last state unknown: its key names it.
+			h.OnAdd(obj, false)
+			h.OnDelete(cache.DeletedFinalStateUnknown{Key: "org-a/g"})
+			if l.HasGrant(Consumer{Kind: KindOrganization, Name: "a"}, []string{"t"}) {
+				t.Fatal("the grant was not forgotten by its key")
+			}
 		})
 	}
 }

@@ -56,12 +56,12 @@ func (s lenientSerializer) DecoderToVersion(d runtime.Decoder, gv runtime.GroupV
 // lenientDecoder keeps one object an informer cannot hold from stopping it.
 // A custom resource's schema admits values its Go type cannot hold (a
 // date-time without a zone, which metav1.Time refuses), and a typed
-// decoding fails for the whole list, or ends the watch at the event, which
-// the reflector would then read again, for ever. Such an object is left out
-// of a list and logged, and a watch event's is handed on unstructured,
-// which the reflector skips as not of its type. The informers held every
-// object unstructured before, and their readers skipped those they could
-// not convert: what the readers see is the same.
+// decoding of a list holding one fails whole: the informer would never
+// sync. Such an object is left out of a list, logged. A watch event's is
+// refused as before: the watch ends, and the reflector lists again, without
+// it, and watches on from there; an object changed into one its type cannot
+// hold is then gone from the informer, and handed to its handlers as
+// deleted, with the last state it could hold.
 type lenientDecoder struct {
 	runtime.Decoder
 	scheme *runtime.Scheme
@@ -79,9 +79,7 @@ func (d lenientDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, i
 	}
 	list, ok := u.(*unstructured.UnstructuredList)
 	if !ok {
-		o, _ := u.(*unstructured.Unstructured)
-		klog.ErrorS(err, "An object does not decode into its Go type: the informer skips it", "kind", ugvk.Kind, "namespace", o.GetNamespace(), "name", o.GetName())
-		return u, ugvk, nil
+		return obj, gvk, err
 	}
 	typed, nerr := d.scheme.New(*ugvk)
 	lm, lerr := meta.ListAccessor(typed)
@@ -113,8 +111,9 @@ func (d lenientDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, i
 // New returns an informer of every object of resource, in every namespace,
 // decoded by client into example's type. Its objects may carry no kind (a
 // typed client's decoding clears a watch event's; a list's items keep
-// theirs): readers take the kind from the Go type. They carry no managedFields, which nothing reads
-// and which are a large part of an object's bytes; an update sent without
+// theirs): readers take the kind from the Go type. They carry no
+// managedFields, which nothing reads and which are a large part of an
+// object's bytes; an update sent without
 // them keeps the stored ones. slim, if set, drops more of each object
 // before it is stored.
 func New(client rest.Interface, resource string, example runtime.Object, resync time.Duration, indexers cache.Indexers, slim func(runtime.Object)) cache.SharedIndexInformer {
