@@ -1,15 +1,13 @@
 package quota
 
 import (
-	"reflect"
-
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
+	"go.miloapis.com/milo/pkg/hierarchy"
 )
 
 // Informers are the platform's quota objects the ledger is fed from: one
@@ -76,27 +74,25 @@ func handler[T any](set func(*T), del func(namespace, name string)) cache.Resour
 	}
 }
 
-// deleted hands the namespace and name of a deleted object (or of its last
-// state) to del, whatever its form: nothing else of it is read.
+// deleted hands the namespace and name of a deleted object to del.
 func deleted(obj any, del func(namespace, name string)) {
-	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		if d.Obj == nil {
-			// A relist found it gone, its last state unknown: its key names it.
-			if ns, name, err := cache.SplitMetaNamespaceKey(d.Key); err == nil {
-				del(ns, name)
-			}
-			return
-		}
-		obj = d.Obj
-	}
-	if m, err := meta.Accessor(obj); err == nil && !isNilPointer(m) {
-		del(m.GetNamespace(), m.GetName())
+	if ns, name, ok := DeletedName(obj); ok {
+		del(ns, name)
 	}
 }
 
-func isNilPointer(v any) bool {
-	r := reflect.ValueOf(v)
-	return r.Kind() == reflect.Pointer && r.IsNil()
+// DeletedName is the namespace and name of an object a DeleteFunc was
+// handed, whatever its form: the object, its last state, or only its key
+// (a relist found it gone, its last state unknown).
+func DeletedName(obj any) (namespace, name string, ok bool) {
+	if d, isTomb := obj.(cache.DeletedFinalStateUnknown); isTomb && d.Obj == nil {
+		namespace, name, err := cache.SplitMetaNamespaceKey(d.Key)
+		return namespace, name, err == nil
+	}
+	if m := hierarchy.Object(obj); m != nil {
+		return m.GetNamespace(), m.GetName(), true
+	}
+	return "", "", false
 }
 
 // As returns obj, a quota object an informer holds or handed a handler (a

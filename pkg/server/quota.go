@@ -91,8 +91,8 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 		AddFunc:    func(obj any) { setSuspension(index, obj) },
 		UpdateFunc: func(_, obj any) { setSuspension(index, obj) },
 		DeleteFunc: func(obj any) {
-			if s := hierarchy.Object(obj); s != nil {
-				index.Delete(s.GetName())
+			if _, name, ok := quota.DeletedName(obj); ok {
+				index.Delete(name)
 			}
 		},
 	})

@@ -164,11 +164,8 @@ func New(ledger *quota.Ledger, clients *allprojects.Clients, tree tenancy.Hierar
 	}
 	if _, err := inf.Claims.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		DeleteFunc: func(obj any) {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
-			}
-			if u := hierarchy.Object(obj); u != nil {
-				c.forget(quota.Key(u.GetNamespace(), u.GetName()))
+			if ns, name, ok := quota.DeletedName(obj); ok {
+				c.forget(quota.Key(ns, name))
 			}
 		},
 	}); err != nil {
