@@ -81,12 +81,17 @@ func InstallCRDs(ctx context.Context, loopback *rest.Config) error {
 		return err
 	}
 	crdClient := client.ApiextensionsV1().CustomResourceDefinitions()
+	written := 0
 	for _, crd := range want {
 		// The loopback connection may not accept requests for a moment after start.
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			if err := applyCRD(ctx, crdClient, crd); err != nil {
+			wrote, err := applyCRD(ctx, crdClient, crd)
+			if err != nil {
 				klog.V(2).InfoS("Retrying CRD installation", "crd", crd.Name, "err", err)
 				return false, nil
+			}
+			if wrote {
+				written++
 			}
 			return true, nil
 		})
@@ -106,7 +111,7 @@ func InstallCRDs(ctx context.Context, loopback *rest.Config) error {
 			return fmt.Errorf("waiting for CRD %s to be established: %w", crd.Name, err)
 		}
 	}
-	klog.InfoS("Milo CRDs are established", "count", len(want))
+	klog.InfoS("Milo CRDs are established", "count", len(want), "written", written)
 	return nil
 }
 
@@ -116,25 +121,39 @@ type crdInterface interface {
 	Update(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, opts metav1.UpdateOptions) (*apiextensionsv1.CustomResourceDefinition, error)
 }
 
-func applyCRD(ctx context.Context, c crdInterface, want *apiextensionsv1.CustomResourceDefinition) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+// applyCRD creates want or brings the stored definition up to date with it,
+// and reports whether it wrote.
+func applyCRD(ctx context.Context, c crdInterface, want *apiextensionsv1.CustomResourceDefinition) (bool, error) {
+	// The stored definition carries the server's defaults (a conversion
+	// strategy, say): compare with the wanted one defaulted alike, or every
+	// start rewrites every definition, and the first write waits for
+	// admission to be ready (seconds at 100,000 projects) while the
+	// informers that need the definitions wait for it.
+	defaulted := want.DeepCopy()
+	apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(defaulted)
+	wrote := false
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		wrote = false
 		got, err := c.Get(ctx, want.Name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
+			wrote = true
 			_, err = c.Create(ctx, want.DeepCopy(), metav1.CreateOptions{FieldManager: "milo"})
 			return err
 		}
 		if err != nil {
 			return err
 		}
-		if apiequality.Semantic.DeepEqual(got.Spec, want.Spec) && apiequality.Semantic.DeepEqual(got.Annotations, want.Annotations) {
+		if apiequality.Semantic.DeepEqual(got.Spec, defaulted.Spec) && apiequality.Semantic.DeepEqual(got.Annotations, want.Annotations) {
 			return nil
 		}
 		updated := got.DeepCopy()
 		updated.Spec = want.Spec
 		updated.Annotations = want.Annotations
+		wrote = true
 		_, err = c.Update(ctx, updated, metav1.UpdateOptions{FieldManager: "milo"})
 		return err
 	})
+	return wrote, err
 }
 
 func isEstablished(crd *apiextensionsv1.CustomResourceDefinition) bool {
