@@ -81,9 +81,28 @@ func InstallCRDs(ctx context.Context, loopback *rest.Config) error {
 		return err
 	}
 	crdClient := client.ApiextensionsV1().CustomResourceDefinitions()
+	// What is stored is read from the watch cache, in one list: at a start
+	// the definitions are nearly always as wanted, and a read of each from
+	// etcd, while the watch caches fill, takes a tenth of a second or more.
+	// Only a definition that differs is read again from etcd and written.
+	var stored map[string]*apiextensionsv1.CustomResourceDefinition
+	// The loopback connection may not accept requests for a moment after start.
+	err = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		stored, err = cachedCRDs(ctx, crdClient)
+		if err != nil {
+			klog.V(2).InfoS("Retrying the list of CRDs", "err", err)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("listing CRDs: %w", err)
+	}
 	written := 0
 	for _, crd := range want {
-		// The loopback connection may not accept requests for a moment after start.
+		if got := stored[crd.Name]; got != nil && upToDate(got, crd) {
+			continue
+		}
 		err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 			wrote, err := applyCRD(ctx, crdClient, crd)
 			if err != nil {
@@ -99,17 +118,26 @@ func InstallCRDs(ctx context.Context, loopback *rest.Config) error {
 			return fmt.Errorf("installing CRD %s: %w", crd.Name, err)
 		}
 	}
-	for _, crd := range want {
-		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			got, err := crdClient.Get(ctx, crd.Name, metav1.GetOptions{})
-			if err != nil {
+	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		stored, err = cachedCRDs(ctx, crdClient)
+		if err != nil {
+			return false, nil
+		}
+		for _, crd := range want {
+			if got := stored[crd.Name]; got == nil || !isEstablished(got) {
 				return false, nil
 			}
-			return isEstablished(got), nil
-		})
-		if err != nil {
-			return fmt.Errorf("waiting for CRD %s to be established: %w", crd.Name, err)
 		}
+		return true, nil
+	})
+	if err != nil {
+		var missing []string
+		for _, crd := range want {
+			if got := stored[crd.Name]; got == nil || !isEstablished(got) {
+				missing = append(missing, crd.Name)
+			}
+		}
+		return fmt.Errorf("waiting for CRDs %v to be established: %w", missing, err)
 	}
 	klog.InfoS("Milo CRDs are established", "count", len(want), "written", written)
 	return nil
@@ -117,20 +145,39 @@ func InstallCRDs(ctx context.Context, loopback *rest.Config) error {
 
 type crdInterface interface {
 	Get(ctx context.Context, name string, opts metav1.GetOptions) (*apiextensionsv1.CustomResourceDefinition, error)
+	List(ctx context.Context, opts metav1.ListOptions) (*apiextensionsv1.CustomResourceDefinitionList, error)
 	Create(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, opts metav1.CreateOptions) (*apiextensionsv1.CustomResourceDefinition, error)
 	Update(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition, opts metav1.UpdateOptions) (*apiextensionsv1.CustomResourceDefinition, error)
+}
+
+// cachedCRDs lists the stored definitions from the watch cache, by name.
+func cachedCRDs(ctx context.Context, c crdInterface) (map[string]*apiextensionsv1.CustomResourceDefinition, error) {
+	list, err := c.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return nil, err
+	}
+	byName := make(map[string]*apiextensionsv1.CustomResourceDefinition, len(list.Items))
+	for i := range list.Items {
+		byName[list.Items[i].Name] = &list.Items[i]
+	}
+	return byName, nil
+}
+
+// upToDate tells whether the stored definition got is want. The stored one
+// carries the server's defaults (a conversion strategy, say), so want is
+// compared defaulted alike: compared as it is, every start would rewrite
+// every definition, and the first write waits for admission to be ready
+// (seconds at 100,000 projects) while the informers that need the
+// definitions wait for it.
+func upToDate(got, want *apiextensionsv1.CustomResourceDefinition) bool {
+	defaulted := want.DeepCopy()
+	apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(defaulted)
+	return apiequality.Semantic.DeepEqual(got.Spec, defaulted.Spec) && apiequality.Semantic.DeepEqual(got.Annotations, want.Annotations)
 }
 
 // applyCRD creates want or brings the stored definition up to date with it,
 // and reports whether it wrote.
 func applyCRD(ctx context.Context, c crdInterface, want *apiextensionsv1.CustomResourceDefinition) (bool, error) {
-	// The stored definition carries the server's defaults (a conversion
-	// strategy, say): compare with the wanted one defaulted alike, or every
-	// start rewrites every definition, and the first write waits for
-	// admission to be ready (seconds at 100,000 projects) while the
-	// informers that need the definitions wait for it.
-	defaulted := want.DeepCopy()
-	apiextensionsv1.SetObjectDefaults_CustomResourceDefinition(defaulted)
 	wrote := false
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		wrote = false
@@ -143,7 +190,7 @@ func applyCRD(ctx context.Context, c crdInterface, want *apiextensionsv1.CustomR
 		if err != nil {
 			return err
 		}
-		if apiequality.Semantic.DeepEqual(got.Spec, defaulted.Spec) && apiequality.Semantic.DeepEqual(got.Annotations, want.Annotations) {
+		if upToDate(got, want) {
 			return nil
 		}
 		updated := got.DeepCopy()
