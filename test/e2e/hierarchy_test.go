@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
@@ -291,6 +293,104 @@ func TestProjectDeletionLeavesWhatNothingHoldsToThePurge(t *testing.T) {
 		case <-time.After(time.Minute):
 			t.Fatalf("the watcher saw deleted of %s only: %v", name, deleted)
 		}
+	}
+}
+
+// TestProjectDeletedRightAfterAFinalizerWaitsForIt: the deletion's lists may
+// be served by a watch cache that has not seen the last writes yet, and
+// updates still work in a project being deleted; the purge is conditional
+// on none of the project's keys having been written since the lists, so an
+// object that has a finalizer by the time its project would be purged —
+// created with one just before the deletion, or given one while it runs —
+// holds the project and is never purged. Several projects at once, each
+// written while its deletion starts.
+func TestProjectDeletedRightAfterAFinalizerWaitsForIt(t *testing.T) {
+	m := shared
+	ctx := context.Background()
+	const n = 16
+	type doomed struct {
+		name string
+		c    kubernetes.Interface
+		// created tells whether an object with a finalizer was created
+		// just before the deletion; held, whether the finalizer given while
+		// it runs was written (it may come after the purge, and find
+		// nothing).
+		created, held bool
+	}
+	projects := make([]*doomed, n)
+	for i := range projects {
+		name := m.newProject(t, "lastwrite")
+		projects[i] = &doomed{name: name, c: m.projectKube(t, name), created: i%2 == 0}
+		createConfigMap(t, projects[i].c, "default", "later", nil, nil)
+	}
+	platform := m.dynamic(t).Resource(projectsGVR)
+	hold := []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for _, p := range projects {
+		wg.Go(func() {
+			cms := p.c.CoreV1().ConfigMaps("default")
+			if p.created {
+				held := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{"example.com/hold"}}}
+				if _, err := cms.Create(ctx, held, metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+			}
+			if err := platform.Delete(ctx, p.name, metav1.DeleteOptions{}); err != nil {
+				errs <- err
+				return
+			}
+			_, err := cms.Patch(ctx, "later", types.MergePatchType, hold, metav1.PatchOptions{})
+			switch {
+			case err == nil:
+				p.held = true
+			case !apierrors.IsNotFound(err):
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, p := range projects {
+		var holding []string
+		if p.created {
+			holding = append(holding, "held")
+		}
+		if p.held {
+			holding = append(holding, "later")
+		}
+		if len(holding) == 0 {
+			m.waitProjectGone(t, p.name)
+			continue
+		}
+		gone := false
+		eventually(t, p.name+"'s cleanup waits for its finalizers", func() error {
+			status, msg, exists := projectCondition(t, m, p.name, "ResourceCleanup")
+			if !exists {
+				gone = true
+				return nil
+			}
+			if status != "True" || !strings.Contains(msg, fmt.Sprintf("waiting for %d object(s)", len(holding))) {
+				return fmt.Errorf("ResourceCleanup %s %q", status, msg)
+			}
+			return nil
+		})
+		if gone {
+			t.Fatalf("project %s was purged though %v had finalizers before it could be", p.name, holding)
+		}
+		for _, cm := range holding {
+			if _, err := p.c.CoreV1().ConfigMaps("default").Get(ctx, cm, metav1.GetOptions{}); err != nil {
+				t.Fatalf("%s's ConfigMap %s, which holds its deletion: %v", p.name, cm, err)
+			}
+			if _, err := p.c.CoreV1().ConfigMaps("default").Patch(ctx, cm, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.waitProjectGone(t, p.name)
 	}
 }
 
