@@ -12,10 +12,12 @@ import (
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/pager"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
@@ -151,16 +153,21 @@ type crdInterface interface {
 }
 
 // cachedCRDs lists the stored definitions from the watch cache, by name.
+// It asks in pages: a watch cache still filling at start answers a list
+// without a limit with 429 (and a wait), one with a limit from etcd.
 func cachedCRDs(ctx context.Context, c crdInterface) (map[string]*apiextensionsv1.CustomResourceDefinition, error) {
-	list, err := c.List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-	if err != nil {
-		return nil, err
-	}
-	byName := make(map[string]*apiextensionsv1.CustomResourceDefinition, len(list.Items))
-	for i := range list.Items {
-		byName[list.Items[i].Name] = &list.Items[i]
-	}
-	return byName, nil
+	byName := map[string]*apiextensionsv1.CustomResourceDefinition{}
+	lister := pager.New(func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, opts) })
+	lister.PageSize = 500
+	err := lister.EachListItem(ctx, metav1.ListOptions{ResourceVersion: "0"}, func(obj runtime.Object) error {
+		crd, ok := obj.(*apiextensionsv1.CustomResourceDefinition)
+		if !ok {
+			return fmt.Errorf("listing CRDs: got a %T", obj)
+		}
+		byName[crd.Name] = crd
+		return nil
+	})
+	return byName, err
 }
 
 // upToDate tells whether the stored definition got is want. The stored one

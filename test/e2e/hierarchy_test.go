@@ -331,8 +331,15 @@ func TestProjectDeletedRightAfterAFinalizerWaitsForIt(t *testing.T) {
 		wg.Go(func() {
 			cms := p.c.CoreV1().ConfigMaps("default")
 			if p.created {
+				// Two resources' objects: one cache may be behind and the
+				// other not.
 				held := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{"example.com/hold"}}}
 				if _, err := cms.Create(ctx, held, metav1.CreateOptions{}); err != nil {
+					errs <- err
+					return
+				}
+				heldSecret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{"example.com/hold"}}}
+				if _, err := p.c.CoreV1().Secrets("default").Create(ctx, heldSecret, metav1.CreateOptions{}); err != nil {
 					errs <- err
 					return
 				}
@@ -358,10 +365,10 @@ func TestProjectDeletedRightAfterAFinalizerWaitsForIt(t *testing.T) {
 	for _, p := range projects {
 		var holding []string
 		if p.created {
-			holding = append(holding, "held")
+			holding = append(holding, "configmaps default/held", "secrets default/held")
 		}
 		if p.held {
-			holding = append(holding, "later")
+			holding = append(holding, "configmaps default/later")
 		}
 		if len(holding) == 0 {
 			m.waitProjectGone(t, p.name)
@@ -369,24 +376,35 @@ func TestProjectDeletedRightAfterAFinalizerWaitsForIt(t *testing.T) {
 		}
 		gone := false
 		eventually(t, p.name+"'s cleanup waits for its finalizers", func() error {
-			status, msg, exists := projectCondition(t, m, p.name, "ResourceCleanup")
-			if !exists {
+			if _, err := platform.Get(ctx, p.name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 				gone = true
 				return nil
 			}
+			status, msg, _ := projectCondition(t, m, p.name, "ResourceCleanup")
 			if status != "True" || !strings.Contains(msg, fmt.Sprintf("waiting for %d object(s)", len(holding))) {
 				return fmt.Errorf("ResourceCleanup %s %q", status, msg)
+			}
+			for _, h := range holding {
+				if !strings.Contains(msg, h) {
+					return fmt.Errorf("ResourceCleanup %s %q", status, msg)
+				}
 			}
 			return nil
 		})
 		if gone {
 			t.Fatalf("project %s was purged though %v had finalizers before it could be", p.name, holding)
 		}
-		for _, cm := range holding {
-			if _, err := p.c.CoreV1().ConfigMaps("default").Get(ctx, cm, metav1.GetOptions{}); err != nil {
-				t.Fatalf("%s's ConfigMap %s, which holds its deletion: %v", p.name, cm, err)
+		release := []byte(`{"metadata":{"finalizers":null}}`)
+		if p.held {
+			if _, err := p.c.CoreV1().ConfigMaps("default").Patch(ctx, "later", types.MergePatchType, release, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
 			}
-			if _, err := p.c.CoreV1().ConfigMaps("default").Patch(ctx, cm, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{}); err != nil {
+		}
+		if p.created {
+			if _, err := p.c.CoreV1().ConfigMaps("default").Patch(ctx, "held", types.MergePatchType, release, metav1.PatchOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.c.CoreV1().Secrets("default").Patch(ctx, "held", types.MergePatchType, release, metav1.PatchOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}

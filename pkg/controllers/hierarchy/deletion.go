@@ -126,7 +126,7 @@ func (c *Controllers) deleteOrganizationNamespace(ctx context.Context, name stri
 			return "", err
 		}
 	}
-	remaining, _, err := c.deleteContents(ctx, c.config, &c.platformResources, name, false, false, nil)
+	remaining, _, err := c.deleteContents(ctx, c.config, &c.platformResources, name, false, false, false, nil)
 	if err != nil {
 		return "", err
 	}
@@ -158,7 +158,41 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 	// Project has the purge finalizer: one deleted before it existed is
 	// emptied through the API.
 	purge := c.Purge != nil && slices.Contains(p.GetFinalizers(), hierarchy.PurgeFinalizer)
-	remaining, since, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, metav1.NamespaceAll, true, purge, c.storedCounts(ctx, p))
+	// Such a project is first read from the watch caches as they are: a
+	// consistent list waits for its cache to catch up with etcd, a third of
+	// a deletion's time when projects are deleted by the thousand. Only the
+	// purge, conditional on none of the project's keys written after the
+	// lists, acts on what they say; a pass that would act otherwise, or
+	// whose purge finds keys written since (which a cache behind etcd, or
+	// one its resource's writes have not moved for a while, makes likely),
+	// is made again at once on consistent lists.
+	passes := []bool{false}
+	if purge {
+		passes = []bool{true, false}
+	}
+	for _, fromCache := range passes {
+		err := c.emptyProject(ctx, p, purge, fromCache)
+		if fromCache && (errors.Is(err, errReadAgain) || errors.Is(err, tenantstorage.ErrChanged)) {
+			continue
+		}
+		if errors.Is(err, tenantstorage.ErrChanged) {
+			return errWaiting{"the project's objects changed while it was being deleted; reading them again"}
+		}
+		return err
+	}
+	return nil
+}
+
+// emptyProject makes one pass of a project's deletion: it deletes what the
+// project holds, or leaves it to the purge, and purges and releases the
+// project once nothing holds it. With fromCache its lists are the watch
+// caches' as they are, and it answers errReadAgain rather than act on them
+// other than by the conditional purge.
+func (c *Controllers) emptyProject(ctx context.Context, p *unstructured.Unstructured, purge, fromCache bool) error {
+	remaining, since, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, metav1.NamespaceAll, true, purge, fromCache, c.storedCounts(ctx, p))
+	if fromCache && errors.Is(err, errReadAgain) {
+		return err
+	}
 	if err != nil {
 		// Said in the condition: a resource that cannot be deleted holds
 		// the project as a finalizer does.
@@ -183,6 +217,10 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 	return c.released(ctx, projects, p, hierarchy.ProjectFinalizer)
 }
 
+// errReadAgain is a deletion pass on the watch caches' lists that would act
+// on them other than by the conditional purge.
+var errReadAgain = errors.New("the project's objects are to be read again, consistently")
+
 // purged purges the storage of an emptied project and releases it from
 // both its finalizers in one write, so that it is gone. The server's Purger,
 // which would otherwise purge after released, acts only on a Project
@@ -190,14 +228,11 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 // idempotent, so a failed write is retried from the start. With since (not
 // 0), the purge requires the project's keys unchanged after that revision,
 // when its objects, left to the purge, were found without finalizers; one
-// that finds a change (a finalizer added meanwhile) is left for the next
-// pass, which reads them again.
+// that finds a change (a finalizer added meanwhile) answers
+// tenantstorage.ErrChanged, and the project's objects are read again.
 func (c *Controllers) purged(ctx context.Context, p *unstructured.Unstructured, since int64) error {
 	start := time.Now()
 	if err := c.Purge(ctx, tenancy.StorageIDOf(p), since); err != nil {
-		if errors.Is(err, tenantstorage.ErrChanged) {
-			return errWaiting{"the project's objects changed while it was being deleted; reading them again"}
-		}
 		return err
 	}
 	took := time.Since(start)
@@ -310,7 +345,7 @@ func (c *Controllers) storedCounts(ctx context.Context, p *unstructured.Unstruct
 // A resource that fails is reported and the others are still deleted: one
 // broken kind (a project's conversion webhook that does not answer) holds
 // the deletion without hiding everything else's.
-func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string, ownKinds, purge bool, count func([]schema.GroupResource) map[schema.GroupResource]int64) ([]string, int64, error) {
+func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string, ownKinds, purge, fromCache bool, count func([]schema.GroupResource) map[schema.GroupResource]int64) ([]string, int64, error) {
 	dyn, err := dynamic.NewForConfigAndClient(cfg, c.http)
 	if err != nil {
 		return nil, 0, err
@@ -366,21 +401,16 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 	// found is known (0: no list, or one that said no revision).
 	var read int64
 	readKnown := true
-	// list finds what one resource holds; del deletes it.
-	list := func(gvr schema.GroupVersionResource) ([]metav1.PartialObjectMetadata, bool) {
+	// list finds what one resource holds; del deletes it. A resource storage
+	// counted is read consistently (the cache may not have seen an object
+	// written a moment ago), unless cached says the watch cache as it is
+	// will do.
+	list := func(gvr schema.GroupVersionResource, cached bool) ([]metav1.PartialObjectMetadata, bool) {
 		maybe, counted := found(gvr.GroupResource())
 		if !maybe {
 			return nil, counted
 		}
-		// Where the project may be purged, the list is the watch cache's as
-		// it is: the purge is conditional on none of the project's keys
-		// written after the earliest list, so an object the cache has not
-		// seen yet (or a finalizer it has not) is never purged away, and
-		// a consistent list would wait for the cache to catch up with etcd
-		// (a third of a deletion's time, projects deleted by the thousand).
-		// Otherwise a counted resource is read consistently: its objects
-		// are deleted as listed.
-		items, rv, err := listResource(ctx, meta, gvr, namespace, counted && !purge)
+		items, rv, err := listResource(ctx, meta, gvr, namespace, counted && !cached)
 		if err != nil {
 			failed = append(failed, fmt.Errorf("%s: %w", gvr.GroupResource(), err))
 		}
@@ -416,7 +446,7 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 		for _, gvr := range own {
 			handled[gvr.GroupResource()] = true
 			before := len(remaining) + len(failed)
-			if items, _ := list(gvr); len(items) > 0 {
+			if items, _ := list(gvr, false); len(items) > 0 {
 				del(gvr, items)
 			}
 			if len(remaining)+len(failed) > before {
@@ -438,7 +468,7 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 		if handled[gvr.GroupResource()] {
 			continue
 		}
-		if items, counted := list(gvr); len(items) > 0 {
+		if items, counted := list(gvr, fromCache); len(items) > 0 {
 			present = append(present, listing{gvr, items, counted})
 			held = held || !counted || slices.ContainsFunc(items, func(o metav1.PartialObjectMetadata) bool { return len(o.Finalizers) > 0 })
 		}
@@ -450,6 +480,10 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 	// is left, as in a namespace of Kubernetes.
 	if purge && !held && readKnown && read > 0 && len(remaining) == 0 && len(failed) == 0 {
 		return nil, read, nil
+	}
+	if fromCache {
+		// Lists behind etcd decide nothing but a conditional purge.
+		return nil, 0, errReadAgain
 	}
 	for _, f := range present {
 		del(f.gvr, f.items)
