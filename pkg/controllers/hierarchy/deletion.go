@@ -401,16 +401,17 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 	// found is known (0: no list, or one that said no revision).
 	var read int64
 	readKnown := true
-	// list finds what one resource holds; del deletes it. A resource storage
-	// counted is read consistently (the cache may not have seen an object
-	// written a moment ago), unless cached says the watch cache as it is
-	// will do.
+	// list finds what one resource holds; del deletes it. It reads
+	// consistently (the watch cache may not have seen an object written a
+	// moment ago, and what is deleted through the API, or left out of a
+	// purge that is not conditional, is decided on what it reads), unless
+	// cached says the watch cache as it is will do.
 	list := func(gvr schema.GroupVersionResource, cached bool) ([]metav1.PartialObjectMetadata, bool) {
 		maybe, counted := found(gvr.GroupResource())
 		if !maybe {
 			return nil, counted
 		}
-		items, rv, err := listResource(ctx, meta, gvr, namespace, counted && !cached)
+		items, rv, err := listResource(ctx, meta, gvr, namespace, !cached)
 		if err != nil {
 			failed = append(failed, fmt.Errorf("%s: %w", gvr.GroupResource(), err))
 		}
