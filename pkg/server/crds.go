@@ -83,7 +83,7 @@ func InstallCRDs(ctx context.Context, loopback *rest.Config) error {
 		return err
 	}
 	crdClient := client.ApiextensionsV1().CustomResourceDefinitions()
-	// What is stored is read from the watch cache, in one list: at a start
+	// What is stored is read from the watch cache, in one paged list: at a start
 	// the definitions are nearly always as wanted, and a read of each from
 	// etcd, while the watch caches fill, takes a tenth of a second or more.
 	// Only a definition that differs is read again from etcd and written.
@@ -120,26 +120,27 @@ func InstallCRDs(ctx context.Context, loopback *rest.Config) error {
 			return fmt.Errorf("installing CRD %s: %w", crd.Name, err)
 		}
 	}
+	// notEstablished names the wanted definitions stored lacks or holds
+	// not yet Established.
+	notEstablished := func() []string {
+		var names []string
+		for _, crd := range want {
+			if got := stored[crd.Name]; got == nil || !isEstablished(got) {
+				names = append(names, crd.Name)
+			}
+		}
+		return names
+	}
 	err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		stored, err = cachedCRDs(ctx, crdClient)
+		listed, err := cachedCRDs(ctx, crdClient)
 		if err != nil {
 			return false, nil
 		}
-		for _, crd := range want {
-			if got := stored[crd.Name]; got == nil || !isEstablished(got) {
-				return false, nil
-			}
-		}
-		return true, nil
+		stored = listed
+		return len(notEstablished()) == 0, nil
 	})
 	if err != nil {
-		var missing []string
-		for _, crd := range want {
-			if got := stored[crd.Name]; got == nil || !isEstablished(got) {
-				missing = append(missing, crd.Name)
-			}
-		}
-		return fmt.Errorf("waiting for CRDs %v to be established: %w", missing, err)
+		return fmt.Errorf("waiting for CRDs %v to be established: %w", notEstablished(), err)
 	}
 	klog.InfoS("Milo CRDs are established", "count", len(want), "written", written)
 	return nil

@@ -190,7 +190,7 @@ func (c *Controllers) deleteProject(ctx context.Context, p *unstructured.Unstruc
 // other than by the conditional purge.
 func (c *Controllers) emptyProject(ctx context.Context, p *unstructured.Unstructured, purge, fromCache bool) error {
 	remaining, since, err := c.deleteContents(ctx, c.projectConfig(p.GetName()), &c.projectResources, metav1.NamespaceAll, true, purge, fromCache, c.storedCounts(ctx, p))
-	if fromCache && errors.Is(err, errReadAgain) {
+	if errors.Is(err, errReadAgain) {
 		return err
 	}
 	if err != nil {
