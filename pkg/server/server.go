@@ -546,12 +546,12 @@ func (c CompletedConfig) purgeProjectSince(ctx context.Context, projectID string
 // cheaper than reading the watch caches: on SQL, where each count is a
 // query of its own. Resources kept in another etcd (--etcd-servers-overrides)
 // are never counted: their keys are not in the storage counted.
-func (c CompletedConfig) storedByResource() func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error) {
+func (c CompletedConfig) storedByResource() func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, int64, error) {
 	if c.Options.SQL != nil || c.Keys == nil {
 		return nil
 	}
 	elsewhere, keys, prefixes := c.EtcdElsewhere, c.Keys, c.Prefixes
-	return func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error) {
+	return func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, int64, error) {
 		here := slices.DeleteFunc(slices.Clone(resources), func(r schema.GroupResource) bool { return elsewhere[r] })
 		return tenantstorage.StoredByResource(ctx, keys, prefixes, projectID, here)
 	}

@@ -298,17 +298,17 @@ func describeRemaining(remaining []string) string {
 // resource missing from the answer is one storage cannot count (a project's
 // own kind whose storage is not built, a resource kept in another etcd):
 // it is listed too.
-func (c *Controllers) storedCounts(ctx context.Context, p *unstructured.Unstructured) func([]schema.GroupResource) map[schema.GroupResource]int64 {
+func (c *Controllers) storedCounts(ctx context.Context, p *unstructured.Unstructured) func([]schema.GroupResource) (map[schema.GroupResource]int64, int64) {
 	if c.StoredByResource == nil {
 		return nil
 	}
-	return func(resources []schema.GroupResource) map[schema.GroupResource]int64 {
-		counts, err := c.StoredByResource(ctx, tenancy.StorageIDOf(p), resources)
+	return func(resources []schema.GroupResource) (map[schema.GroupResource]int64, int64) {
+		counts, revision, err := c.StoredByResource(ctx, tenancy.StorageIDOf(p), resources)
 		if err != nil {
 			klog.FromContext(ctx).V(2).Info("Listing every resource of a deleted project: counting its objects failed", "project", p.GetName(), "err", err)
-			return nil
+			return nil, 0
 		}
-		return counts
+		return counts, revision
 	}
 }
 
@@ -334,9 +334,10 @@ func (c *Controllers) storedCounts(ctx context.Context, p *unstructured.Unstruct
 // has finalizers, and nothing else holds the project, nothing is deleted
 // through the API at all: the purge removes the objects, which watchers see
 // as deletions all the same, instead of each costing a write. It then
-// returns the revision of its earliest list: the purge must find none of
-// the project's keys written after it (a finalizer added meanwhile), or
-// look again. Otherwise everything is deleted through the API as in a
+// returns the earliest revision of what it read — the count's, or its
+// earliest list's: the purge must find none of the project's keys written
+// after it (a finalizer added meanwhile, an object a create in flight
+// stored in a resource counted empty), or look again. Otherwise everything is deleted through the API as in a
 // namespace of Kubernetes, so that while the deletion waits only what
 // holds it is left, and the revision returned is 0. The project's own
 // kinds are always deleted through the API: the purge finds their keys
@@ -345,7 +346,7 @@ func (c *Controllers) storedCounts(ctx context.Context, p *unstructured.Unstruct
 // A resource that fails is reported and the others are still deleted: one
 // broken kind (a project's conversion webhook that does not answer) holds
 // the deletion without hiding everything else's.
-func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string, ownKinds, purge, fromCache bool, count func([]schema.GroupResource) map[schema.GroupResource]int64) ([]string, int64, error) {
+func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, resources *allprojects.ResourceLists, namespace string, ownKinds, purge, fromCache bool, count func([]schema.GroupResource) (map[schema.GroupResource]int64, int64)) ([]string, int64, error) {
 	dyn, err := dynamic.NewForConfigAndClient(cfg, c.http)
 	if err != nil {
 		return nil, 0, err
@@ -378,6 +379,7 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 		}
 	}
 	var stored map[schema.GroupResource]int64
+	var countedAt int64
 	if count != nil {
 		grs := make([]schema.GroupResource, 0, len(served)+1)
 		for _, gvr := range served {
@@ -386,7 +388,7 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 		if ownKinds {
 			grs = append(grs, customResourceDefinitions.GroupResource())
 		}
-		stored = count(grs)
+		stored, countedAt = count(grs)
 	}
 	// found tells whether a resource may hold objects, and whether storage
 	// said so.
@@ -397,10 +399,17 @@ func (c *Controllers) deleteContents(ctx context.Context, cfg *rest.Config, reso
 
 	var remaining []string
 	var failed []error
-	// read is the revision of the earliest list: from it on, what the lists
-	// found is known (0: no list, or one that said no revision).
+	// read is the earliest revision of what was read: from it on, what the
+	// count and the lists found is known (0: nothing read, or a list that
+	// said no revision). A resource counted empty is not listed: an object
+	// stored there after the count (a create in flight when the deletion
+	// began) is written after read.
 	var read int64
 	readKnown := true
+	if stored != nil {
+		read = countedAt
+		readKnown = countedAt > 0
+	}
 	// list finds what one resource holds; del deletes it. It reads
 	// consistently (the watch cache may not have seen an object written a
 	// moment ago, and what is deleted through the API, or left out of a

@@ -70,8 +70,9 @@ type Controllers struct {
 	// StoredByResource, if set, counts a project's objects of each of
 	// resources in storage, so that a deletion lists only the resources that
 	// hold some (set by the API server the controllers run in; nil
-	// elsewhere). Resources it cannot count are left out of its answer.
-	StoredByResource func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error)
+	// elsewhere). Resources it cannot count are left out of its answer;
+	// revision is one the counts hold at (0: unknown).
+	StoredByResource func(ctx context.Context, projectID string, resources []schema.GroupResource) (counts map[schema.GroupResource]int64, revision int64, err error)
 	// Purge, if set, removes every key of a deleted project by its storage
 	// id (set by the API server the controllers run in): an emptied project
 	// is then purged and released in one write, instead of being released

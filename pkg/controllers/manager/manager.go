@@ -46,7 +46,7 @@ type Shared struct {
 	// counts a project's objects of each of resources directly in storage,
 	// by the project's storage id, leaving out those it cannot count; nil
 	// in a controller manager of its own.
-	StoredByResource func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error)
+	StoredByResource func(ctx context.Context, projectID string, resources []schema.GroupResource) (counts map[schema.GroupResource]int64, revision int64, err error)
 	// Purge, when the controllers run inside the API server, removes every
 	// key of a deleted project by its storage id, as the server's Purger
 	// does — with since (not 0), only if none was written after that

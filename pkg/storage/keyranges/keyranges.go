@@ -24,8 +24,10 @@ import (
 type Store interface {
 	// Count counts the keys under every prefix, in all.
 	Count(ctx context.Context, prefixes ...string) (int64, error)
-	// CountEach counts the keys under each prefix: the i-th count is prefixes[i]'s.
-	CountEach(ctx context.Context, prefixes ...string) ([]int64, error)
+	// CountEach counts the keys under each prefix: the i-th count is
+	// prefixes[i]'s. revision is one the counts all hold at or after: a key
+	// written later than it may or may not be counted (0: none known).
+	CountEach(ctx context.Context, prefixes ...string) (counts []int64, revision int64, err error)
 	// Measure counts the keys under every prefix and sums their values' lengths.
 	Measure(ctx context.Context, prefixes ...string) (keys, bytes int64, err error)
 	// Exists reports whether key is stored.
@@ -208,14 +210,16 @@ func (c common) Measure(ctx context.Context, prefixes ...string) (keys, bytes in
 type etcdStore struct{ common }
 
 func (s etcdStore) Count(ctx context.Context, prefixes ...string) (int64, error) {
-	counts, err := s.CountEach(ctx, prefixes...)
+	counts, _, err := s.CountEach(ctx, prefixes...)
 	return sum(counts), err
 }
 
 // CountEach counts in as few transactions as Count: one range read per
-// prefix, values unread, in one round trip for at most txnOps prefixes.
-func (s etcdStore) CountEach(ctx context.Context, prefixes ...string) ([]int64, error) {
+// prefix, values unread, in one round trip for at most txnOps prefixes. The
+// revision is the first transaction's: every later one reads at or after it.
+func (s etcdStore) CountEach(ctx context.Context, prefixes ...string) ([]int64, int64, error) {
 	counts := make([]int64, 0, len(prefixes))
+	var revision int64
 	for batch := range slices.Chunk(prefixes, txnOps) {
 		ops := make([]clientv3.Op, 0, len(batch))
 		for _, prefix := range batch {
@@ -223,16 +227,19 @@ func (s etcdStore) CountEach(ctx context.Context, prefixes ...string) ([]int64, 
 		}
 		resp, err := s.client.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			return nil, fmt.Errorf("counting keys: %w", err)
+			return nil, 0, fmt.Errorf("counting keys: %w", err)
 		}
 		if len(resp.Responses) != len(batch) {
-			return nil, fmt.Errorf("counting keys: %d answers to %d ranges", len(resp.Responses), len(batch))
+			return nil, 0, fmt.Errorf("counting keys: %d answers to %d ranges", len(resp.Responses), len(batch))
+		}
+		if revision == 0 {
+			revision = resp.Header.GetRevision()
 		}
 		for _, r := range resp.Responses {
 			counts = append(counts, r.GetResponseRange().GetCount())
 		}
 	}
-	return counts, nil
+	return counts, revision, nil
 }
 
 func sum(counts []int64) int64 {
@@ -302,21 +309,26 @@ func (kineStore) DeletePrefixesUnchanged(context.Context, int64, ...string) (int
 type kineStore struct{ common }
 
 func (s kineStore) Count(ctx context.Context, prefixes ...string) (int64, error) {
-	counts, err := s.CountEach(ctx, prefixes...)
+	counts, _, err := s.CountEach(ctx, prefixes...)
 	return sum(counts), err
 }
 
 // CountEach reads one range per request: kine takes no transaction of them.
-func (s kineStore) CountEach(ctx context.Context, prefixes ...string) ([]int64, error) {
+// The revision is the first read's.
+func (s kineStore) CountEach(ctx context.Context, prefixes ...string) ([]int64, int64, error) {
 	counts := make([]int64, 0, len(prefixes))
+	var revision int64
 	for _, prefix := range prefixes {
 		resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
-			return nil, fmt.Errorf("counting %s: %w", prefix, err)
+			return nil, 0, fmt.Errorf("counting %s: %w", prefix, err)
+		}
+		if revision == 0 {
+			revision = resp.Header.GetRevision()
 		}
 		counts = append(counts, resp.Count)
 	}
-	return counts, nil
+	return counts, revision, nil
 }
 
 func (s etcdStore) Delete(ctx context.Context, key string) (bool, error) {

@@ -114,18 +114,23 @@ func TestKeyRanges(t *testing.T) {
 				if n, err := s.Count(ctx, root+"a/", root+"b/", root+"none/"); err != nil || n != many+2 {
 					t.Fatalf("count a/, b/, none/: %d %v", n, err)
 				}
-				if counts, err := s.CountEach(ctx, root+"b/", root+"none/", root+"a/", root+"ab/"); err != nil || !slices.Equal(counts, []int64{2, 0, many, 1}) {
+				counts, counted, err := s.CountEach(ctx, root+"b/", root+"none/", root+"a/", root+"ab/")
+				if err != nil || !slices.Equal(counts, []int64{2, 0, many, 1}) {
 					t.Fatalf("count each of b/, none/, a/, ab/: %v %v", counts, err)
+				}
+				// The counts' revision is at or after every write before them.
+				if b2, _, _ := s.Get(ctx, root+"b/2"); counted < b2.Revision {
+					t.Fatalf("counted at revision %d, before b/2 was written at %d", counted, b2.Revision)
 				}
 				// More ranges than one transaction takes: the counts keep their order.
 				var ranges []string
 				for i := range 250 {
 					ranges = append(ranges, root+fmt.Sprintf("a/%05d", i*4))
 				}
-				if counts, err := s.CountEach(ctx, ranges...); err != nil || len(counts) != 250 || slices.ContainsFunc(counts, func(n int64) bool { return n != 1 }) {
+				if counts, _, err := s.CountEach(ctx, ranges...); err != nil || len(counts) != 250 || slices.ContainsFunc(counts, func(n int64) bool { return n != 1 }) {
 					t.Fatalf("count each of 250 keys: %v %v", counts, err)
 				}
-				if counts, err := s.CountEach(ctx); err != nil || len(counts) != 0 {
+				if counts, _, err := s.CountEach(ctx); err != nil || len(counts) != 0 {
 					t.Fatalf("count each of nothing: %v %v", counts, err)
 				}
 				if k, bytes, err := s.Measure(ctx, root+"b/", root+"ab/"); err != nil || k != 3 || bytes != 307 {
@@ -201,6 +206,23 @@ func TestKeyRanges(t *testing.T) {
 					}
 					if n, unchanged, err := s.DeletePrefixesUnchanged(ctx, last.Revision, root+"d/", root+"none/"); err != nil || !unchanged || n != 2 {
 						t.Fatalf("a purge since the last write: %d %v %v", n, unchanged, err)
+					}
+					// A range counted empty, then written: a purge since
+					// the count's revision sees the write.
+					put("e/1", 1)
+					counts, counted, err := s.CountEach(ctx, root+"e/", root+"f/")
+					if err != nil || !slices.Equal(counts, []int64{1, 0}) {
+						t.Fatalf("count each of e/, f/: %v %v", counts, err)
+					}
+					put("f/1", 1)
+					if n, unchanged, err := s.DeletePrefixesUnchanged(ctx, counted, root+"e/", root+"f/"); err != nil || unchanged || n != 0 {
+						t.Fatalf("a purge since a count that found f/ empty, f/1 written after it: %d %v %v", n, unchanged, err)
+					}
+					if n, unchanged, err := s.DeletePrefixesUnchanged(ctx, counted, root+"e/"); err != nil || !unchanged || n != 1 {
+						t.Fatalf("a purge of e/ since the count: %d %v %v", n, unchanged, err)
+					}
+					if _, err := s.DeletePrefixes(ctx, root+"f/"); err != nil {
+						t.Fatal(err)
 					}
 				}
 

@@ -95,9 +95,12 @@ func ExistsInNamespace(ctx context.Context, keys keyranges.Store, prefixes *Pref
 // (on etcd, one transaction per hundred resources). A resource absent from
 // the answer has no storage in this server (not served, or a project's own
 // kind whose storage is not built yet), so its count is unknown, not 0.
-func StoredByResource(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, error) {
+// revision is one the counts hold at: a key written after it may not be
+// counted, which a purge on the condition that nothing was written after
+// it (PurgeUnchanged) does not miss.
+func StoredByResource(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, projectID string, resources []schema.GroupResource) (counts map[schema.GroupResource]int64, revision int64, err error) {
 	if !tenancy.ValidProjectID(projectID) {
-		return nil, fmt.Errorf("counting: %q is not a project storage id", projectID)
+		return nil, 0, fmt.Errorf("counting: %q is not a project storage id", projectID)
 	}
 	var known []schema.GroupResource
 	var ranges []string
@@ -109,15 +112,15 @@ func StoredByResource(ctx context.Context, keys keyranges.Store, prefixes *Prefi
 		}
 	}
 	prefixes.mu.Unlock()
-	counts, err := keys.CountEach(ctx, ranges...)
+	each, revision, err := keys.CountEach(ctx, ranges...)
 	if err != nil {
-		return nil, fmt.Errorf("counting the objects of project %s: %w", projectID, err)
+		return nil, 0, fmt.Errorf("counting the objects of project %s: %w", projectID, err)
 	}
-	out := make(map[schema.GroupResource]int64, len(known))
+	counts = make(map[schema.GroupResource]int64, len(known))
 	for i, r := range known {
-		out[r] = counts[i]
+		counts[r] = each[i]
 	}
-	return out, nil
+	return counts, revision, nil
 }
 
 // List returns the recorded prefixes, sorted.

@@ -256,16 +256,19 @@ func TestStoredByResourceCountsOneProject(t *testing.T) {
 	create(t, s, context.Background(), "/countme", "counted", "platform-object", "platform")
 
 	for project, want := range map[string]int64{"counted": 3, "counted-not": 1, "empty": 0} {
-		got, err := StoredByResource(context.Background(), keyRanges, prefixes, idOf(project), []schema.GroupResource{corev1.Resource("countme"), corev1.Resource("unknown"), corev1.Resource("countme")})
+		got, revision, err := StoredByResource(context.Background(), keyRanges, prefixes, idOf(project), []schema.GroupResource{corev1.Resource("countme"), corev1.Resource("unknown"), corev1.Resource("countme")})
 		if err != nil {
 			t.Fatal(err)
+		}
+		if revision <= 0 {
+			t.Errorf("project %s: counted at revision %d", project, revision)
 		}
 		if n, ok := got[corev1.Resource("countme")]; !ok || n != want || len(got) != 1 {
 			t.Errorf("project %s: %v, want countme: %d and nothing for a resource without storage", project, got, want)
 		}
 	}
 	for _, bad := range []string{"_platform", tenancy.UnresolvedSegment, "", "p.a/b"} {
-		if _, err := StoredByResource(context.Background(), keyRanges, prefixes, bad, []schema.GroupResource{corev1.Resource("countme")}); err == nil {
+		if _, _, err := StoredByResource(context.Background(), keyRanges, prefixes, bad, []schema.GroupResource{corev1.Resource("countme")}); err == nil {
 			t.Errorf("counting accepted %q", bad)
 		}
 	}
