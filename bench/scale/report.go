@@ -191,6 +191,20 @@ func (r *results) rows() []row {
 			}
 			return (s.Steps[i].Resources.HeapBytes - prevHeap) / float64(s.Steps[i].Projects-prevN) / 1024
 		}, "KiB", "%.1f"},
+		// Live: what the collector found reachable, without the free space
+		// of the spans it keeps (which the rows above count, and which
+		// depends on how the live objects lie among the garbage).
+		{"Live heap after GC", func(s *systemResult, i int) float64 { return mib(s.Steps[i].Resources.HeapLiveBytes) }, "MiB", "%.1f"},
+		{"Live heap per project since the previous step", func(s *systemResult, i int) float64 {
+			prevHeap, prevN := s.Empty.HeapLiveBytes, 0
+			if i > 0 {
+				prevHeap, prevN = s.Steps[i-1].Resources.HeapLiveBytes, s.Steps[i-1].Projects
+			}
+			if s.Steps[i].Resources.HeapLiveBytes == 0 || prevHeap == 0 {
+				return math.NaN()
+			}
+			return (s.Steps[i].Resources.HeapLiveBytes - prevHeap) / float64(s.Steps[i].Projects-prevN) / 1024
+		}, "KiB", "%.1f"},
 		{"RSS", func(s *systemResult, i int) float64 { return mib(s.Steps[i].Resources.RSSBytes) }, "MiB", "%.0f"},
 		{"etcd database", func(s *systemResult, i int) float64 { return mib(s.Steps[i].Resources.EtcdDBBytes) }, "MiB", "%.1f"},
 		{"Goroutines", func(s *systemResult, i int) float64 { return s.Steps[i].Resources.Goroutines }, "", "%.0f"},
