@@ -37,6 +37,8 @@ type tenantRESTOptions struct {
 	shown  tenantstorage.Shown
 	meter  tenantstorage.Meter
 	joints *tenantstorage.Joints
+	// maps is one set of shared annotations maps for every resource.
+	maps *tenantstorage.TenancyMaps
 }
 
 func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
@@ -51,7 +53,7 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 		}
 	}
 	opts.Decorator = tenantstorage.Decorate(opts.Decorator, tenantstorage.Options{Prefixes: g.prefixes, MaxListItems: g.maxList, Shown: g.shown, Meter: g.meter, Joints: g.joints,
-		Share: projectbootstrap.ShareRootCA()})
+		Share: projectbootstrap.ShareRootCA(), TenancyMaps: g.maps})
 	return opts, nil
 }
 
@@ -67,11 +69,13 @@ var uncachedResources = sets.New(tenancy.Activations,
 // makeStorageTenantKeyed wraps the storage of every server in the chain:
 // built-in APIs, CRDs and their instances, and APIServices.
 func makeStorageTenantKeyed(c *Config, prefixes *tenantstorage.Prefixes) {
+	maps := tenantstorage.NewTenancyMaps()
 	wrap := func(g generic.RESTOptionsGetter, uncached bool) generic.RESTOptionsGetter {
 		if g == nil {
 			return nil
 		}
-		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems, uncached: uncached, shown: c.Catalog, meter: meterOf(c), joints: c.Joints}
+		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems, uncached: uncached, shown: c.Catalog, meter: meterOf(c), joints: c.Joints,
+			maps: maps}
 	}
 	c.ControlPlane.Generic.RESTOptionsGetter = wrap(c.ControlPlane.Generic.RESTOptionsGetter, false)
 	// CustomResourceDefinitions themselves have no watch cache: it would

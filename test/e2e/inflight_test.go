@@ -2,13 +2,7 @@ package e2e
 
 import (
 	"context"
-	"encoding/base64"
-	"encoding/json"
-	"encoding/pem"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -32,24 +26,17 @@ func TestACreateInFlightAcrossItsProjectsPurgeLeavesNothing(t *testing.T) {
 	n := projectSeq.Add(1)
 	label := fmt.Sprintf("inflight-%d", n)
 	entered, release := make(chan struct{}, 8), make(chan struct{})
-	hook := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var review admissionv1.AdmissionReview
-		if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
-			http.Error(w, "bad review", http.StatusBadRequest)
-			return
+	hookURL, caBundle := admissionHook(t, func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		select {
+		case entered <- struct{}{}:
+		default:
 		}
-		entered <- struct{}{}
 		select {
 		case <-release:
 		case <-time.After(25 * time.Second):
 		}
-		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true}
-		review.Request = nil
-		json.NewEncoder(w).Encode(review) //nolint:errcheck
-	}))
-	t.Cleanup(hook.Close)
-	caBundle := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hook.Certificate().Raw}))
+		return &admissionv1.AdmissionResponse{Allowed: true}
+	})
 
 	project := m.newProject(t, "inflight")
 	c := m.projectKube(t, project)
@@ -71,7 +58,7 @@ webhooks:
     apiVersions: ["v1"]
     operations: ["CREATE"]
     resources: ["secrets"]
-`, label, hook.URL, caBundle), "apply", "-f", "-")
+`, label, hookURL, caBundle), "apply", "-f", "-")
 	t.Cleanup(func() { m.kubectl(t, "", "delete", "validatingwebhookconfiguration", label) })
 
 	// A create that reaches the webhook (once every instance serving the

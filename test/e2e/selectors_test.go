@@ -18,6 +18,27 @@ import (
 	"k8s.io/client-go/kubernetes"
 )
 
+// admissionHook serves an admission webhook on loopback over TLS for the
+// test's length: decide answers each review's request. It returns the
+// webhook's URL and the base64 CA bundle a webhook configuration names.
+func admissionHook(t *testing.T, decide func(*admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse) (url, caBundle string) {
+	t.Helper()
+	hook := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var review admissionv1.AdmissionReview
+		if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
+			http.Error(w, "bad review", http.StatusBadRequest)
+			return
+		}
+		review.Response = decide(review.Request)
+		review.Response.UID = review.Request.UID
+		review.Request = nil
+		json.NewEncoder(w).Encode(review) //nolint:errcheck
+	}))
+	t.Cleanup(hook.Close)
+	return hook.URL, base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hook.Certificate().Raw}))
+}
+
 // labelledNamespace creates namespace name with labels through c.
 func labelledNamespace(t *testing.T, c kubernetes.Interface, name string, labels map[string]string) {
 	t.Helper()
@@ -114,21 +135,11 @@ spec:
 func TestPlatformWebhookNamespaceSelectorsSeeTheProjectsNamespace(t *testing.T) {
 	m := shared
 	ctx := context.Background()
-	hook := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		var review admissionv1.AdmissionReview
-		if err := json.Unmarshal(body, &review); err != nil || review.Request == nil {
-			http.Error(w, "bad review", http.StatusBadRequest)
-			return
-		}
-		patch := `[{"op":"add","path":"/metadata/labels","value":{"e2e.milo/hooked":"` + review.Request.Namespace + `"}}]`
+	hookURL, caBundle := admissionHook(t, func(r *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+		patch := `[{"op":"add","path":"/metadata/labels","value":{"e2e.milo/hooked":"` + r.Namespace + `"}}]`
 		pt := admissionv1.PatchTypeJSONPatch
-		review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true, Patch: []byte(patch), PatchType: &pt}
-		review.Request = nil
-		json.NewEncoder(w).Encode(review) //nolint:errcheck
-	}))
-	t.Cleanup(hook.Close)
-	caBundle := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: hook.Certificate().Raw}))
+		return &admissionv1.AdmissionResponse{Allowed: true, Patch: []byte(patch), PatchType: &pt}
+	})
 
 	a := m.newProject(t, "nshook-a")
 	ca := m.projectKube(t, a)
@@ -154,7 +165,7 @@ webhooks:
     apiVersions: ["v1"]
     operations: ["CREATE"]
     resources: ["configmaps"]
-`, hook.URL, caBundle), "apply", "-f", "-")
+`, hookURL, caBundle), "apply", "-f", "-")
 	t.Cleanup(func() { m.kubectl(t, "", "delete", "mutatingwebhookconfiguration", "nshook") })
 
 	create := func(c kubernetes.Interface, ns string) map[string]string {

@@ -64,6 +64,9 @@ type Options struct {
 	// resource, to point values many objects hold at one copy (see
 	// sharingCodec). It must only replace values with equal ones.
 	Share func(schema.GroupResource, runtime.Object)
+	// TenancyMaps, if not nil, gives the objects entering the watch caches
+	// one annotations map per project (one set for every resource).
+	TenancyMaps *TenancyMaps
 }
 
 // Decorate returns a storage decorator that makes inner's storage tenant-keyed.
@@ -104,7 +107,18 @@ func Decorate(inner generic.StorageDecorator, o Options) generic.StorageDecorato
 		// The tenant is the cache's only trigger: upstream triggers (pods by node)
 		// are not served by Milo, and the cache supports one index.
 		triggers := storage.IndexerFuncs{TenantField: segmentOf}
-		inner, destroy, err := inner(config, resourcePrefix, tenantKeyFunc, newFunc, newListFunc, withTenantAttr(getAttrsFunc), triggers, indexers)
+		// The watch cache computes the key of each object it takes in, new
+		// from storage, before anyone else holds it: the moment to share
+		// its annotations. The store's own keys (s.keyFunc) are of
+		// objects being written, which are not shared.
+		cacheKeyFunc := tenantKeyFunc
+		if o.TenancyMaps != nil {
+			cacheKeyFunc = func(obj runtime.Object) (string, error) {
+				o.TenancyMaps.share(obj)
+				return tenantKeyFunc(obj)
+			}
+		}
+		inner, destroy, err := inner(config, resourcePrefix, cacheKeyFunc, newFunc, newListFunc, withTenantAttr(getAttrsFunc), triggers, indexers)
 		if err != nil {
 			return nil, destroy, err
 		}
