@@ -10,6 +10,11 @@
 // constructed; the server installs its storages into it while it builds its
 // APIs, before it serves any request. Reads through a Reader are the server's
 // own: the bounds on what a tenant's request may list do not apply to them.
+//
+// What a Reader returns may be the watch cache's own objects, whose maps
+// are shared (a project's objects share one annotations map: see
+// tenantstorage.TenancyMaps): read them only, or DeepCopy before changing
+// anything.
 package tenantstate
 
 import (

@@ -70,9 +70,17 @@ func shareKeys[V any](annotations map[string]V) {
 // one among watchers of one object does.
 //
 // It holds one entry per project an object of which entered a watch cache
-// lately, and forgets those idle for twice tenancyMapsIdle (their objects
-// keep the map; a later one gets a new map, equal to it). It runs nothing of
-// its own: entries age as objects arrive.
+// lately: an entry unused for one to two periods of tenancyMapsIdle is
+// forgotten (its objects keep the map; a later one gets a new map, equal to
+// it). It runs nothing of its own: entries age as objects of any project
+// arrive, so while nothing arrives at all nothing is forgotten either.
+//
+// What this rests on: no code mutates, in place, the annotations of an
+// object it read from a watch cache (upstream deep-copies a cached object
+// before an update, and Milo's readers of cached objects only read). One
+// that did would now change the annotations of every object of the project,
+// the tenancy among them; copy first (DeepCopy) before writing to an object
+// read from storage.
 type TenancyMaps struct {
 	mu                sync.Mutex
 	now               func() time.Time

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -136,6 +137,30 @@ func TestCachedObjectsShareTheirProjectsAnnotations(t *testing.T) {
 	for _, cm := range all {
 		if cm.Name == "own" && (byProject["maps-a"][mapPointer(cm.Annotations)] || byProject["maps-b"][mapPointer(cm.Annotations)]) {
 			t.Fatal("an object with annotations of its own was given a shared map")
+		}
+	}
+
+	// An update that writes to the annotations of the object it is handed,
+	// in place, changes that object only: what it is handed is a copy.
+	err := s.GuaranteedUpdate(in("maps-a"), "/sharedmaps/default/cm-0", &corev1.ConfigMap{}, false, nil,
+		func(existing runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
+			cm := existing.(*corev1.ConfigMap)
+			cm.Annotations["changed"] = "in-place"
+			return cm, nil, nil
+		}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range list(t, s, in("maps-a"), "/sharedmaps", "") {
+		want := map[string]string{tenancy.AnnotationKey: "maps-a", tenancy.IDAnnotationKey: idOf("maps-a")}
+		switch cm.Name {
+		case "own":
+			want["team"] = "web"
+		case "cm-0":
+			want["changed"] = "in-place"
+		}
+		if !maps.Equal(cm.Annotations, want) {
+			t.Errorf("after an update of cm-0 that changed its annotations in place, %s has %v, want %v", cm.Name, cm.Annotations, want)
 		}
 	}
 }

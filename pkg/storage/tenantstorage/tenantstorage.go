@@ -108,9 +108,11 @@ func Decorate(inner generic.StorageDecorator, o Options) generic.StorageDecorato
 		// are not served by Milo, and the cache supports one index.
 		triggers := storage.IndexerFuncs{TenantField: segmentOf}
 		// The watch cache computes the key of each object it takes in, new
-		// from storage, before anyone else holds it: the moment to share
-		// its annotations. The store's own keys (s.keyFunc) are of
-		// objects being written, which are not shared.
+		// from storage, before anyone else holds it (processEvent, Replace):
+		// the moment to share its annotations. This key function changes
+		// the object it is given: it must reach nothing but the watch
+		// cache. The store's own keys (s.keyFunc) are of objects being
+		// written, which are not shared.
 		cacheKeyFunc := tenantKeyFunc
 		if o.TenancyMaps != nil {
 			cacheKeyFunc = func(obj runtime.Object) (string, error) {
