@@ -4,7 +4,7 @@ OPENAPI_GEN ?= go run k8s.io/kube-openapi/cmd/openapi-gen@v0.0.0-20260317180543-
 # -count=1: the e2e tests build and run the milo binary, which the test cache cannot see.
 GO_TEST_FLAGS ?= -count=1
 
-.PHONY: all build run test test-postgres generate verify-generated vet fmt-check fuzz bench-dispatch bench-provider bench-iam bench-top bench-scale bench-scale-smoke clean
+.PHONY: all build run test test-sql test-postgres test-mysql generate verify-generated vet fmt-check fuzz bench-dispatch bench-provider bench-iam bench-top bench-scale bench-scale-smoke clean
 
 all: build
 
@@ -19,19 +19,23 @@ build:
 run:
 	go run ./cmd/milo start
 
-# POSTGRES_E2E are the e2e tests run a second time with the shared server on
-# PostgreSQL (through kine): isolation, lifecycle, IAM and quotas.
-POSTGRES_E2E ?= TestProjectsAreIsolated|TestWatchSeesOnlyTheOwnProject|TestTenantAwareNamespaceAdmission|TestTenantAnnotationCannotBeForged|TestUnknownProjectIsNotFoundAndWritesNothing|TestAllProjectsViewListsAndWatchesOnly|TestCustomResourcesAreIsolated|TestResourceQuotaLimitsOnlyItsProject|TestProjectRBACAppliesOnlyInItsProject|TestProjectExistenceIsNotRevealedWithoutAccess|TestProjectDeletionEmptiesItAndReleasesTheName|TestOrganizationDeletionCascadesWithKubectl|TestFolderDeletionCascadesToItsSubtreeOnly|TestIAMStory|TestBindingsDoNotCrossOrganizations|TestIAMGrantMatrix|TestNamespaceDeletionEmptiesTheNamespace|TestGarbageCollectionInAProject|TestOrganizationContextShowsOnlyItsOwnObjects|TestServiceAccountTokensWorkOnlyInTheirProject|TestProjectCRDsAreTheProjectsOwn|TestProviderQuotas|TestStoredObjectsAndBytesPerProject
+# SQL_E2E are the e2e tests run again with the shared server on each SQL
+# backend, PostgreSQL and MySQL (through kine): isolation, lifecycle, IAM and
+# quotas.
+SQL_E2E ?= TestProjectsAreIsolated|TestWatchSeesOnlyTheOwnProject|TestTenantAwareNamespaceAdmission|TestTenantAnnotationCannotBeForged|TestUnknownProjectIsNotFoundAndWritesNothing|TestAllProjectsViewListsAndWatchesOnly|TestCustomResourcesAreIsolated|TestResourceQuotaLimitsOnlyItsProject|TestProjectRBACAppliesOnlyInItsProject|TestProjectExistenceIsNotRevealedWithoutAccess|TestProjectDeletionEmptiesItAndReleasesTheName|TestOrganizationDeletionCascadesWithKubectl|TestFolderDeletionCascadesToItsSubtreeOnly|TestIAMStory|TestBindingsDoNotCrossOrganizations|TestIAMGrantMatrix|TestNamespaceDeletionEmptiesTheNamespace|TestGarbageCollectionInAProject|TestOrganizationContextShowsOnlyItsOwnObjects|TestServiceAccountTokensWorkOnlyInTheirProject|TestProjectCRDsAreTheProjectsOwn|TestProviderQuotas|TestStoredObjectsAndBytesPerProject
 
 ## test: everything CI runs: generated files fresh, gofmt, go vet, then all
-## tests, then the e2e tests of POSTGRES_E2E again on PostgreSQL.
+## tests, then the e2e tests of SQL_E2E again on PostgreSQL and on MySQL.
 test: verify-generated fmt-check vet
 	go test $(GO_TEST_FLAGS) -timeout 40m ./...
-	MILO_E2E_STORAGE=postgres go test $(GO_TEST_FLAGS) -timeout 20m ./test/e2e -run '^($(POSTGRES_E2E))$$'
+	$(MAKE) test-sql
 
-## test-postgres: only the e2e tests of POSTGRES_E2E, the shared server on PostgreSQL.
-test-postgres:
-	MILO_E2E_STORAGE=postgres go test $(GO_TEST_FLAGS) -timeout 20m ./test/e2e -run '^($(POSTGRES_E2E))$$'
+## test-sql: only the e2e tests of SQL_E2E, the shared server on each SQL backend.
+test-sql: test-postgres test-mysql
+
+## test-postgres, test-mysql: the e2e tests of SQL_E2E on one SQL backend.
+test-postgres test-mysql: test-%:
+	MILO_E2E_STORAGE=$* go test $(GO_TEST_FLAGS) -timeout 20m ./test/e2e -run '^($(SQL_E2E))$$'
 
 generate:
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...

@@ -77,7 +77,7 @@ func newMigrateCommand() *cobra.Command {
 	f.StringVar(&c.ProjectsPrefix, "from-projects-prefix", c.ProjectsPrefix, "where the source keeps projects' objects (/projects/<project>/...)")
 	f.StringVar(&c.RegistryPrefix, "from-prefix", c.RegistryPrefix, "where the source keeps the platform's objects; Milo's --etcd-prefix")
 	f.StringVar(&dataDir, "data-dir", "", "target: the Milo data directory whose embedded etcd to migrate into (its server stopped)")
-	f.StringVar(&storageBackend, "storage-backend", "", "target: the SQL database Milo's servers run on (postgres://... or sqlite://PATH), as milo start --storage-backend takes it")
+	f.StringVar(&storageBackend, "storage-backend", "", "target: the SQL database Milo's servers run on (postgres://..., mysql://... or sqlite://PATH), as milo start --storage-backend takes it")
 	f.StringSliceVar(&to.servers, "etcd-servers", nil, "target: the endpoints of the etcd cluster Milo's servers run on")
 	f.StringVar(&to.ca, "etcd-cafile", "", "with --etcd-servers: the CA verifying it")
 	f.StringVar(&to.cert, "etcd-certfile", "", "with --etcd-servers: the client certificate")

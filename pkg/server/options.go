@@ -83,7 +83,7 @@ type Options struct {
 	// AuditProjects, if set, limits the audit log to these projects' requests.
 	AuditProjects []string
 	// StorageBackend, when set, is a SQL database served through kine in
-	// place of the embedded etcd: postgres://... or sqlite://PATH.
+	// place of the embedded etcd: postgres://..., mysql://... or sqlite://PATH.
 	StorageBackend string
 
 	// ControlPlane are the generic control plane's options (serving, etcd,
@@ -162,7 +162,7 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"and admin.kubeconfig. Created if missing. Certificates and keys found there are reused.")
 	fs.StringVar(&o.StorageBackend, "storage-backend", o.StorageBackend, ""+
 		"Store everything in a SQL database instead of the embedded etcd, through kine run in this process: "+
-		"postgres://USER[:PASSWORD]@HOST:PORT/DATABASE (created if missing) or sqlite://PATH (one server only). "+
+		"postgres://USER[:PASSWORD]@HOST:PORT/DATABASE or mysql://USER[:PASSWORD]@tcp(HOST:PORT)/DATABASE (MySQL or MariaDB; the database is created if missing) or sqlite://PATH (one server only). "+
 		"Empty: the embedded etcd in --data-dir, or --etcd-servers. See docs/operations.md.")
 	fs.Var(&o.Controllers, "controllers", ""+
 		"Controllers to run in this process: '*' for all, a name to add one, '-name' to leave one out "+

@@ -71,8 +71,8 @@ func runMain(m *testing.M) int {
 	defer sharedIssuer.server.Close()
 	sharedArgs = append([]string{"--token-auth-file", tokens, fmt.Sprintf("--max-project-list-items=%d", sharedMaxListItems), fmt.Sprintf("--project-list-concurrency=%d", sharedListConcurrency), fmt.Sprintf("--max-project-watches=%d", sharedMaxWatches), fmt.Sprintf("--tenant-concurrency=%d", sharedSeats), "--project-crds", "--project-crd-conversion-webhook-prefixes=" + sharedConversionPrefix}, sharedIssuer.flags()...)
 	storage, dropStorage, err := storageArgs()
-	if errors.Is(err, framework.ErrNoPostgres) && !framework.MustHavePostgres() {
-		fmt.Fprintf(os.Stderr, "!!! SKIPPING the e2e tests on PostgreSQL: %v\n", err)
+	if errors.Is(err, framework.ErrNoSQLServer) && !framework.MustHaveSQL() {
+		fmt.Fprintf(os.Stderr, "!!! SKIPPING the e2e tests on %s: %v\n", os.Getenv("MILO_E2E_STORAGE"), err)
 		return 0
 	}
 	if err != nil {

@@ -96,10 +96,12 @@ func TestMigrateFromUpstreamLayout(t *testing.T) {
 		dataDir := filepath.Join(dir, "milo")
 		migrateAndServe(t, source, before, from, []string{"--data-dir", dataDir}, dataDir)
 	})
-	t.Run("postgres", func(t *testing.T) {
-		pg := postgresFor(t, "milo_e2e_migrate")
-		migrateAndServe(t, source, before, from, []string{"--storage-backend", pg.URL}, t.TempDir(), "--storage-backend", pg.URL)
-	})
+	for _, backend := range framework.SQLBackends {
+		t.Run(backend, func(t *testing.T) {
+			db := sqlDatabaseFor(t, backend, "milo_e2e_migrate")
+			migrateAndServe(t, source, before, from, []string{"--storage-backend", db.URL}, t.TempDir(), "--storage-backend", db.URL)
+		})
+	}
 }
 
 // migrateAndServe migrates the source (holding the keys counted in before;

@@ -166,21 +166,26 @@ func TestReplicasOnAnEtcdCluster(t *testing.T) {
 	})
 }
 
-// TestReplicasOnPostgres runs two `milo start` replicas sharing one set of
-// PKI on one PostgreSQL database, each with kine in its process: what one
-// writes the other reads and watches at the same resourceVersions, under a
-// steady load; the replica leading the controllers killed in the middle of a
-// project deletion, the other finishes it, and no key of the project is left
-// in the SQL table (both replicas' purgers ran on it).
-func TestReplicasOnPostgres(t *testing.T) {
-	pg := postgresFor(t, "milo_e2e_replicas")
-	id := replicaStory(t, t.TempDir(), []string{"--storage-backend", pg.URL}, replicaLoad{})
-	eventually(t, "the deleted project purged from the SQL table", func() error {
-		if n := liveKeys(t, pg, "/"+id+"/"); n != 0 {
-			return fmt.Errorf("%d keys of the deleted project left", n)
-		}
-		return nil
-	})
+// TestReplicasOnSQL runs, on PostgreSQL and on MySQL (MariaDB here), two
+// `milo start` replicas sharing one set of PKI on one database, each with
+// kine in its process: what one writes the other reads and watches at the
+// same resourceVersions, under a steady load; the replica leading the
+// controllers killed in the middle of a project deletion, the other
+// finishes it, and no key of the project is left in the SQL table (both
+// replicas' purgers ran on it).
+func TestReplicasOnSQL(t *testing.T) {
+	for _, backend := range framework.SQLBackends {
+		t.Run(backend, func(t *testing.T) {
+			db := sqlDatabaseFor(t, backend, "milo_e2e_replicas")
+			id := replicaStory(t, t.TempDir(), []string{"--storage-backend", db.URL}, replicaLoad{})
+			eventually(t, "the deleted project purged from the SQL table", func() error {
+				if n := liveKeys(t, db, "/"+id+"/"); n != 0 {
+					return fmt.Errorf("%d keys of the deleted project left", n)
+				}
+				return nil
+			})
+		})
+	}
 }
 
 // replicaLoad is what happens to the storage while a replica story's steady

@@ -27,7 +27,8 @@ type backend struct {
 
 // backends starts every storage Milo runs on: an embedded etcd (with both
 // stores: kine's works on etcd too), and kine on SQLite and on the
-// machine's PostgreSQL (in a database of this run's own, dropped after).
+// machine's PostgreSQL and MySQL (MariaDB here), each in a database of this
+// run's own, dropped after.
 func backends(t *testing.T) []backend {
 	t.Helper()
 	dir := t.TempDir()
@@ -51,8 +52,10 @@ func backends(t *testing.T) []backend {
 		out = append(out, backend{name, c, map[string]keyranges.Store{"kine": keyranges.Kine(c)}})
 	}
 	kine("sqlite", "sqlite://"+filepath.Join(dir, "state.db"))
-	if db := postgresDatabase(t); db != "" {
-		kine("postgres", db)
+	for _, backend := range framework.SQLBackends {
+		if db := sqlDatabase(t, backend); db != "" {
+			kine(backend, db)
+		}
 	}
 	return out
 }
@@ -68,14 +71,14 @@ func client(t *testing.T, cfg clientv3.Config) *clientv3.Client {
 	return c
 }
 
-// postgresDatabase names a database of this test run's own on the
-// machine's PostgreSQL server (kine creates it), dropped when the test
-// ends; "" when no server answers, which fails the test under CI.
-func postgresDatabase(t *testing.T) string {
+// sqlDatabase names a database of this test run's own on the machine's
+// server of backend (kine creates it), dropped when the test ends; "" when
+// no server answers, which fails the test under CI.
+func sqlDatabase(t *testing.T, backend string) string {
 	t.Helper()
-	pg, err := framework.NewPostgres("milo_keyranges")
-	if errors.Is(err, framework.ErrNoPostgres) && !framework.MustHavePostgres() {
-		t.Logf("!!! SKIPPING the PostgreSQL backend: %v", err)
+	pg, err := framework.NewSQLDatabase(backend, "milo_keyranges")
+	if errors.Is(err, framework.ErrNoSQLServer) && !framework.MustHaveSQL() {
+		t.Logf("!!! SKIPPING the %s backend: %v", backend, err)
 		return ""
 	}
 	if err != nil {
@@ -107,6 +110,25 @@ func TestKeyRanges(t *testing.T) {
 				put("ab/x", 7) // "a/" is not a prefix of it
 				put("b/1", 100)
 				put("b/2", 200)
+
+				// Keys compare as bytes, as on etcd: keys differing in case
+				// only are two keys, and "C/" < "D/" < "c/" (MySQL's
+				// default collation of kine's keys would make C/ and c/ one
+				// range).
+				put("C/x", 1)
+				put("c/x", 2)
+				if n, err := s.Count(ctx, root+"C/"); err != nil || n != 1 {
+					t.Fatalf("count C/ beside c/: %d %v", n, err)
+				}
+				if kv, ok, err := s.Get(ctx, root+"c/x"); err != nil || !ok || string(kv.Value) != "vv" {
+					t.Fatalf("get c/x beside C/x: %q %v %v", kv.Value, ok, err)
+				}
+				if n, err := s.DeletePrefixes(ctx, root+"C/"); err != nil || n != 1 {
+					t.Fatalf("delete C/: %d %v", n, err)
+				}
+				if n, err := s.Count(ctx, root+"c/"); err != nil || n != 1 {
+					t.Fatalf("c/ after deleting C/: %d %v", n, err)
+				}
 
 				if n, err := s.Count(ctx, root+"a/"); err != nil || n != many {
 					t.Fatalf("count a/: %d %v", n, err)

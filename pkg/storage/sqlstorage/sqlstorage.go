@@ -1,11 +1,12 @@
 // Package sqlstorage runs kine in Milo's process: an etcd API over a SQL
-// database (PostgreSQL, or an embedded SQLite file), served on a unix
+// database (PostgreSQL, MySQL or MariaDB, or an embedded SQLite file), served on a unix
 // socket only this process's user can open, for the API server and Milo's
 // key-range work to use as they use etcd.
 package sqlstorage
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net"
@@ -15,8 +16,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/k3s-io/kine/pkg/drivers"
 	"github.com/k3s-io/kine/pkg/drivers/generic"
+	_ "github.com/k3s-io/kine/pkg/drivers/mysql" // mysql://
 	_ "github.com/k3s-io/kine/pkg/drivers/pgsql" // postgres://
 	"github.com/k3s-io/kine/pkg/drivers/sqlite"  // sqlite://
 	"github.com/k3s-io/kine/pkg/server"
@@ -26,18 +29,31 @@ import (
 )
 
 // Schemes are the storage backends served through kine.
-var Schemes = []string{"postgres", "sqlite"}
+var Schemes = []string{"postgres", "mysql", "sqlite"}
+
+// Usage names the forms of a --storage-backend value.
+const Usage = "postgres://USER[:PASSWORD]@HOST:PORT/DATABASE, mysql://USER[:PASSWORD]@tcp(HOST:PORT)/DATABASE or sqlite://PATH"
 
 // Validate checks a --storage-backend value: postgres://... (a PostgreSQL
-// connection URL) or sqlite://PATH.
+// connection URL), mysql://... (a MySQL or MariaDB data source name, as
+// the Go MySQL driver reads it) or sqlite://PATH.
 func Validate(endpoint string) error {
 	scheme, rest, ok := strings.Cut(endpoint, "://")
 	switch {
 	case !ok:
-		return fmt.Errorf("%q is not a URL: use postgres://USER@HOST:PORT/DATABASE or sqlite://PATH", redact(endpoint))
+		return fmt.Errorf("%q is not a URL: use %s", redact(endpoint), Usage)
 	case scheme == "postgres":
 		if _, err := url.Parse(endpoint); err != nil {
 			return fmt.Errorf("not a PostgreSQL URL: %v", redactErr(err, endpoint))
+		}
+		return nil
+	case scheme == "mysql":
+		c, err := mysql.ParseDSN(rest)
+		if err != nil {
+			return fmt.Errorf("not a MySQL data source name (mysql://USER[:PASSWORD]@tcp(HOST:PORT)/DATABASE): %v", redactErr(err, endpoint))
+		}
+		if c.DBName == "" {
+			return errors.New("mysql:// names no database: use mysql://USER@tcp(HOST:PORT)/DATABASE (created if missing)")
 		}
 		return nil
 	case scheme == "sqlite":
@@ -55,7 +71,7 @@ const MaxOpenConnections = 40
 
 // Config is one SQL storage to serve.
 type Config struct {
-	// Endpoint is the database: postgres://... or sqlite://PATH.
+	// Endpoint is the database: postgres://..., mysql://... or sqlite://PATH.
 	Endpoint string
 	// Socket is the path of the unix socket to serve the etcd API on.
 	Socket string
@@ -95,6 +111,12 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("opening the SQL storage: %v", redactErr(err, c.Endpoint))
+	}
+	if strings.HasPrefix(endpoint, "mysql://") {
+		if err := binaryKeys(bctx, strings.TrimPrefix(endpoint, "mysql://")); err != nil {
+			cancel()
+			return nil, fmt.Errorf("preparing the MySQL storage: %v", redactErr(err, c.Endpoint))
+		}
 	}
 	if err := backend.Start(bctx); err != nil {
 		cancel()
@@ -154,8 +176,49 @@ func (s *Server) Close() {
 	s.wg.Wait()
 }
 
+// binaryKeys makes the key column of kine's table on MySQL compare bytes,
+// as etcd does. kine creates it in the character set ascii, whose default
+// collation ignores case: there, keys differing in case only (ClusterRoles
+// "Admin" and "admin") would be one key, and a range of keys would not be
+// the range of bytes the API server and Milo's key-range work read and
+// purge. The column is changed once, when its collation is not binary.
+func binaryKeys(ctx context.Context, dsn string) error {
+	config, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return err
+	}
+	connector, err := mysql.NewConnector(config)
+	if err != nil {
+		return err
+	}
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	var collation string
+	if err := db.QueryRowContext(ctx, `SELECT collation_name FROM information_schema.columns
+		WHERE table_schema = DATABASE() AND table_name = 'kine' AND column_name = 'name'`).Scan(&collation); err != nil {
+		return fmt.Errorf("reading the collation of kine's keys: %w", err)
+	}
+	if collation == BinaryCollation {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, `ALTER TABLE kine MODIFY name VARCHAR(630) CHARACTER SET ascii COLLATE `+BinaryCollation); err != nil {
+		return fmt.Errorf("making kine's keys compare as bytes (collation %s to %s): %w", collation, BinaryCollation, err)
+	}
+	return nil
+}
+
+// BinaryCollation is the collation of kine's keys on MySQL: byte order.
+const BinaryCollation = "ascii_bin"
+
 // redact hides a URL's password.
 func redact(endpoint string) string {
+	if rest, ok := strings.CutPrefix(endpoint, "mysql://"); ok {
+		if c, err := mysql.ParseDSN(rest); err == nil && c.Passwd != "" {
+			c.Passwd = "xxxxx"
+			return "mysql://" + c.FormatDSN()
+		}
+		return endpoint
+	}
 	if u, err := url.Parse(endpoint); err == nil && u.User != nil {
 		if _, ok := u.User.Password(); ok {
 			u.User = url.UserPassword(u.User.Username(), "xxxxx")
@@ -168,6 +231,12 @@ func redact(endpoint string) string {
 // redactErr is err's message with endpoint's password hidden.
 func redactErr(err error, endpoint string) string {
 	msg := err.Error()
+	if rest, ok := strings.CutPrefix(endpoint, "mysql://"); ok {
+		if c, perr := mysql.ParseDSN(rest); perr == nil && c.Passwd != "" {
+			msg = strings.ReplaceAll(msg, c.Passwd, "xxxxx")
+		}
+		return msg
+	}
 	if u, perr := url.Parse(endpoint); perr == nil && u.User != nil {
 		if p, ok := u.User.Password(); ok && p != "" {
 			msg = strings.ReplaceAll(msg, p, "xxxxx")
