@@ -296,33 +296,42 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 	progress("[milo] %d projects with a grant and a bucket: heap %.0f → %.0f MiB (%.0f bytes per project), %v → %v goroutines",
 		o.Projects, r.Before.HeapBytes/(1<<20), r.Granted.HeapBytes/(1<<20), r.bytesPerProject(), r.Before.Goroutines, r.Granted.Goroutines)
 
-	// Project creation in two new organizations, one limited.
-	rate := func(org string, limited bool) (created, ready float64, err error) {
+	// Project creation in two new organizations, one limited, in four
+	// rounds of a quarter each, without-with-with-without: the server grows
+	// busier with every project, and the order cancels that drift, which
+	// one organization after the other measured as the quota's cost.
+	organization := func(org string, limited bool) error {
 		if _, err := admin.Resource(organizationsGVR).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Organization", "metadata": map[string]any{"name": org}}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return 0, 0, err
+			return err
 		}
 		orgNS := tenancy.OrganizationNamespace(org)
 		if err := poll(ctx, time.Minute, func() (bool, error) {
 			_, err := admin.Resource(namespacesGVR).Get(ctx, orgNS, metav1.GetOptions{})
 			return err == nil, nil
 		}); err != nil {
-			return 0, 0, fmt.Errorf("namespace %s: %w", orgNS, err)
+			return fmt.Errorf("namespace %s: %w", orgNS, err)
 		}
-		if limited {
-			if _, err := admin.Resource(quotaGrantsGVR).Namespace(orgNS).Create(ctx, quotaGrant(orgNS, "projects", "Organization", org, "resourcemanager.miloapis.com/projects", int64(o.Created)), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-				return 0, 0, err
-			}
-			// The quota controller's queue may still hold the recount of the grants above.
-			if err := poll(ctx, 10*time.Minute, func() (bool, error) {
-				list, err := admin.Resource(quotaBucketsGVR).Namespace(orgNS).List(ctx, metav1.ListOptions{})
-				return err == nil && len(list.Items) == 1, nil
-			}); err != nil {
-				return 0, 0, fmt.Errorf("the bucket of %s: %w", org, err)
-			}
+		if !limited {
+			return nil
 		}
+		if _, err := admin.Resource(quotaGrantsGVR).Namespace(orgNS).Create(ctx, quotaGrant(orgNS, "projects", "Organization", org, "resourcemanager.miloapis.com/projects", int64(o.Created)), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		// The quota controller's queue may still hold the recount of the grants above.
+		if err := poll(ctx, 10*time.Minute, func() (bool, error) {
+			list, err := admin.Resource(quotaBucketsGVR).Namespace(orgNS).List(ctx, metav1.ListOptions{})
+			return err == nil && len(list.Items) == 1, nil
+		}); err != nil {
+			return fmt.Errorf("the bucket of %s: %w", org, err)
+		}
+		return nil
+	}
+	// round creates projects [from, to) of org and waits for them Ready; it
+	// returns the time to the last answer and to the last Ready.
+	round := func(org string, from, to int) (created, ready time.Duration, err error) {
 		began := time.Now()
-		if err := parallel(ctx, "projects of "+org, 0, o.Created, 8*32, func(i int) error {
+		if err := parallel(ctx, "projects of "+org, from, to, 8*32, func(i int) error {
 			_, err := admin.Resource(projectsGVR).Create(ctx, &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project", "metadata": map[string]any{"name": fmt.Sprintf("%s-%05d", org, i)},
 				"spec": map[string]any{"ownerRef": map[string]any{"kind": "Organization", "name": org}}}}, metav1.CreateOptions{})
@@ -333,7 +342,7 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 		}); err != nil {
 			return 0, 0, err
 		}
-		created = float64(o.Created) / time.Since(began).Seconds()
+		created = time.Since(began)
 		err = poll(ctx, 10*time.Minute, func() (bool, error) {
 			n, opts := 0, metav1.ListOptions{Limit: 500, LabelSelector: tenancy.OrganizationLabel + "=" + org}
 			for {
@@ -351,18 +360,46 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 					}
 				}
 				if opts.Continue = list.GetContinue(); opts.Continue == "" {
-					return n >= o.Created, nil
+					return n >= to, nil
 				}
 			}
 		})
-		return created, float64(o.Created) / time.Since(began).Seconds(), err
+		return created, time.Since(began), err
 	}
-	if r.ProjectsPerSecondOff, r.ReadyPerSecondOff, err = rate("quota-off", false); err != nil {
+	orgs := map[bool]string{false: "quota-off", true: "quota-on"}
+	for limited, org := range orgs {
+		if err := organization(org, limited); err != nil {
+			return nil, err
+		}
+	}
+	// A round not counted first, in an organization of its own: the first
+	// projects after the grants above are slower whichever organization
+	// they are in.
+	if err := organization("quota-warm", false); err != nil {
 		return nil, err
 	}
-	if r.ProjectsPerSecondOn, r.ReadyPerSecondOn, err = rate("quota-on", true); err != nil {
+	if _, _, err := round("quota-warm", 0, o.Created/4); err != nil {
 		return nil, err
 	}
+	var createdIn, readyIn [2]time.Duration // by limited
+	done := map[bool]int{}
+	for k, limited := range []bool{false, true, true, false} {
+		from, to := done[limited], done[limited]+(o.Created*(k+1)/4-o.Created*k/4)
+		c, rd, err := round(orgs[limited], from, to)
+		if err != nil {
+			return nil, err
+		}
+		done[limited] = to
+		i := 0
+		if limited {
+			i = 1
+		}
+		createdIn[i] += c
+		readyIn[i] += rd
+	}
+	perSecond := func(n int, d time.Duration) float64 { return float64(n) / max(d.Seconds(), 0.001) }
+	r.ProjectsPerSecondOff, r.ReadyPerSecondOff = perSecond(done[false], createdIn[0]), perSecond(done[false], readyIn[0])
+	r.ProjectsPerSecondOn, r.ReadyPerSecondOn = perSecond(done[true], createdIn[1]), perSecond(done[true], readyIn[1])
 	progress("[milo] %d projects created at %.0f/s (Ready %.0f/s) without a projects quota, %.0f/s (Ready %.0f/s) with one",
 		o.Created, r.ProjectsPerSecondOff, r.ReadyPerSecondOff, r.ProjectsPerSecondOn, r.ReadyPerSecondOn)
 	return r, nil
@@ -376,7 +413,7 @@ func (q *quotaResult) bytesPerProject() float64 {
 func (q *quotaResult) section() string {
 	var b strings.Builder
 	o := q.Options
-	fmt.Fprintf(&b, "## Provider quotas\n\nConfigMap creates in %s as the harness's ordinary user, one after another, %d each. Then %d projects granted namespaces (a ResourceGrant, its AllowanceBucket and a claim of each namespace they hold); then %d projects created, 256 at once, in a new organization without and with a projects-per-organization grant.\n\n",
+	fmt.Fprintf(&b, "## Provider quotas\n\nConfigMap creates in %s as the harness's ordinary user, one after another, %d each. Then %d projects granted namespaces (a ResourceGrant, its AllowanceBucket and a claim of each namespace they hold); then %d projects created, 256 at once, in a new organization without and in one with a projects-per-organization grant, a quarter at a time in the order without, with, with, without (after a quarter in a third organization, not counted).\n\n",
 		projectName(0), o.Samples, o.Projects, o.Created)
 	b.WriteString("| ConfigMap create | p50 | p99 |\n|---|---|---|\n")
 	for _, row := range []struct {

@@ -40,10 +40,6 @@ type SQLDatabase struct {
 	driver, dsn string
 }
 
-// NewPostgres names a new database on the machine's PostgreSQL, unique to
-// this run, with prefix.
-func NewPostgres(prefix string) (*SQLDatabase, error) { return NewSQLDatabase("postgres", prefix) }
-
 // NewSQLDatabase names a new database on the machine's server of backend
 // ("postgres" or "mysql", MariaDB here), unique to this run, with prefix.
 func NewSQLDatabase(backend, prefix string) (*SQLDatabase, error) {
@@ -96,19 +92,6 @@ func (d *SQLDatabase) LiveKeys(part string) (int64, error) {
 	err = db.QueryRow(`SELECT count(*) FROM kine k WHERE k.name LIKE `+placeholder+
 		` AND k.deleted = 0 AND k.id = (SELECT max(id) FROM kine WHERE name = k.name)`, "%"+part+"%").Scan(&n)
 	return n, err
-}
-
-// QueryString runs a query on the database and returns the first column of
-// its one row.
-func (d *SQLDatabase) QueryString(query string, args ...any) (string, error) {
-	db, err := sql.Open(d.driver, d.dsn)
-	if err != nil {
-		return "", err
-	}
-	defer db.Close()
-	var s string
-	err = db.QueryRow(query, args...).Scan(&s)
-	return s, err
 }
 
 // Drop removes the database, closing whatever is still connected to it.

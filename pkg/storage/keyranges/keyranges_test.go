@@ -129,6 +129,22 @@ func TestKeyRanges(t *testing.T) {
 				if n, err := s.Count(ctx, root+"c/"); err != nil || n != 1 {
 					t.Fatalf("c/ after deleting C/: %d %v", n, err)
 				}
+				put("c/x ", 3) // a trailing space makes another key
+				if kv, ok, err := s.Get(ctx, root+"c/x"); err != nil || !ok || string(kv.Value) != "vv" {
+					t.Fatalf("get c/x beside \"c/x \": %q %v %v", kv.Value, ok, err)
+				}
+				// A paged list goes on after the last key of a page: keys
+				// continuing it with a byte below '#' are not skipped.
+				const chain = 520 // more than a page
+				for i := range chain {
+					put("d/k"+strings.Repeat("!", i), 1)
+				}
+				if list, err := s.List(ctx, root+"d/"); err != nil || len(list) != chain {
+					t.Fatalf("list of %d keys each continuing the one before with '!': %d %v", chain, len(list), err)
+				}
+				if _, err := s.DeletePrefixes(ctx, root+"c/", root+"d/"); err != nil {
+					t.Fatal(err)
+				}
 
 				if n, err := s.Count(ctx, root+"a/"); err != nil || n != many {
 					t.Fatalf("count a/: %d %v", n, err)

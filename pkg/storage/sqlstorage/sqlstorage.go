@@ -41,7 +41,8 @@ func Validate(endpoint string) error {
 	scheme, rest, ok := strings.Cut(endpoint, "://")
 	switch {
 	case !ok:
-		return fmt.Errorf("%q is not a URL: use %s", redact(endpoint), Usage)
+		// Not echoed: a data source name without its scheme holds a password where no URL parser finds it.
+		return fmt.Errorf("the storage backend is not a URL: use %s", Usage)
 	case scheme == "postgres":
 		if _, err := url.Parse(endpoint); err != nil {
 			return fmt.Errorf("not a PostgreSQL URL: %v", redactErr(err, endpoint))
@@ -117,6 +118,7 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 			cancel()
 			return nil, fmt.Errorf("preparing the MySQL storage: %v", redactErr(err, c.Endpoint))
 		}
+		backend = exactStart{backend}
 	}
 	if err := backend.Start(bctx); err != nil {
 		cancel()
@@ -177,11 +179,12 @@ func (s *Server) Close() {
 }
 
 // binaryKeys makes the key column of kine's table on MySQL compare bytes,
-// as etcd does. kine creates it in the character set ascii, whose default
-// collation ignores case: there, keys differing in case only (ClusterRoles
-// "Admin" and "admin") would be one key, and a range of keys would not be
-// the range of bytes the API server and Milo's key-range work read and
-// purge. The column is changed once, when its collation is not binary.
+// as etcd's keys do. kine creates it as VARCHAR in the character set
+// ascii, whose default collation ignores case and trailing spaces: there,
+// keys differing in case only (ClusterRoles "Admin" and "admin") or in a
+// trailing space would be one key, and a range of keys would not be the
+// range of bytes the API server and Milo's key-range work read and purge.
+// The column is made VARBINARY of the same length once, when it is not.
 func binaryKeys(ctx context.Context, dsn string) error {
 	config, err := mysql.ParseDSN(dsn)
 	if err != nil {
@@ -193,39 +196,42 @@ func binaryKeys(ctx context.Context, dsn string) error {
 	}
 	db := sql.OpenDB(connector)
 	defer db.Close()
-	var collation string
-	if err := db.QueryRowContext(ctx, `SELECT collation_name FROM information_schema.columns
-		WHERE table_schema = DATABASE() AND table_name = 'kine' AND column_name = 'name'`).Scan(&collation); err != nil {
-		return fmt.Errorf("reading the collation of kine's keys: %w", err)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	var dataType string
+	if err := db.QueryRowContext(ctx, `SELECT data_type FROM information_schema.columns
+		WHERE table_schema = DATABASE() AND table_name = 'kine' AND column_name = 'name'`).Scan(&dataType); err != nil {
+		return fmt.Errorf("reading the type of kine's keys: %w", err)
 	}
-	if collation == BinaryCollation {
+	if strings.EqualFold(dataType, "varbinary") {
 		return nil
 	}
-	if _, err := db.ExecContext(ctx, `ALTER TABLE kine MODIFY name VARCHAR(630) CHARACTER SET ascii COLLATE `+BinaryCollation); err != nil {
-		return fmt.Errorf("making kine's keys compare as bytes (collation %s to %s): %w", collation, BinaryCollation, err)
+	if _, err := db.ExecContext(ctx, `ALTER TABLE kine MODIFY name VARBINARY(630)`); err != nil {
+		return fmt.Errorf("making kine's keys compare as bytes (%s to VARBINARY): %w", dataType, err)
 	}
 	return nil
 }
 
-// BinaryCollation is the collation of kine's keys on MySQL: byte order.
-const BinaryCollation = "ascii_bin"
+// exactStart keeps kine's MySQL driver from reading "key\x00", the first
+// key after key (where a paged list goes on), as "key#": that skips the
+// keys that continue key with a byte below '#' (a space, '!'). It asks
+// for "key\x01" instead, the same bound for keys without NUL bytes, which
+// no key holds. PostgreSQL's driver reads it as "key\x1a", exact as well.
+type exactStart struct{ server.Backend }
 
-// redact hides a URL's password.
-func redact(endpoint string) string {
-	if rest, ok := strings.CutPrefix(endpoint, "mysql://"); ok {
-		if c, err := mysql.ParseDSN(rest); err == nil && c.Passwd != "" {
-			c.Passwd = "xxxxx"
-			return "mysql://" + c.FormatDSN()
-		}
-		return endpoint
+func (b exactStart) List(ctx context.Context, key, end string, limit, revision int64, keysOnly bool) (int64, []*server.KeyValue, error) {
+	return b.Backend.List(ctx, after(key), end, limit, revision, keysOnly)
+}
+
+func (b exactStart) Count(ctx context.Context, key, end string, revision int64) (int64, int64, error) {
+	return b.Backend.Count(ctx, after(key), end, revision)
+}
+
+func after(key string) string {
+	if k, ok := strings.CutSuffix(key, "\x00"); ok {
+		return k + "\x01"
 	}
-	if u, err := url.Parse(endpoint); err == nil && u.User != nil {
-		if _, ok := u.User.Password(); ok {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-			return u.String()
-		}
-	}
-	return endpoint
+	return key
 }
 
 // redactErr is err's message with endpoint's password hidden.

@@ -34,16 +34,16 @@ func TestValidate(t *testing.T) {
 }
 
 func TestPasswordsAreNotShown(t *testing.T) {
-	for endpoint, want := range map[string]string{
-		"postgres://milo:secret@127.0.0.1:5432/milo":   "postgres://milo:xxxxx@127.0.0.1:5432/milo",
-		"mysql://milo:secret@tcp(127.0.0.1:3306)/milo": "mysql://milo:xxxxx@tcp(127.0.0.1:3306)/milo",
-		"mysql://milo@tcp(127.0.0.1:3306)/milo":        "mysql://milo@tcp(127.0.0.1:3306)/milo",
+	for _, endpoint := range []string{
+		"postgres://milo:secret@127.0.0.1:5432/milo",
+		"mysql://milo:secret@tcp(127.0.0.1:3306)/milo",
 	} {
-		if got := redact(endpoint); got != want {
-			t.Errorf("redact(%s) = %s, want %s", endpoint, got, want)
-		}
-		if msg := redactErr(errors.New("cannot connect as milo:secret"), endpoint); strings.Contains(endpoint, "secret") && strings.Contains(msg, "secret") {
+		if msg := redactErr(errors.New("cannot connect as milo:secret"), endpoint); strings.Contains(msg, "secret") {
 			t.Errorf("redactErr with %s: %s", endpoint, msg)
 		}
+	}
+	// A data source name without its scheme: no parser finds its password.
+	if err := Validate("milo:secret@tcp(db:3306)/milo"); err == nil || strings.Contains(err.Error(), "secret") {
+		t.Errorf("a value without a scheme: %v", err)
 	}
 }
