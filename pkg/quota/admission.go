@@ -219,9 +219,17 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 	// durable write, and a create that fails stores no claim.
 	// Claims whose metadata the API would refuse (a policy's template made
 	// them) are stored through it instead, to answer its error.
+	// Their units are added to their buckets' tallies in that transaction
+	// too, which every replica reads: see TalliedAnnotation.
 	if joint := tenantstorage.JointFrom(ctx); joint != nil {
 		if companions, ok := claimObjects(reserved); ok && joint.Add(accessor.GetUID(), companions,
 			func() { release(reserved) }, func() { p.ledger.StoredWithObject(reserved) }) {
+			refuse := func(e *Exceeded) error {
+				return apierrors.NewForbidden(a.GetResource().GroupResource(), accessor.GetName(), e)
+			}
+			if !joint.Tally(p.ledger.Guard(reserved, refuse)) {
+				return apierrors.NewInternalError(fmt.Errorf("the quota claims of %s %s were not stored", trigger.Kind, trigger.Name))
+			}
 			return nil
 		}
 	}
@@ -240,9 +248,10 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 	return nil
 }
 
-// claimObjects are the claims of plans as they are stored: the fields the
-// server sets on a create (uid, creation time, generation) set. False when
-// one's metadata is not valid.
+// claimObjects are the claims of plans as they are stored with their
+// object: the fields the server sets on a create (uid, creation time,
+// generation) set, and marked tallied. False when one's metadata is not
+// valid.
 func claimObjects(plans []ClaimPlan) ([]tenantstorage.Companion, bool) {
 	now := metav1.Now()
 	out := make([]tenantstorage.Companion, 0, len(plans))
@@ -255,6 +264,12 @@ func claimObjects(plans []ClaimPlan) ([]tenantstorage.Companion, bool) {
 		if errs := apivalidation.ValidateObjectMetaAccessor(claim, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata")); len(errs) > 0 {
 			return nil, false
 		}
+		annotations := claim.GetAnnotations()
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		annotations[TalliedAnnotation] = "true"
+		claim.SetAnnotations(annotations)
 		claim.SetUID(uuid.NewUUID())
 		claim.SetCreationTimestamp(now)
 		claim.SetGeneration(1)
@@ -368,11 +383,43 @@ func OrganizationOf(ctx context.Context, h tenancy.HierarchyLookup, c Consumer) 
 	return "", fmt.Errorf("Milo charges Organizations and Projects, not %q", c.Kind)
 }
 
+// refuseTallyMark keeps TalliedAnnotation the server's: only a claim stored
+// with its object, which added to its buckets' tallies, carries it, and its
+// delete takes from them. Set on a claim written through the API, it would
+// take what was never added; taken off, it would leave units counted.
+func refuseTallyMark(a admission.Attributes) error {
+	if a.GetOperation() != admission.Create && a.GetOperation() != admission.Update {
+		return nil
+	}
+	mark := func(obj runtime.Object) (string, bool) {
+		m, err := meta.Accessor(obj)
+		if err != nil || obj == nil {
+			return "", false
+		}
+		v, ok := m.GetAnnotations()[TalliedAnnotation]
+		return v, ok
+	}
+	now, has := mark(a.GetObject())
+	var was string
+	var had bool
+	if a.GetOperation() == admission.Update {
+		was, had = mark(a.GetOldObject())
+	}
+	if has == had && now == was {
+		return nil
+	}
+	return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(), field.ErrorList{field.Forbidden(field.NewPath("metadata", "annotations").Key(TalliedAnnotation),
+		"set by the server on the claims it stores with their object, and kept as it set it")})
+}
+
 // validateQuotaObject keeps the quota kinds the platform's.
 func (p *plugin) validateQuotaObject(ctx context.Context, a admission.Attributes) error {
 	gr := a.GetResource().GroupResource()
 	if t := tenancy.From(ctx); t.Kind != tenancy.Platform {
 		return apierrors.NewForbidden(gr, a.GetName(), fmt.Errorf("quotas are the platform's: they are written at the platform, not in the %s", t))
+	}
+	if gr == quotav1alpha1.ClaimsResource.GroupResource() {
+		return refuseTallyMark(a)
 	}
 	if gr != quotav1alpha1.GrantsResource.GroupResource() || a.GetSubresource() != "" || (a.GetOperation() != admission.Create && a.GetOperation() != admission.Update) {
 		return nil

@@ -76,6 +76,8 @@ type claim struct {
 	requests map[string]int64
 	trigger  string // TriggerKey of its object, "" when unknown
 	project  string
+	// tallied: counted in its buckets' tallies (TalliedAnnotation).
+	tallied bool
 }
 
 // pendingClaim is what one reserved claim (or metered object) holds of
@@ -88,6 +90,8 @@ type pendingClaim struct {
 	// unless a delete of the object (or its project's) came first (going).
 	withObject, going bool
 	trigger, project  string
+	// committed: stored with its tallies; the tallies count it from then on.
+	committed bool
 }
 
 // Ledger is the quota system's state. Its methods are safe for concurrent use.
@@ -102,10 +106,16 @@ type Ledger struct {
 	claimCount    map[BucketKey]int32
 	pending       map[string]pendingClaim
 	pendingOf     map[BucketKey]int64
-	byTrigger     map[string][]string            // TriggerKey -> claim keys
-	byProject     map[string]map[string]struct{} // project of the claimed object -> claim keys
-	claimPolicies map[string]*ClaimPolicy
-	policiesByGK  atomic.Pointer[map[schema.GroupKind][]*ClaimPolicy]
+	// pendingCommittedOf is, of pendingOf, what claims stored with their
+	// tallies hold; talliedAllocated, of allocated, what tallied claims
+	// seen hold; tallies what the ledger last knew of each bucket's tally.
+	pendingCommittedOf map[BucketKey]int64
+	talliedAllocated   map[BucketKey]int64
+	tallies            map[BucketKey]tallyState
+	byTrigger          map[string][]string            // TriggerKey -> claim keys
+	byProject          map[string]map[string]struct{} // project of the claimed object -> claim keys
+	claimPolicies      map[string]*ClaimPolicy
+	policiesByGK       atomic.Pointer[map[schema.GroupKind][]*ClaimPolicy]
 	// metered resource types are counted from what the server already
 	// caches (MeterAdd), not from claims; metered[t] holds the counts.
 	metered map[string]map[Consumer]int64
@@ -128,6 +138,7 @@ func NewLedger() *Ledger {
 		grants: map[string]*grant{}, grantsOf: map[Consumer]map[string]*grant{},
 		claims: map[string]*claim{}, allocated: map[BucketKey]int64{}, claimCount: map[BucketKey]int32{},
 		pending: map[string]pendingClaim{}, pendingOf: map[BucketKey]int64{},
+		pendingCommittedOf: map[BucketKey]int64{}, talliedAllocated: map[BucketKey]int64{}, tallies: map[BucketKey]tallyState{},
 		byTrigger: map[string][]string{}, byProject: map[string]map[string]struct{}{},
 		claimPolicies: map[string]*ClaimPolicy{}, metered: map[string]map[Consumer]int64{}, now: time.Now,
 	}
@@ -382,7 +393,7 @@ func (l *Ledger) limitLocked(k BucketKey) (limit int64, grants []*grant) {
 func (l *Ledger) SetClaim(c *quotav1alpha1.ResourceClaim, check bool) {
 	key := Key(c.Namespace, c.Name)
 	nc := &claim{consumer: Consumer{Kind: c.Spec.ConsumerRef.Kind, Name: c.Spec.ConsumerRef.Name}, requests: map[string]int64{},
-		trigger: c.Annotations[TriggerAnnotation], project: c.Annotations[TriggerProjectAnnotation]}
+		trigger: c.Annotations[TriggerAnnotation], project: c.Annotations[TriggerProjectAnnotation], tallied: c.Annotations[TalliedAnnotation] == "true"}
 	for _, r := range c.Spec.Requests {
 		nc.requests[r.ResourceType] += r.Amount
 	}
@@ -400,6 +411,9 @@ func (l *Ledger) SetClaim(c *quotav1alpha1.ResourceClaim, check bool) {
 	for t, amount := range nc.requests {
 		k := BucketKey{nc.consumer, t}
 		l.allocated[k] += amount
+		if nc.tallied {
+			l.talliedAllocated[k] += amount
+		}
 		l.claimCount[k]++
 		l.notify(k)
 	}
@@ -447,6 +461,11 @@ func (l *Ledger) uncountLocked(key string, c *claim) {
 	for t, amount := range c.requests {
 		k := BucketKey{c.consumer, t}
 		l.allocated[k] -= amount
+		if c.tallied {
+			if l.talliedAllocated[k] -= amount; l.talliedAllocated[k] <= 0 {
+				delete(l.talliedAllocated, k)
+			}
+		}
 		l.claimCount[k]--
 		if l.claimCount[k] <= 0 {
 			delete(l.allocated, k)
@@ -489,6 +508,11 @@ func (l *Ledger) dropPendingLocked(key string) {
 		l.pendingOf[k] -= amount
 		if l.pendingOf[k] <= 0 {
 			delete(l.pendingOf, k)
+		}
+		if p.committed {
+			if l.pendingCommittedOf[k] -= amount; l.pendingCommittedOf[k] <= 0 {
+				delete(l.pendingCommittedOf, k)
+			}
 		}
 		l.notify(k)
 	}

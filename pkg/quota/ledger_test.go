@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
+	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 )
 
 func registrationOf(name, resourceType, typ, consumer string, claiming ...schema.GroupKind) *quotav1alpha1.ResourceRegistration {
@@ -351,5 +352,109 @@ func TestClaimsStoredWithTheirObjectAreNotLookedUp(t *testing.T) {
 	}
 	if b := l.Bucket(BucketKey{acme, "count"}); b.Allocated != 4 {
 		t.Errorf("bucket %+v, want 4 allocated", b)
+	}
+}
+
+// talliedClaim is the claim of a reserved plan as stored with its object:
+// marked tallied.
+func talliedClaim(p ClaimPlan) *quotav1alpha1.ResourceClaim {
+	c := p.Object()
+	if c.Annotations == nil {
+		c.Annotations = map[string]string{}
+	}
+	c.Annotations[TalliedAnnotation] = "true"
+	return c
+}
+
+// TestGuardDecidesFromTheTally: a reservation's guard expects the tally as
+// the ledger last knew it; told what another replica's creates left there,
+// it refuses what no longer fits (freeing its units) or lets the create try
+// again; a stored create's units count once, in the tally, whether or not
+// its claim was seen yet.
+func TestGuardDecidesFromTheTally(t *testing.T) {
+	l := NewLedger()
+	l.SetRegistration(registrationOf("count", "count", quotav1alpha1.TypeEntity, KindOrganization, configMaps))
+	l.SetGrant(grantOf("organization-acme", "g", acme, map[string][]int64{"count": {10}}))
+	k := BucketKey{acme, "count"}
+	key := TallyKey(k)
+	if key != "_milo/quota-tallies/Organization/acme/count" || TallyKey(BucketKey{web, "core/namespaces"}) != "_milo/quota-tallies/Project/web/core%2Fnamespaces" {
+		t.Fatalf("tally keys: %s", key)
+	}
+	used := func() int64 {
+		l.mu.RLock()
+		defer l.mu.RUnlock()
+		return l.withTallyLocked(k, l.tallies[k].value)
+	}
+
+	reserved, err := l.Reserve([]ClaimPlan{plan("one", acme, configMaps, map[string]int64{"count": 2})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := l.Guard(reserved, func(e *Exceeded) error { return e })
+	if want := []tenantstorage.Tally{{Key: key, Add: 2}}; !reflect.DeepEqual(g.Expect(), want) {
+		t.Fatalf("a guard of a ledger that knows no tally expects %+v", g.Expect())
+	}
+	// Another replica stored 9: 9 + 2 does not fit. The create is refused
+	// and its units are free.
+	err = g.Moved([]tenantstorage.Tally{{Key: key, Revision: 40, Value: 9}})
+	var exceeded *Exceeded
+	if !errors.As(err, &exceeded) || exceeded.Used != 9 || exceeded.Amount != 2 || exceeded.Limit != 10 {
+		t.Fatalf("told the tally holds 9: %v", err)
+	}
+	if got := used(); got != 9 {
+		t.Fatalf("after the refusal the bucket uses %d, want the tally's 9", got)
+	}
+	// Admission reserves from the claims it has seen; the guard then finds
+	// that what it knew of the tally leaves no room, and expects a revision
+	// no tally has, to be told what it holds now: another replica's claims
+	// went, 6 are left, and the create goes on.
+	reserved, err = l.Reserve([]ClaimPlan{plan("two", acme, configMaps, map[string]int64{"count": 2})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g = l.Guard(reserved, func(e *Exceeded) error { return e })
+	if got := g.Expect(); got[0].Revision != -1 {
+		t.Fatalf("with a tally known at 9 and 2 more asked of 10, the guard expects %+v", got)
+	}
+	if err := g.Moved([]tenantstorage.Tally{{Key: key, Revision: 41, Value: 6}}); err != nil {
+		t.Fatalf("6 + 2 of 10: %v", err)
+	}
+	if want := []tenantstorage.Tally{{Key: key, Revision: 41, Value: 6, Add: 2}}; !reflect.DeepEqual(g.Expect(), want) {
+		t.Fatalf("the guard expects %+v, want %+v", g.Expect(), want)
+	}
+	if got := used(); got != 8 {
+		t.Fatalf("reserved: the bucket uses %d, want 8", got)
+	}
+	// Stored: its units count once, in the tally, not also as reserved,
+	// nor again when its claim is seen.
+	g.Stored(43)
+	if got := used(); got != 8 {
+		t.Fatalf("stored, not seen yet: the bucket uses %d, want 8", got)
+	}
+	l.SetClaim(talliedClaim(reserved[0]), true)
+	if got := used(); got != 8 {
+		t.Fatalf("stored and seen: the bucket uses %d, want 8", got)
+	}
+	if got := l.tallies[k]; got != (tallyState{revision: 43, value: 8}) {
+		t.Fatalf("the ledger knows the tally as %+v", got)
+	}
+	// A claim not tallied (stored by hand, or through the API) counts
+	// beside the tally.
+	l.SetClaim(plan("byhand", acme, configMaps, map[string]int64{"count": 1}).Object(), true)
+	if got := used(); got != 9 {
+		t.Fatalf("with a claim not tallied: %d, want 9", got)
+	}
+	// A tallied claim's delete seen: the tally moved with the delete (on
+	// whichever replica), and the guard reads it before a create is stored.
+	l.DeleteClaim(reserved[0].Namespace, reserved[0].Name)
+	if got := used(); got != 9 {
+		t.Fatalf("a tallied claim's delete seen: %d, want the tally's 8 and 1", got)
+	}
+	// What a stored claim holds of tallies, for its delete.
+	if got := ClaimTallies(talliedClaim(reserved[0])); !reflect.DeepEqual(got, []tenantstorage.Tally{{Key: key, Add: 2}}) {
+		t.Fatalf("a tallied claim holds %+v", got)
+	}
+	if got := ClaimTallies(reserved[0].Object()); got != nil {
+		t.Fatalf("a claim not tallied holds %+v", got)
 	}
 }

@@ -201,6 +201,9 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		// object whose create makes them.
 		c.Joints = tenantstorage.NewJoints(etcdClient, append(projectbootstrap.Resources(), quotav1alpha1.ClaimsResource.GroupResource())...)
 		c.Joints.Elsewhere(slices.Collect(maps.Keys(c.EtcdElsewhere))...)
+		// A claim stored with its object adds to its buckets' tallies;
+		// its delete takes from them.
+		c.Joints.Tallied(quotav1alpha1.ClaimsResource.GroupResource(), quota.ClaimTallies)
 	}
 	if c.Catalog == nil {
 		c.Catalog = &catalog.Catalog{}

@@ -22,6 +22,7 @@ import (
 	watchtools "k8s.io/client-go/tools/watch"
 
 	"go.miloapis.com/milo/pkg/pki"
+	"go.miloapis.com/milo/pkg/quota"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/tenancy"
 	"go.miloapis.com/milo/test/framework"
@@ -163,7 +164,120 @@ func TestReplicasOnAnEtcdCluster(t *testing.T) {
 			}
 		},
 		after: func() { members[0].start(t) },
+		both:  quotaAcrossReplicas,
 	})
+}
+
+// quotaAcrossReplicas: a project's namespaces, limited by a grant, are
+// created through both replicas at once, each deciding from a quota ledger
+// of its own: exactly the limit is stored (the buckets' tallies in etcd,
+// which both read and move, keep the count); deleting some frees exactly
+// as many.
+func quotaAcrossReplicas(t *testing.T, r1, r2 *milo) {
+	ctx := context.Background()
+	const project = "rep-quota"
+	r1.createProject(t, project)
+	r1.waitProjectReady(t, project)
+	ns := tenancy.OrganizationNamespace("acme")
+	admin := r1.dynamic(t)
+	if _, err := admin.Resource(grantsGVR).Namespace(ns).Create(ctx, quotaObject("ResourceGrant", ns, "rep-quota-namespaces",
+		grantSpec("Project", project, "core/namespaces", 14)), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	buckets := admin.Resource(bucketsGVR).Namespace(ns)
+	bucketIs(t, buckets, project, "core/namespaces", 14, 2) // its default and kube-system, claimed when the bucket appears
+	// Each replica charges once its ledger holds the grant: one namespace
+	// charged through each (one its ledger did not charge yet is not
+	// counted, and harmless).
+	for i, r := range []*milo{r1, r2} {
+		n := 0
+		eventually(t, fmt.Sprintf("replica %d charges a namespace", i+1), func() error {
+			n++
+			made, err := r.projectKube(t, project).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("warm-%d-%d", i+1, n)}}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			_, err = admin.Resource(claimsGVR).Namespace(ns).Get(ctx, quota.ClaimName("namespaces-per-project", string(made.UID)), metav1.GetOptions{})
+			return err
+		})
+	}
+	bucketIs(t, buckets, project, "core/namespaces", 14, 4)
+
+	// burst creates n namespaces at once, every other one through each
+	// replica, and returns those created; every other answer must be the
+	// quota's refusal.
+	burst := func(prefix string, n int) []string {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var created []string
+		var other []error
+		for i := range n {
+			wg.Go(func() {
+				r := []*milo{r1, r2}[i%2]
+				name := fmt.Sprintf("%s-%d", prefix, i)
+				_, err := r.projectKube(t, project).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					created = append(created, name)
+				case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), `resource type "core/namespaces"`):
+					other = append(other, err)
+				}
+			})
+		}
+		wg.Wait()
+		if len(other) > 0 {
+			t.Fatalf("%d namespaces created through two replicas at once: unexpected errors %v", n, other)
+		}
+		return created
+	}
+	if created := burst("burst", 50); len(created) != 10 {
+		t.Fatalf("50 namespaces created through two replicas at once, 10 free: %d stored", len(created))
+	} else {
+		bucketIs(t, buckets, project, "core/namespaces", 14, 14)
+		// Three deleted (through either replica) free three units.
+		for i, name := range created[:3] {
+			if err := []*milo{r1, r2}[i%2].projectKube(t, project).CoreV1().Namespaces().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	bucketIs(t, buckets, project, "core/namespaces", 14, 11)
+	// The tallies' mark is the server's: a claim written with it, or a
+	// tallied claim written without it, is refused.
+	claims := admin.Resource(claimsGVR).Namespace(ns)
+	forged := quotaObject("ResourceClaim", ns, "forged-tally", map[string]any{
+		"consumerRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Project", "name": project},
+		"requests":    []any{map[string]any{"resourceType": "core/namespaces", "amount": int64(1)}}})
+	forged.SetAnnotations(map[string]string{quota.TalliedAnnotation: "true"})
+	if _, err := claims.Create(ctx, forged, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Fatalf("a claim created with the tallies' mark: %v", err)
+	}
+	list, err := claims.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	unmarked := false
+	for _, c := range list.Items {
+		if c.GetAnnotations()[quota.TalliedAnnotation] == "true" {
+			annotations := c.GetAnnotations()
+			delete(annotations, quota.TalliedAnnotation)
+			c.SetAnnotations(annotations)
+			if _, err := claims.Update(ctx, &c, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+				t.Fatalf("a tallied claim updated without the mark: %v", err)
+			}
+			unmarked = true
+			break
+		}
+	}
+	if !unmarked {
+		t.Fatal("no claim carries the tallies' mark")
+	}
+	if created := burst("again", 10); len(created) != 3 {
+		t.Fatalf("10 namespaces created through two replicas at once after 3 were deleted: %d stored, want 3", len(created))
+	}
+	bucketIs(t, buckets, project, "core/namespaces", 14, 14)
 }
 
 // TestReplicasOnSQL runs, on PostgreSQL and on MySQL (MariaDB here), two
@@ -193,6 +307,8 @@ func TestReplicasOnSQL(t *testing.T) {
 type replicaLoad struct {
 	during func(i, writes int)
 	after  func()
+	// both, if set, is run with both replicas serving, after the load.
+	both func(t *testing.T, r1, r2 *milo)
 }
 
 // replicaStory starts two replicas in dir on the storage storageArgs name,
@@ -320,6 +436,10 @@ func replicaStory(t *testing.T, dir string, storageArgs []string, load replicaLo
 		}
 		return nil
 	})
+
+	if load.both != nil {
+		load.both(t, r1, r2)
+	}
 
 	// The replica leading the controllers dies while a project deletion
 	// waits on a finalizer; the other takes the lease and finishes it.

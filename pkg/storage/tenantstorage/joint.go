@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"net/http"
 	"path"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -41,6 +44,9 @@ type Joints struct {
 	elsewhere map[schema.GroupResource]bool
 	mu        sync.RWMutex
 	stores    map[schema.GroupResource]*store
+	// tallied are the resources whose objects are counted in tallies,
+	// with what each object adds to them (see Tallied).
+	tallied map[schema.GroupResource]func(runtime.Object) []Tally
 }
 
 // Elsewhere tells the Joints of resources kept in another etcd than theirs
@@ -62,7 +68,7 @@ func (j *Joints) reaches(gr schema.GroupResource) bool { return j != nil && !j.e
 // NewJoints returns the joint writer over kv, the server's etcd, for
 // companions of the resources named.
 func NewJoints(kv clientv3.KV, resources ...schema.GroupResource) *Joints {
-	j := &Joints{kv: kv, resources: map[schema.GroupResource]bool{}, stores: map[schema.GroupResource]*store{}}
+	j := &Joints{kv: kv, resources: map[schema.GroupResource]bool{}, stores: map[schema.GroupResource]*store{}, tallied: map[schema.GroupResource]func(runtime.Object) []Tally{}}
 	for _, gr := range resources {
 		j.resources[gr] = true
 	}
@@ -76,6 +82,15 @@ func (j *Joints) add(gr schema.GroupResource, s *store) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.stores[gr] = s // the latest: a custom resource's storage is rebuilt when its definition changes
+}
+
+// talliesOf returns what an object of gr holds of tallies, or nil when gr
+// is not counted in any (or j is nil).
+func (j *Joints) talliesOf(gr schema.GroupResource) func(runtime.Object) []Tally {
+	if j == nil || !j.reaches(gr) {
+		return nil
+	}
+	return j.tallied[gr]
 }
 
 func (j *Joints) storeOf(gr schema.GroupResource) *store {
@@ -106,6 +121,62 @@ type Joint struct {
 	companions []Companion
 	release    func()
 	together   func()
+	guard      TallyGuard
+}
+
+// Tally is one count kept in storage beside the objects it counts, under
+// the storage prefix at Key: what the objects of one quota bucket hold,
+// which every replica of the server reads and moves in the transactions
+// that store and delete those objects.
+type Tally struct {
+	// Key is the tally's key under the storage prefix.
+	Key string
+	// Revision is the key's last write (0: the key does not exist) and
+	// Value what it holds there (0 for a key that does not exist).
+	Revision, Value int64
+	// Add is what a write adds to the tally (negative to take away).
+	Add int64
+}
+
+// TallyGuard keeps the tallies a create moves with its object, each under a
+// limit. The create's transaction requires each tally at the revision the
+// guard expects and adds to it; when one moved (another create or delete,
+// on any replica), the guard is told what they hold now and decides again.
+type TallyGuard interface {
+	// Expect returns the tallies the create moves, as the guard last knew
+	// them, and what it adds to each.
+	Expect() []Tally
+	// Moved tells the guard what the tallies hold now (their Add unset).
+	// It answers nil to try again, or the error to answer the create with
+	// (the create is then refused and its companions released).
+	Moved(now []Tally) error
+	// Stored tells the guard the create and its tallies were stored at
+	// revision.
+	Stored(revision int64)
+}
+
+// maxTallyRounds bounds how many times a create asks its guard again.
+const maxTallyRounds = 32
+
+// Tallied makes objects of gr counted in tallies: of, given an object being
+// deleted, returns what it holds of each tally (Add, positive), which its
+// delete takes away in the same transaction. Call it before the storage is
+// built.
+func (j *Joints) Tallied(gr schema.GroupResource, of func(runtime.Object) []Tally) {
+	j.tallied[gr] = of
+}
+
+// Tally sets the guard of the tallies the companions held move; call it
+// after Add for the same object. It reports false, and sets nothing, when
+// the request holds no companions.
+func (j *Joint) Tally(g TallyGuard) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.state != held {
+		return false
+	}
+	j.guard = g
+	return true
 }
 
 type jointState int
@@ -195,27 +266,27 @@ func chain(a, b func()) func() {
 // It refuses the create of an object whose companions were released
 // because its request ended first (the server answered a timeout while the
 // create went on): stored without them, it would escape its quota.
-func (j *Joint) take(obj runtime.Object) ([]Companion, error) {
+func (j *Joint) take(obj runtime.Object) ([]Companion, TallyGuard, error) {
 	if j == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	m, err := meta.Accessor(obj)
 	if err != nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.uid == "" || m.GetUID() != j.uid {
-		return nil, nil
+		return nil, nil, nil
 	}
 	switch j.state {
 	case held:
 		j.state = taken
-		return j.companions, nil
+		return j.companions, j.guard, nil
 	case ended:
-		return nil, apierrors.NewTimeoutError("the request ended before its object was stored", 0)
+		return nil, nil, apierrors.NewTimeoutError("the request ended before its object was stored", 0)
 	}
-	return nil, nil
+	return nil, nil, nil
 }
 
 // failed releases the companions of a create that certainly stored
@@ -225,7 +296,7 @@ func (j *Joint) failed() {
 	j.mu.Lock()
 	release := j.release
 	if j.state == taken {
-		j.state, j.uid, j.companions, j.release, j.together = empty, "", nil, nil, nil
+		j.state, j.uid, j.companions, j.release, j.together, j.guard = empty, "", nil, nil, nil, nil
 	} else {
 		release = nil
 	}
@@ -326,9 +397,9 @@ func (j *Joints) companionOps(ctx context.Context, companions []Companion) ([]cl
 }
 
 // jointCreate stores obj at key (its tenant's) with companions, in one
-// transaction that requires every key to be new; it answers as the etcd
-// store's Create does.
-func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Object, companions []Companion, j *Joint) error {
+// transaction that requires every key to be new and moves the tallies
+// guard keeps; it answers as the etcd store's Create does.
+func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Object, companions []Companion, j *Joint, guard TallyGuard) error {
 	full := s.etcdKey(key)
 	ifs, thens, err := s.joints.companionOps(ctx, companions)
 	if err != nil {
@@ -345,9 +416,9 @@ func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Ob
 	if j.together != nil {
 		j.together()
 	}
-	resp, err := s.joints.kv.Txn(ctx).If(ifs...).Then(thens...).Else(clientv3.OpGet(full, clientv3.WithCountOnly())).Commit()
+	resp, refused, err := s.commitTallied(ctx, guard, ifs, thens, clientv3.OpGet(full, clientv3.WithCountOnly()))
 	if err != nil {
-		if notApplied(err) {
+		if refused || notApplied(err) {
 			j.failed()
 		} // else stored or not, unknown: the companions' reader settles it
 		return err
@@ -366,15 +437,15 @@ func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Ob
 // an object the joint transaction cannot write (one that expires: etcd
 // leases are the store's own). A create that then fails leaves them to
 // their reader, as a companion stored by its own request would be.
-func (s *store) companionsFirst(ctx context.Context, companions []Companion, j *Joint) error {
+func (s *store) companionsFirst(ctx context.Context, companions []Companion, j *Joint, guard TallyGuard) error {
 	ifs, thens, err := s.joints.companionOps(ctx, companions)
 	if err != nil {
 		j.failed()
 		return err
 	}
-	resp, err := s.joints.kv.Txn(ctx).If(ifs...).Then(thens...).Commit()
+	resp, refused, err := s.commitTallied(ctx, guard, ifs, thens)
 	if err != nil {
-		if notApplied(err) {
+		if refused || notApplied(err) {
 			j.failed()
 		}
 		return err
@@ -384,6 +455,143 @@ func (s *store) companionsFirst(ctx context.Context, companions []Companion, j *
 		return apierrors.NewConflict(s.resource, "", fmt.Errorf("what is stored with the object exists already"))
 	}
 	return nil
+}
+
+// commitTallied runs the transaction ifs → thens (else elses) with the
+// tallies guard (if any) expects, each required at its revision and moved
+// by its Add. While it fails on a tally only, it asks the guard again with
+// what the tallies hold. It returns the answer of the last round, whose
+// responses, when it failed, begin with elses'; refused says an error is
+// the guard's (or too many rounds): nothing was stored.
+func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clientv3.Cmp, thens []clientv3.Op, elses ...clientv3.Op) (_ *clientv3.TxnResponse, refused bool, _ error) {
+	for round := 1; ; round++ {
+		var tallies []Tally
+		if guard != nil {
+			tallies = guard.Expect()
+		}
+		tIfs, tThens, tReads := s.tallyOps(tallies)
+		resp, err := s.joints.kv.Txn(ctx).If(slices.Concat(ifs, tIfs)...).Then(slices.Concat(thens, tThens)...).Else(slices.Concat(elses, tReads)...).Commit()
+		if err != nil {
+			return nil, false, err
+		}
+		if resp.Succeeded {
+			if guard != nil {
+				guard.Stored(resp.Header.Revision)
+			}
+			return resp, false, nil
+		}
+		now, moved, err := talliesRead(tallies, resp.Responses[len(elses):])
+		if err != nil {
+			return nil, true, err
+		}
+		if !moved {
+			return resp, false, nil
+		}
+		if round == maxTallyRounds {
+			return nil, true, apierrors.NewTooManyRequests("the quota this create is charged to was changed by other requests at each of its tries: retry", 1)
+		}
+		if err := guard.Moved(now); err != nil {
+			return nil, true, err
+		}
+	}
+}
+
+// tallyOps are the compares that require each tally at its revision, the
+// writes that move it by its Add (a tally that comes to nothing is
+// deleted), and the reads of what they hold.
+func (s *store) tallyOps(tallies []Tally) (ifs []clientv3.Cmp, thens, reads []clientv3.Op) {
+	for _, t := range tallies {
+		k := s.etcdKey(t.Key)
+		ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(k), "=", t.Revision))
+		if v := t.Value + t.Add; v > 0 {
+			thens = append(thens, clientv3.OpPut(k, strconv.FormatInt(v, 10)))
+		} else {
+			thens = append(thens, clientv3.OpDelete(k))
+		}
+		reads = append(reads, clientv3.OpGet(k))
+	}
+	return ifs, thens, reads
+}
+
+// talliesRead returns what the reads of tallies (tallyOps) found, and
+// whether any is not as expected.
+func talliesRead(tallies []Tally, resps []*etcdserverpb.ResponseOp) ([]Tally, bool, error) {
+	now := make([]Tally, len(tallies))
+	moved := false
+	for i, t := range tallies {
+		now[i] = Tally{Key: t.Key}
+		if i < len(resps) {
+			if r := resps[i].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
+				v, err := strconv.ParseInt(string(r.Kvs[0].Value), 10, 64)
+				if err != nil {
+					return nil, false, apierrors.NewInternalError(fmt.Errorf("the tally at %s holds %q, not a number", t.Key, r.Kvs[0].Value))
+				}
+				now[i].Revision, now[i].Value = r.Kvs[0].ModRevision, v
+			}
+		}
+		moved = moved || now[i].Revision != t.Revision || now[i].Value != t.Value
+	}
+	return now, moved, nil
+}
+
+// talliedDelete deletes an object counted in tallies and takes what it
+// holds (of) from them, in one transaction, on the condition that neither
+// the object nor the tallies changed since they were read; it answers as
+// the etcd store's Delete does.
+func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
+	validateDeletion storage.ValidateObjectFunc, of func(runtime.Object) []Tally) error {
+	full := s.etcdKey(key)
+	for round := 1; ; round++ {
+		got, err := s.joints.kv.Get(ctx, full)
+		if err != nil {
+			return err
+		}
+		if len(got.Kvs) == 0 {
+			return storage.NewKeyNotFoundError(full, 0)
+		}
+		kv := got.Kvs[0]
+		plain, _, err := s.transformer.TransformFromStorage(ctx, kv.Value, value.DefaultContext(full))
+		if err != nil {
+			return storage.NewInternalError(err)
+		}
+		obj := s.newFunc()
+		if err := s.decoder.Decode(plain, obj, kv.ModRevision); err != nil {
+			return err
+		}
+		if preconditions != nil {
+			if err := preconditions.Check(full, obj); err != nil {
+				return err
+			}
+		}
+		if err := validateDeletion(ctx, obj); err != nil {
+			return err
+		}
+		held := of(obj)
+		_, _, reads := s.tallyOps(held)
+		read, err := s.joints.kv.Txn(ctx).Then(reads...).Commit()
+		if err != nil {
+			return err
+		}
+		now, _, err := talliesRead(held, read.Responses)
+		if err != nil {
+			return err
+		}
+		for i := range now {
+			now[i].Add = -held[i].Add
+		}
+		tIfs, tThens, _ := s.tallyOps(now)
+		resp, err := s.joints.kv.Txn(ctx).If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", kv.ModRevision)}, tIfs...)...).
+			Then(append([]clientv3.Op{clientv3.OpDelete(full)}, tThens...)...).Commit()
+		if err != nil {
+			return err
+		}
+		if resp.Succeeded {
+			return s.decoder.Decode(plain, out, resp.Header.Revision)
+		}
+		if round == maxTallyRounds {
+			return apierrors.NewTooManyRequests("the object and the quota it holds were changed by other requests at each of its tries: retry", 1)
+		}
+	}
 }
 
 // transformerOf is the transformer the etcd store uses for a resource.

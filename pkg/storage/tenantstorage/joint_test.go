@@ -3,6 +3,8 @@ package tenantstorage
 import (
 	"context"
 	"crypto/aes"
+	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,7 +13,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/storage"
@@ -369,5 +373,150 @@ func TestJointLifecycle(t *testing.T) {
 	}
 	if modRevision(t, "/registry/lifeobjects/"+tenancy.ProjectID("uid-of-web")+"/default/t") != 0 {
 		t.Fatal("the object was stored without its companions")
+	}
+}
+
+// stubGuard is a TallyGuard of one tally under a limit, as one replica's
+// quota ledger would keep it: it expects what it last knew.
+type stubGuard struct {
+	known        Tally
+	limit, add   int64
+	moved        int
+	storedAt     int64
+	refusedAfter bool
+}
+
+const testTally = "_milo/test-tallies/bucket"
+
+func (g *stubGuard) Expect() []Tally {
+	return []Tally{{Key: testTally, Revision: g.known.Revision, Value: g.known.Value, Add: g.add}}
+}
+
+func (g *stubGuard) Moved(now []Tally) error {
+	g.moved++
+	g.known = now[0]
+	if now[0].Value+g.add > g.limit {
+		g.refusedAfter = true
+		return apierrors.NewForbidden(corev1.Resource("configmaps"), "", errors.New("over the limit"))
+	}
+	return nil
+}
+
+func (g *stubGuard) Stored(revision int64) {
+	g.storedAt = revision
+	g.known = Tally{Key: testTally, Revision: revision, Value: g.known.Value + g.add}
+}
+
+func tallied(name string) []Companion {
+	return []Companion{{Resource: corev1.Resource("tallyclaims"), Object: &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("claim-" + name), Annotations: map[string]string{"tallied": "1"}}}}}
+}
+
+// tallyNow reads the test tally: its value and revision.
+func tallyNow(t *testing.T) (int64, int64) {
+	t.Helper()
+	resp, err := etcdClient.Get(context.Background(), "/registry/"+testTally)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, 0
+	}
+	var v int64
+	if _, err := fmt.Sscan(string(resp.Kvs[0].Value), &v); err != nil {
+		t.Fatal(err)
+	}
+	return v, resp.Kvs[0].ModRevision
+}
+
+// TestTalliesBoundCreatesOfEveryReplica: creates whose companions add to a
+// tally, each under a guard that knew nothing of the others (as replicas'
+// ledgers would not), store no more than the limit; a delete of a
+// companion takes from the tally in its own transaction.
+func TestTalliesBoundCreatesOfEveryReplica(t *testing.T) {
+	joints := NewJoints(etcdClient, corev1.Resource("tallyclaims"))
+	joints.Tallied(corev1.Resource("tallyclaims"), func(obj runtime.Object) []Tally {
+		if m, err := meta.Accessor(obj); err == nil && m.GetAnnotations()["tallied"] == "1" {
+			return []Tally{{Key: testTally, Add: 1}}
+		}
+		return nil
+	})
+	objects, _ := newStorage(t, "tallyobjects", Options{Joints: joints})
+	claims, _ := newStorage(t, "tallyclaims", Options{Joints: joints})
+	create := func(name string, g *stubGuard) (released int, err error) {
+		inRequest(t, joints, "create", "", "web", func(ctx context.Context) {
+			j := JointFrom(ctx)
+			uid := types.UID("uid-" + name)
+			if !j.Add(uid, tallied(name), func() { released++ }, nil) || !j.Tally(g) {
+				t.Fatal("the joint refused the companions or their guard")
+			}
+			err = objects.Create(ctx, "/tallyobjects/default/"+name, object(name, uid), &corev1.ConfigMap{}, 0)
+		})
+		return released, err
+	}
+	objectRev := func(name string) int64 {
+		return modRevision(t, "/registry/tallyobjects/"+tenancy.ProjectID("uid-of-web")+"/default/"+name)
+	}
+
+	a := &stubGuard{limit: 2, add: 1}
+	if _, err := create("a", a); err != nil || a.moved != 0 {
+		t.Fatalf("the first create: %v, asked again %d times", err, a.moved)
+	}
+	if v, rev := tallyNow(t); v != 1 || rev != objectRev("a") || a.storedAt != rev {
+		t.Fatalf("after one create the tally is %d at %d (object at %d, guard told %d)", v, rev, objectRev("a"), a.storedAt)
+	}
+	// Another replica's guard knew nothing: told what the tally holds, it
+	// decides again and the create is stored.
+	b := &stubGuard{limit: 2, add: 1}
+	if _, err := create("b", b); err != nil || b.moved != 1 {
+		t.Fatalf("a create under a guard that knew nothing: %v, asked again %d times", err, b.moved)
+	}
+	if v, rev := tallyNow(t); v != 2 || rev != objectRev("b") || modRevision(t, "/registry/tallyclaims/_platform/default/b") != rev {
+		t.Fatalf("after two creates the tally is %d at %d, the object at %d", v, rev, objectRev("b"))
+	}
+	// The third is over the limit: refused, nothing stored, released.
+	c := &stubGuard{limit: 2, add: 1}
+	released, err := create("c", c)
+	if !apierrors.IsForbidden(err) || !c.refusedAfter || released != 1 {
+		t.Fatalf("a create over the limit: %v (refused by its guard: %v, released %d times)", err, c.refusedAfter, released)
+	}
+	if objectRev("c") != 0 || modRevision(t, "/registry/tallyclaims/_platform/default/c") != 0 {
+		t.Fatal("a refused create stored something")
+	}
+	if v, _ := tallyNow(t); v != 2 {
+		t.Fatalf("a refused create moved the tally to %d", v)
+	}
+
+	// Deleting a companion takes it from the tally, in its transaction;
+	// the last one deletes the tally.
+	out := &corev1.ConfigMap{}
+	if err := claims.Delete(context.Background(), "/tallyclaims/default/a", out, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if v, rev := tallyNow(t); v != 1 || out.Name != "a" || out.ResourceVersion != fmt.Sprint(rev) {
+		t.Fatalf("after a delete the tally is %d at %d; the delete answered %s at %s", v, rev, out.Name, out.ResourceVersion)
+	}
+	if err := claims.Delete(context.Background(), "/tallyclaims/default/a", out, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); !storage.IsNotFound(err) {
+		t.Fatalf("deleting it again: %v", err)
+	}
+	wrongUID := types.UID("not-b")
+	if err := claims.Delete(context.Background(), "/tallyclaims/default/b", out, &storage.Preconditions{UID: &wrongUID}, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err == nil {
+		t.Fatal("a delete whose preconditions fail was made")
+	}
+	if v, _ := tallyNow(t); v != 1 {
+		t.Fatalf("a refused delete moved the tally to %d", v)
+	}
+	if err := claims.Delete(context.Background(), "/tallyclaims/default/b", out, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if v, rev := tallyNow(t); v != 0 || rev != 0 {
+		t.Fatalf("with no companion left the tally is %d at %d", v, rev)
+	}
+	// A guard that knew a tally since deleted is told so, and stores.
+	if _, err := create("d", b); err != nil || b.moved != 2 {
+		t.Fatalf("a create under a guard that knew a deleted tally: %v, asked again %d times", err, b.moved)
+	}
+	if v, _ := tallyNow(t); v != 1 {
+		t.Fatalf("the tally is %d, want 1", v)
 	}
 }

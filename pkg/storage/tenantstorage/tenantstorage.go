@@ -273,15 +273,15 @@ func (s *store) Create(ctx context.Context, key string, obj, out runtime.Object,
 func (s *store) create(ctx context.Context, k string, obj, out runtime.Object, ttl uint64) error {
 	if s.joints.reaches(s.resource) {
 		j := JointFrom(ctx)
-		companions, err := j.take(obj)
+		companions, guard, err := j.take(obj)
 		if err != nil {
 			return err
 		}
 		if companions != nil {
 			if ttl == 0 {
-				return s.jointCreate(ctx, k, obj, out, companions, j)
+				return s.jointCreate(ctx, k, obj, out, companions, j, guard)
 			}
-			if err := s.companionsFirst(ctx, companions, j); err != nil {
+			if err := s.companionsFirst(ctx, companions, j, guard); err != nil {
 				return err
 			}
 		}
@@ -294,6 +294,10 @@ func (s *store) Delete(ctx context.Context, key string, out runtime.Object, prec
 	k, err := s.key(ctx, key)
 	if err != nil {
 		return err
+	}
+	if of := s.joints.talliesOf(s.resource); of != nil {
+		// Platform objects (quota claims): never metered.
+		return s.talliedDelete(ctx, k, out, preconditions, validateDeletion, of)
 	}
 	// A delete only frees: it never waits for the project's usage to be
 	// read, so a project can always be cleaned up.

@@ -1,0 +1,194 @@
+package quota
+
+import (
+	"maps"
+	"net/url"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
+	"go.miloapis.com/milo/pkg/storage/tenantstorage"
+)
+
+// TalliedAnnotation marks a claim counted in its buckets' tallies: counts
+// kept in storage beside the claims (on etcd), which a claim stored with
+// its object adds to and its delete takes from, in the same transactions.
+// Every replica of the server reads them when it charges, so two replicas
+// cannot both take a bucket's last unit.
+const TalliedAnnotation = GroupPrefix + "tallied"
+
+// GroupPrefix begins the names of the annotations the quota system sets.
+const GroupPrefix = quotav1alpha1.GroupName + "/"
+
+// TallyKey is where bucket k's tally is kept, under the storage prefix.
+func TallyKey(k BucketKey) string {
+	return "_milo/quota-tallies/" + k.Consumer.Kind + "/" + k.Consumer.Name + "/" + url.PathEscape(k.ResourceType)
+}
+
+// ClaimTallies returns what a stored claim holds of its buckets' tallies:
+// nothing unless it is tallied. The claims' storage takes it from them
+// when the claim is deleted.
+func ClaimTallies(obj runtime.Object) []tenantstorage.Tally {
+	m, err := meta.Accessor(obj)
+	if err != nil || m.GetAnnotations()[TalliedAnnotation] != "true" {
+		return nil
+	}
+	c, ok := As[quotav1alpha1.ResourceClaim](obj)
+	if !ok {
+		return nil
+	}
+	consumer := Consumer{Kind: c.Spec.ConsumerRef.Kind, Name: c.Spec.ConsumerRef.Name}
+	held := map[string]int64{}
+	for _, r := range c.Spec.Requests {
+		held[r.ResourceType] += r.Amount
+	}
+	var out []tenantstorage.Tally
+	for _, t := range slices.Sorted(maps.Keys(held)) {
+		out = append(out, tenantstorage.Tally{Key: TallyKey(BucketKey{consumer, t}), Add: held[t]})
+	}
+	return out
+}
+
+// tallyState is what the ledger last knew of one bucket's tally.
+type tallyState struct {
+	revision, value int64
+}
+
+// tallyGuard keeps the tallies of one create's reserved claims (see
+// tenantstorage.TallyGuard): it expects each as the ledger last knew it,
+// and when one moved decides again from what it holds, with the ledger's
+// other numbers, as Reserve did.
+type tallyGuard struct {
+	l *Ledger
+	// claims are the ledger's keys of the reserved claims; buckets and
+	// adds what they charge, in one order.
+	claims  []string
+	buckets []BucketKey
+	adds    []int64
+	// expected is what the last Expect returned.
+	expected []tenantstorage.Tally
+	// refuse is the create's answer when its claims no longer fit.
+	refuse func(*Exceeded) error
+}
+
+var _ tenantstorage.TallyGuard = &tallyGuard{}
+
+// Guard returns the guard of the tallies the reserved plans' claims add to
+// when they are stored with their object (their claims carry
+// TalliedAnnotation); refuse makes the create's answer when they no longer
+// fit.
+func (l *Ledger) Guard(plans []ClaimPlan, refuse func(*Exceeded) error) tenantstorage.TallyGuard {
+	amounts := map[BucketKey]int64{}
+	g := &tallyGuard{l: l, refuse: refuse}
+	for _, p := range plans {
+		g.claims = append(g.claims, Key(p.Namespace, p.Name))
+		for _, r := range p.Requests {
+			amounts[BucketKey{p.Consumer, r.ResourceType}] += r.Amount
+		}
+	}
+	g.buckets = slices.SortedFunc(maps.Keys(amounts), func(a, b BucketKey) int { return strings.Compare(TallyKey(a), TallyKey(b)) })
+	for _, k := range g.buckets {
+		g.adds = append(g.adds, amounts[k])
+	}
+	return g
+}
+
+// Expect expects each tally as the ledger last knew it (absent where it
+// knows none), when the create fits under that: then a transaction that
+// finds it so stores a create that fits. Where it would not fit, what the
+// ledger knew may be old (claims deleted since): it expects a revision no
+// tally has, so that the transaction reads what the tally holds and Moved
+// decides from that.
+func (g *tallyGuard) Expect() []tenantstorage.Tally {
+	l := g.l
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	out := make([]tenantstorage.Tally, len(g.buckets))
+	for i, k := range g.buckets {
+		ts := l.tallies[k]
+		out[i] = tenantstorage.Tally{Key: TallyKey(k), Revision: ts.revision, Value: ts.value, Add: g.adds[i]}
+		if limit, grants := l.limitLocked(k); len(grants) > 0 && l.withTallyLocked(k, ts.value) > limit {
+			out[i].Revision = -1
+		}
+	}
+	g.expected = out
+	return out
+}
+
+// Moved decides again from what the tallies hold: the create is refused,
+// and its units freed, where it does not fit.
+func (g *tallyGuard) Moved(now []tenantstorage.Tally) error {
+	l := g.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for i, k := range g.buckets {
+		if i < len(now) {
+			// Read after anything the ledger knew: it is what the tally holds.
+			l.learnTallyLocked(k, now[i].Revision, now[i].Value, true)
+		}
+	}
+	for i, k := range g.buckets {
+		limit, grants := l.limitLocked(k)
+		if len(grants) == 0 || i >= len(now) {
+			continue // the grant went meanwhile: nothing limits the bucket
+		}
+		used := l.withTallyLocked(k, now[i].Value) // this create's units among them, still reserved
+		if used > limit {
+			for _, key := range g.claims {
+				l.dropPendingLocked(key)
+			}
+			unit := ""
+			if reg, ok := l.validTypeLocked(k.ResourceType, k.Consumer.Kind); ok {
+				unit = reg.baseUnit()
+			}
+			return g.refuse(&Exceeded{Bucket: k, Limit: limit, Used: used - g.adds[i], Amount: g.adds[i], Unit: unit})
+		}
+	}
+	return nil
+}
+
+func (g *tallyGuard) Stored(revision int64) {
+	l := g.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, key := range g.claims {
+		if pc, ok := l.pending[key]; ok && !pc.committed {
+			pc.committed = true
+			l.pending[key] = pc
+			for k, amount := range pc.amounts {
+				l.pendingCommittedOf[k] += amount
+			}
+		}
+	}
+	for i, k := range g.buckets {
+		if i < len(g.expected) {
+			l.learnTallyLocked(k, revision, g.expected[i].Value+g.expected[i].Add, false)
+		}
+	}
+}
+
+// learnTallyLocked records what k's tally held at revision, unless the
+// ledger knows of a later write and what it learnt is not a read (a tally
+// read absent has no revision). A tally that came to nothing is forgotten.
+func (l *Ledger) learnTallyLocked(k BucketKey, revision, value int64, read bool) {
+	if ts, ok := l.tallies[k]; ok && !read && ts.revision > revision {
+		return
+	}
+	if revision == 0 || value <= 0 {
+		delete(l.tallies, k)
+		return
+	}
+	l.tallies[k] = tallyState{revision: revision, value: value}
+}
+
+// withTallyLocked is what k's consumer holds if its tally holds tallied:
+// that, the claims not tallied the ledger has seen, and the reservations
+// not stored yet (a create's own among them). Admission reserves from what
+// the ledger has seen (Reserve); a create is stored only where this fits,
+// with the tally at that value.
+func (l *Ledger) withTallyLocked(k BucketKey, tallied int64) int64 {
+	return tallied + l.allocated[k] - l.talliedAllocated[k] + l.pendingOf[k] - l.pendingCommittedOf[k]
+}
