@@ -92,6 +92,8 @@ type pendingClaim struct {
 	trigger, project  string
 	// committed: stored with its tallies; the tallies count it from then on.
 	committed bool
+	// inFlight: when its create's transaction began (zero: not in one).
+	inFlight time.Time
 }
 
 // Ledger is the quota system's state. Its methods are safe for concurrent use.
@@ -129,6 +131,7 @@ type Ledger struct {
 	verify  func(claimKey string)
 	going   func(claimKey string)
 	seen    func(claimKey string)
+	recount func(namespace string, k BucketKey)
 }
 
 // NewLedger returns an empty ledger.

@@ -395,8 +395,14 @@ func TestGuardDecidesFromTheTally(t *testing.T) {
 		t.Fatalf("a guard of a ledger that knows no tally expects %+v", g.Expect())
 	}
 	// Another replica stored 9: 9 + 2 does not fit. The create is refused
-	// and its units are free.
+	// and its units are free; the tally holds more than the tallied claims
+	// seen (none), so the bucket is to be counted again.
+	var recounts []string
+	l.NotifyRecount(func(namespace string, b BucketKey) { recounts = append(recounts, namespace+" "+TallyKey(b)) })
 	err = g.Moved([]tenantstorage.Tally{{Key: key, Revision: 40, Value: 9}})
+	if want := []string{"organization-acme " + key}; !reflect.DeepEqual(recounts, want) {
+		t.Fatalf("recounts asked: %v, want %v", recounts, want)
+	}
 	var exceeded *Exceeded
 	if !errors.As(err, &exceeded) || exceeded.Used != 9 || exceeded.Amount != 2 || exceeded.Limit != 10 {
 		t.Fatalf("told the tally holds 9: %v", err)

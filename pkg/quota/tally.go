@@ -1,13 +1,17 @@
 package quota
 
 import (
+	"context"
 	"maps"
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
 
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
@@ -25,7 +29,7 @@ const GroupPrefix = quotav1alpha1.GroupName + "/"
 
 // TallyKey is where bucket k's tally is kept, under the storage prefix.
 func TallyKey(k BucketKey) string {
-	return "_milo/quota-tallies/" + k.Consumer.Kind + "/" + k.Consumer.Name + "/" + url.PathEscape(k.ResourceType)
+	return "_milo/quota-tallies/" + url.PathEscape(k.Consumer.Kind) + "/" + url.PathEscape(k.Consumer.Name) + "/" + url.PathEscape(k.ResourceType)
 }
 
 // ClaimTallies returns what a stored claim holds of its buckets' tallies:
@@ -68,6 +72,8 @@ type tallyGuard struct {
 	claims  []string
 	buckets []BucketKey
 	adds    []int64
+	// namespaces are where each bucket's claims are (its consumer's organization's).
+	namespaces []string
 	// expected is what the last Expect returned.
 	expected []tenantstorage.Tally
 	// refuse is the create's answer when its claims no longer fit.
@@ -82,16 +88,19 @@ var _ tenantstorage.TallyGuard = &tallyGuard{}
 // fit.
 func (l *Ledger) Guard(plans []ClaimPlan, refuse func(*Exceeded) error) tenantstorage.TallyGuard {
 	amounts := map[BucketKey]int64{}
+	namespaces := map[BucketKey]string{}
 	g := &tallyGuard{l: l, refuse: refuse}
 	for _, p := range plans {
 		g.claims = append(g.claims, Key(p.Namespace, p.Name))
 		for _, r := range p.Requests {
 			amounts[BucketKey{p.Consumer, r.ResourceType}] += r.Amount
+			namespaces[BucketKey{p.Consumer, r.ResourceType}] = p.Namespace
 		}
 	}
 	g.buckets = slices.SortedFunc(maps.Keys(amounts), func(a, b BucketKey) int { return strings.Compare(TallyKey(a), TallyKey(b)) })
 	for _, k := range g.buckets {
 		g.adds = append(g.adds, amounts[k])
+		g.namespaces = append(g.namespaces, namespaces[k])
 	}
 	return g
 }
@@ -104,8 +113,9 @@ func (l *Ledger) Guard(plans []ClaimPlan, refuse func(*Exceeded) error) tenantst
 // decides from that.
 func (g *tallyGuard) Expect() []tenantstorage.Tally {
 	l := g.l
-	l.mu.RLock()
-	defer l.mu.RUnlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	g.inFlightLocked(l.now())
 	out := make([]tenantstorage.Tally, len(g.buckets))
 	for i, k := range g.buckets {
 		ts := l.tallies[k]
@@ -130,15 +140,32 @@ func (g *tallyGuard) Moved(now []tenantstorage.Tally) error {
 			l.learnTallyLocked(k, now[i].Revision, now[i].Value, true)
 		}
 	}
+	g.inFlightLocked(time.Time{})
 	for i, k := range g.buckets {
 		limit, grants := l.limitLocked(k)
 		if len(grants) == 0 || i >= len(now) {
 			continue // the grant went meanwhile: nothing limits the bucket
 		}
 		used := l.withTallyLocked(k, now[i].Value) // this create's units among them, still reserved
+		// Another create of this replica may be stored and not yet told
+		// so: counted in the tally read and as reserved. A refusal waits
+		// until the creates in a transaction know their outcome (a moment),
+		// and decides on what is.
+		for wait := time.Now().Add(inFlightWindow); used > limit && l.inFlightLocked(k) > 0 && time.Now().Before(wait); {
+			l.mu.Unlock()
+			time.Sleep(100 * time.Microsecond)
+			l.mu.Lock()
+			used = l.withTallyLocked(k, now[i].Value)
+		}
 		if used > limit {
 			for _, key := range g.claims {
 				l.dropPendingLocked(key)
+			}
+			if now[i].Value > l.talliedAllocated[k]+l.pendingCommittedOf[k] && l.recount != nil {
+				// The tally holds more than the tallied claims this server
+				// has seen: claims it has not seen yet, or a tally left
+				// wrong. Counted again, in a while, to tell.
+				l.recount(g.namespaces[i], k)
 			}
 			unit := ""
 			if reg, ok := l.validTypeLocked(k.ResourceType, k.Consumer.Kind); ok {
@@ -156,7 +183,7 @@ func (g *tallyGuard) Stored(revision int64) {
 	defer l.mu.Unlock()
 	for _, key := range g.claims {
 		if pc, ok := l.pending[key]; ok && !pc.committed {
-			pc.committed = true
+			pc.committed, pc.inFlight = true, time.Time{}
 			l.pending[key] = pc
 			for k, amount := range pc.amounts {
 				l.pendingCommittedOf[k] += amount
@@ -168,6 +195,36 @@ func (g *tallyGuard) Stored(revision int64) {
 			l.learnTallyLocked(k, revision, g.expected[i].Value+g.expected[i].Add, false)
 		}
 	}
+}
+
+// inFlightLocked marks the guard's reservations as in a transaction since
+// at (the zero time: no longer).
+func (g *tallyGuard) inFlightLocked(at time.Time) {
+	for _, key := range g.claims {
+		if pc, ok := g.l.pending[key]; ok {
+			pc.inFlight = at
+			g.l.pending[key] = pc
+		}
+	}
+}
+
+// inFlightWindow is how long a reservation counts as in a transaction:
+// longer than a transaction takes, short enough that one whose outcome was
+// never known (a connection lost mid-commit) stops counting soon.
+const inFlightWindow = 2 * time.Second
+
+// inFlightLocked is what k's reservations in a transaction hold (other
+// guards', each marked at most inFlightWindow ago): stored perhaps, and
+// not yet told so.
+func (l *Ledger) inFlightLocked(k BucketKey) int64 {
+	var n int64
+	since := l.now().Add(-inFlightWindow)
+	for _, pc := range l.pending {
+		if !pc.committed && pc.inFlight.After(since) {
+			n += pc.amounts[k]
+		}
+	}
+	return n
 }
 
 // learnTallyLocked records what k's tally held at revision, unless the
@@ -191,4 +248,65 @@ func (l *Ledger) learnTallyLocked(k BucketKey, revision, value int64, read bool)
 // with the tally at that value.
 func (l *Ledger) withTallyLocked(k BucketKey, tallied int64) int64 {
 	return tallied + l.allocated[k] - l.talliedAllocated[k] + l.pendingOf[k] - l.pendingCommittedOf[k]
+}
+
+// NotifyRecount sets what the ledger calls when a bucket's tally holds more
+// than the tallied claims it has seen, with the namespace of the bucket's
+// claims (see Recounter). Called with the ledger's lock held: it must only
+// queue.
+func (l *Ledger) NotifyRecount(recount func(namespace string, k BucketKey)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recount = recount
+}
+
+// RecountDelay is how long a recount waits after its bucket's tally was
+// found to hold more than the claims seen: time for the informers to
+// deliver claims other replicas stored.
+const RecountDelay = 10 * time.Second
+
+type recountItem struct {
+	namespace string
+	bucket    BucketKey
+}
+
+// Recounter sets right the tallies of buckets whose tally holds more than
+// the tallied claims the ledger has seen, once RecountDelay has passed: it
+// counts the claims in storage (recount, tenantstorage.Joints.Recount of
+// the claims) and writes the tally where it differs and did not move since.
+// One queue and one worker for the server; a bucket waits in it at most
+// once.
+type Recounter struct {
+	queue   workqueue.TypedDelayingInterface[recountItem]
+	recount func(ctx context.Context, namespace, key string) (bool, error)
+}
+
+// NewRecounter returns the recounter of ledger's tallies, counting with recount.
+func NewRecounter(ledger *Ledger, recount func(ctx context.Context, namespace, key string) (bool, error)) *Recounter {
+	r := &Recounter{queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[recountItem]{Name: "quota_tally_recount"}), recount: recount}
+	ledger.NotifyRecount(func(namespace string, k BucketKey) { r.queue.AddAfter(recountItem{namespace, k}, RecountDelay) })
+	return r
+}
+
+// Run recounts until ctx ends.
+func (r *Recounter) Run(ctx context.Context) {
+	go func() {
+		<-ctx.Done()
+		r.queue.ShutDown()
+	}()
+	for {
+		item, quit := r.queue.Get()
+		if quit {
+			return
+		}
+		key := TallyKey(item.bucket)
+		wrote, err := r.recount(ctx, item.namespace, key)
+		switch {
+		case err != nil:
+			klog.ErrorS(err, "Counting a quota bucket's tallied claims again", "bucket", key)
+		case wrote:
+			klog.InfoS("A quota bucket's tally was not what its tallied claims hold: set to what they hold", "bucket", key)
+		}
+		r.queue.Done(item)
+	}
 }

@@ -21,6 +21,7 @@ import (
 	quotacontroller "go.miloapis.com/milo/pkg/controllers/quota"
 	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/quota"
+	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/suspension"
 	"go.miloapis.com/milo/pkg/tenancy"
 	"go.miloapis.com/milo/pkg/typedinformer"
@@ -40,9 +41,15 @@ var (
 // and runs the quota controller (its queues share the ledger with
 // admission, so it runs in the server process). It returns once the ledger
 // and the index hold what is stored.
-func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, ledger *quota.Ledger, usage *quota.StorageMeter, index *suspension.Index) error {
+func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, ledger *quota.Ledger, usage *quota.StorageMeter, index *suspension.Index, joints *tenantstorage.Joints) error {
 	if ledger == nil || index == nil {
 		return errors.New("the server was built without a quota ledger or a suspension index")
+	}
+	if joints != nil {
+		// Tallies that hold more than the claims seen are counted again.
+		go quota.NewRecounter(ledger, func(ctx context.Context, namespace, key string) (bool, error) {
+			return joints.Recount(ctx, quotav1alpha1.ClaimsResource.GroupResource(), namespace, key)
+		}).Run(ctx)
 	}
 	dyn, err := dynamic.NewForConfig(loopback)
 	if err != nil {

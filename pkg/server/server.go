@@ -220,7 +220,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if !informersSynced.wait(ctx) {
 				return nil
 			}
-			if err := runQuota(ctx, loopback, tree, c.Options.Quota, c.Usage, c.Options.Suspensions); err != nil {
+			if err := runQuota(ctx, loopback, tree, c.Options.Quota, c.Usage, c.Options.Suspensions, c.Joints); err != nil {
 				return err
 			}
 			quotaLoaded.done()

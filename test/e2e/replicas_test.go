@@ -215,7 +215,17 @@ func quotaAcrossReplicas(t *testing.T, r1, r2 *milo) {
 			wg.Go(func() {
 				r := []*milo{r1, r2}[i%2]
 				name := fmt.Sprintf("%s-%d", prefix, i)
-				_, err := r.projectKube(t, project).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+				var err error
+				for attempt := 0; ; attempt++ {
+					_, err = r.projectKube(t, project).CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+					if attempt > 0 && apierrors.IsAlreadyExists(err) {
+						err = nil // an earlier try was stored
+					}
+					if err == nil || !retriable(err) || attempt == 10 {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
 				mu.Lock()
 				defer mu.Unlock()
 				switch {
@@ -251,29 +261,32 @@ func quotaAcrossReplicas(t *testing.T, r1, r2 *milo) {
 		"consumerRef": map[string]any{"apiGroup": "resourcemanager.miloapis.com", "kind": "Project", "name": project},
 		"requests":    []any{map[string]any{"resourceType": "core/namespaces", "amount": int64(1)}}})
 	forged.SetAnnotations(map[string]string{quota.TalliedAnnotation: "true"})
-	if _, err := claims.Create(ctx, forged, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+	if _, err := claims.Create(ctx, forged, metav1.CreateOptions{}); !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), quota.TalliedAnnotation) {
 		t.Fatalf("a claim created with the tallies' mark: %v", err)
 	}
-	list, err := claims.List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	unmarked := false
-	for _, c := range list.Items {
-		if c.GetAnnotations()[quota.TalliedAnnotation] == "true" {
+	eventually(t, "a tallied claim updated without the mark is refused", func() error {
+		list, err := claims.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, c := range list.Items {
+			if c.GetAnnotations()[quota.TalliedAnnotation] != "true" {
+				continue
+			}
 			annotations := c.GetAnnotations()
 			delete(annotations, quota.TalliedAnnotation)
 			c.SetAnnotations(annotations)
-			if _, err := claims.Update(ctx, &c, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
-				t.Fatalf("a tallied claim updated without the mark: %v", err)
+			_, err := claims.Update(ctx, &c, metav1.UpdateOptions{})
+			if apierrors.IsInvalid(err) && strings.Contains(err.Error(), quota.TalliedAnnotation) {
+				return nil
 			}
-			unmarked = true
-			break
+			if apierrors.IsConflict(err) {
+				return err // changed since the list: again
+			}
+			t.Fatalf("a tallied claim updated without the mark: %v", err)
 		}
-	}
-	if !unmarked {
-		t.Fatal("no claim carries the tallies' mark")
-	}
+		return errors.New("no claim carries the tallies' mark")
+	})
 	if created := burst("again", 10); len(created) != 3 {
 		t.Fatalf("10 namespaces created through two replicas at once after 3 were deleted: %d stored, want 3", len(created))
 	}

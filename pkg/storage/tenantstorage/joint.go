@@ -480,6 +480,11 @@ func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clien
 			}
 			return resp, false, nil
 		}
+		for _, r := range resp.Responses[:len(elses)] {
+			if rr := r.GetResponseRange(); rr != nil && rr.Count > 0 {
+				return resp, false, nil // what else was required exists: not the tallies' to decide
+			}
+		}
 		now, moved, err := talliesRead(tallies, resp.Responses[len(elses):])
 		if err != nil {
 			return nil, true, err
@@ -534,6 +539,72 @@ func talliesRead(tallies []Tally, resps []*etcdserverpb.ResponseOp) ([]Tally, bo
 	return now, moved, nil
 }
 
+// Recount sets the tally at key to what the objects of gr in namespace (at
+// the platform) hold of it, where it holds anything else, on the condition
+// that it did not move since they were read: every create and delete of a
+// tallied object moves it, so it is then what they hold. It is what sets a
+// tally right that something left wrong (a tallied object deleted by a
+// server without tallies, or unsafely). It reports whether it wrote.
+func (j *Joints) Recount(ctx context.Context, gr schema.GroupResource, namespace, key string) (bool, error) {
+	s, of := j.storeOf(gr), j.talliesOf(gr)
+	if s == nil || of == nil {
+		return false, nil
+	}
+	full := s.etcdKey(key)
+	prefix := s.etcdKey(s.prefix + "/" + tenancy.PlatformSegment + "/" + namespace + "/")
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	first, err := j.kv.Txn(ctx).Then(clientv3.OpGet(full), clientv3.OpGet(prefix, clientv3.WithRange(end), clientv3.WithLimit(recountPage))).Commit()
+	if err != nil {
+		return false, err
+	}
+	was, _, err := talliesRead([]Tally{{Key: key}}, first.Responses[:1])
+	if err != nil {
+		return false, err
+	}
+	var sum int64
+	page := first.Responses[1].GetResponseRange()
+	for {
+		for _, kv := range page.Kvs {
+			plain, _, err := s.transformer.TransformFromStorage(ctx, kv.Value, value.DefaultContext(string(kv.Key)))
+			if err != nil {
+				return false, err
+			}
+			obj := s.newFunc()
+			if err := s.decoder.Decode(plain, obj, kv.ModRevision); err != nil {
+				return false, fmt.Errorf("decoding %s: %w", kv.Key, err)
+			}
+			for _, t := range of(obj) {
+				if t.Key == key {
+					sum += t.Add
+				}
+			}
+		}
+		if !page.More || len(page.Kvs) == 0 {
+			break
+		}
+		next, err := j.kv.Get(ctx, string(page.Kvs[len(page.Kvs)-1].Key)+"\x00", clientv3.WithRange(end), clientv3.WithLimit(recountPage), clientv3.WithRev(first.Header.Revision))
+		if err != nil {
+			return false, err
+		}
+		page = (*etcdserverpb.RangeResponse)(next)
+	}
+	if sum == was[0].Value {
+		return false, nil
+	}
+	op := clientv3.OpDelete(full)
+	if sum > 0 {
+		op = clientv3.OpPut(full, strconv.FormatInt(sum, 10))
+	}
+	resp, err := j.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(full), "=", was[0].Revision)).Then(op).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
+// recountPage is how many objects a recount reads at a time.
+const recountPage = 500
+
 // talliedDelete deletes an object counted in tallies and takes what it
 // holds (of) from them, in one transaction, on the condition that neither
 // the object nor the tallies changed since they were read; it answers as
@@ -567,17 +638,19 @@ func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Objec
 			return err
 		}
 		held := of(obj)
-		_, _, reads := s.tallyOps(held)
-		read, err := s.joints.kv.Txn(ctx).Then(reads...).Commit()
-		if err != nil {
-			return err
-		}
-		now, _, err := talliesRead(held, read.Responses)
-		if err != nil {
-			return err
-		}
-		for i := range now {
-			now[i].Add = -held[i].Add
+		var now []Tally
+		if len(held) > 0 {
+			_, _, reads := s.tallyOps(held)
+			read, err := s.joints.kv.Txn(ctx).Then(reads...).Commit()
+			if err != nil {
+				return err
+			}
+			if now, _, err = talliesRead(held, read.Responses); err != nil {
+				return err
+			}
+			for i := range now {
+				now[i].Add = -held[i].Add
+			}
 		}
 		tIfs, tThens, _ := s.tallyOps(now)
 		resp, err := s.joints.kv.Txn(ctx).If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", kv.ModRevision)}, tIfs...)...).

@@ -519,4 +519,19 @@ func TestTalliesBoundCreatesOfEveryReplica(t *testing.T) {
 	if v, _ := tallyNow(t); v != 1 {
 		t.Fatalf("the tally is %d, want 1", v)
 	}
+
+	// A tally left wrong (a tallied companion deleted by a server without
+	// tallies) is counted again from what the companions hold.
+	if _, err := etcdClient.Put(context.Background(), "/registry/"+testTally, "5"); err != nil {
+		t.Fatal(err)
+	}
+	if wrote, err := joints.Recount(context.Background(), corev1.Resource("tallyclaims"), "default", testTally); err != nil || !wrote {
+		t.Fatalf("recounting a tally left at 5: wrote %v, %v", wrote, err)
+	}
+	if v, _ := tallyNow(t); v != 1 {
+		t.Fatalf("recounted, the tally is %d, want 1", v)
+	}
+	if wrote, err := joints.Recount(context.Background(), corev1.Resource("tallyclaims"), "default", testTally); err != nil || wrote {
+		t.Fatalf("recounting a right tally: wrote %v, %v", wrote, err)
+	}
 }

@@ -295,8 +295,10 @@ func (s *store) Delete(ctx context.Context, key string, out runtime.Object, prec
 	if err != nil {
 		return err
 	}
-	if of := s.joints.talliesOf(s.resource); of != nil {
-		// Platform objects (quota claims): never metered.
+	if of := s.joints.talliesOf(s.resource); of != nil && !opts.IgnoreStoreReadError {
+		// Platform objects (quota claims): never metered. An object that
+		// cannot be read (the unsafe deletion of a corrupt one) is deleted
+		// as upstream does, its tallies left as they are.
 		return s.talliedDelete(ctx, k, out, preconditions, validateDeletion, of)
 	}
 	// A delete only frees: it never waits for the project's usage to be
