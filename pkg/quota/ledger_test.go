@@ -464,3 +464,52 @@ func TestGuardDecidesFromTheTally(t *testing.T) {
 		t.Fatalf("a claim not tallied holds %+v", got)
 	}
 }
+
+// TestARefusalWaitsForCreatesUnderWay: a create stored by this replica and
+// not yet told so is in the tally another create reads and still reserved;
+// the other's refusal waits for it to be told, and then finds room.
+func TestARefusalWaitsForCreatesUnderWay(t *testing.T) {
+	l := NewLedger()
+	l.SetRegistration(registrationOf("count", "count", quotav1alpha1.TypeEntity, KindOrganization, configMaps))
+	l.SetGrant(grantOf("organization-acme", "g", acme, map[string][]int64{"count": {2}}))
+	key := TallyKey(BucketKey{acme, "count"})
+	refuse := func(e *Exceeded) error { return e }
+	reserve := func(name string) *tallyGuard {
+		reserved, err := l.Reserve([]ClaimPlan{plan(name, acme, configMaps, map[string]int64{"count": 1})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Guard(reserved, refuse).(*tallyGuard)
+	}
+	a, b := reserve("a"), reserve("b")
+	a.Expect() // a's transaction is under way
+	b.Expect()
+	// a's transaction stored it (the tally holds 1) as b's failed and read
+	// the tally; b counts a twice (in the tally, and reserved) until a is
+	// told: 1 + 1 (a) + 1 (b) > 2.
+	told := make(chan struct{})
+	go func() {
+		time.Sleep(20 * time.Millisecond)
+		a.Stored(10)
+		close(told)
+	}()
+	began := time.Now()
+	if err := b.Moved([]tenantstorage.Tally{{Key: key, Revision: 11, Value: 1}}); err != nil {
+		t.Fatalf("a create with room, once another's outcome is known, was refused: %v", err)
+	}
+	select {
+	case <-told:
+	default:
+		t.Fatalf("b decided after %v, before a was told it was stored", time.Since(began))
+	}
+	// b tries again; another replica took the last unit meanwhile. A
+	// refusal no create under way could undo does not wait.
+	b.Expect()
+	began = time.Now()
+	if err := b.Moved([]tenantstorage.Tally{{Key: key, Revision: 12, Value: 2}}); err == nil {
+		t.Fatal("a third create against a limit of 2 was let through")
+	}
+	if waited := time.Since(began); waited > inFlightWindow/2 {
+		t.Fatalf("a refusal nothing could undo waited %v", waited)
+	}
+}

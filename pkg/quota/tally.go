@@ -115,14 +115,22 @@ func (g *tallyGuard) Expect() []tenantstorage.Tally {
 	l := g.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	g.inFlightLocked(l.now())
 	out := make([]tenantstorage.Tally, len(g.buckets))
+	canStore := true
 	for i, k := range g.buckets {
 		ts := l.tallies[k]
 		out[i] = tenantstorage.Tally{Key: TallyKey(k), Revision: ts.revision, Value: ts.value, Add: g.adds[i]}
 		if limit, grants := l.limitLocked(k); len(grants) > 0 && l.withTallyLocked(k, ts.value) > limit {
 			out[i].Revision = -1
+			canStore = false
 		}
+	}
+	// A transaction that may store the create is under way (see Moved);
+	// one that only reads is not.
+	if canStore {
+		g.markInFlightLocked(l.now())
+	} else {
+		g.markInFlightLocked(time.Time{})
 	}
 	g.expected = out
 	return out
@@ -140,7 +148,7 @@ func (g *tallyGuard) Moved(now []tenantstorage.Tally) error {
 			l.learnTallyLocked(k, now[i].Revision, now[i].Value, true)
 		}
 	}
-	g.inFlightLocked(time.Time{})
+	g.markInFlightLocked(time.Time{})
 	for i, k := range g.buckets {
 		limit, grants := l.limitLocked(k)
 		if len(grants) == 0 || i >= len(now) {
@@ -148,14 +156,19 @@ func (g *tallyGuard) Moved(now []tenantstorage.Tally) error {
 		}
 		used := l.withTallyLocked(k, now[i].Value) // this create's units among them, still reserved
 		// Another create of this replica may be stored and not yet told
-		// so: counted in the tally read and as reserved. A refusal waits
-		// until the creates in a transaction know their outcome (a moment),
-		// and decides on what is.
-		for wait := time.Now().Add(inFlightWindow); used > limit && l.inFlightLocked(k) > 0 && time.Now().Before(wait); {
+		// so: counted in the tally read and as reserved. A refusal that
+		// such creates could undo waits until they know their outcome (a
+		// transaction's time; inFlightWindow at most), and decides on the
+		// tally as then known.
+		for wait := l.now().Add(inFlightWindow); used > limit && used-l.inFlightLocked(k) <= limit && l.now().Before(wait); {
 			l.mu.Unlock()
-			time.Sleep(100 * time.Microsecond)
+			time.Sleep(200 * time.Microsecond)
 			l.mu.Lock()
-			used = l.withTallyLocked(k, now[i].Value)
+			tally := now[i].Value
+			if ts, ok := l.tallies[k]; ok && ts.revision > now[i].Revision {
+				tally = ts.value // told since, by a create stored after the read
+			}
+			used = l.withTallyLocked(k, tally)
 		}
 		if used > limit {
 			for _, key := range g.claims {
@@ -197,9 +210,9 @@ func (g *tallyGuard) Stored(revision int64) {
 	}
 }
 
-// inFlightLocked marks the guard's reservations as in a transaction since
-// at (the zero time: no longer).
-func (g *tallyGuard) inFlightLocked(at time.Time) {
+// markInFlightLocked marks the guard's reservations as in a transaction
+// that may store them since at (the zero time: no longer).
+func (g *tallyGuard) markInFlightLocked(at time.Time) {
 	for _, key := range g.claims {
 		if pc, ok := g.l.pending[key]; ok {
 			pc.inFlight = at
@@ -270,6 +283,15 @@ type recountItem struct {
 	bucket    BucketKey
 }
 
+// needsRecount reports whether k's tally, as the ledger knows it, holds more
+// than the tallied claims it has seen and its own stored ones not seen yet.
+func (l *Ledger) needsRecount(k BucketKey) bool {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	ts, ok := l.tallies[k]
+	return ok && ts.value > l.talliedAllocated[k]+l.pendingCommittedOf[k]
+}
+
 // Recounter sets right the tallies of buckets whose tally holds more than
 // the tallied claims the ledger has seen, once RecountDelay has passed: it
 // counts the claims in storage (recount, tenantstorage.Joints.Recount of
@@ -277,13 +299,16 @@ type recountItem struct {
 // One queue and one worker for the server; a bucket waits in it at most
 // once.
 type Recounter struct {
-	queue   workqueue.TypedDelayingInterface[recountItem]
+	ledger  *Ledger
+	queue   workqueue.TypedRateLimitingInterface[recountItem]
 	recount func(ctx context.Context, namespace, key string) (bool, error)
 }
 
 // NewRecounter returns the recounter of ledger's tallies, counting with recount.
 func NewRecounter(ledger *Ledger, recount func(ctx context.Context, namespace, key string) (bool, error)) *Recounter {
-	r := &Recounter{queue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[recountItem]{Name: "quota_tally_recount"}), recount: recount}
+	r := &Recounter{ledger: ledger, recount: recount, queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedItemExponentialFailureRateLimiter[recountItem](RecountDelay, 10*time.Minute),
+		workqueue.TypedRateLimitingQueueConfig[recountItem]{Name: "quota_tally_recount"})}
 	ledger.NotifyRecount(func(namespace string, k BucketKey) { r.queue.AddAfter(recountItem{namespace, k}, RecountDelay) })
 	return r
 }
@@ -299,14 +324,33 @@ func (r *Recounter) Run(ctx context.Context) {
 		if quit {
 			return
 		}
-		key := TallyKey(item.bucket)
-		wrote, err := r.recount(ctx, item.namespace, key)
-		switch {
-		case err != nil:
-			klog.ErrorS(err, "Counting a quota bucket's tallied claims again", "bucket", key)
-		case wrote:
-			klog.InfoS("A quota bucket's tally was not what its tallied claims hold: set to what they hold", "bucket", key)
-		}
+		r.process(ctx, item)
 		r.queue.Done(item)
+	}
+}
+
+// process recounts one bucket, unless the ledger has since seen what its
+// tally holds (the claims were another replica's, not delivered yet). A
+// recount that failed is tried again later, less and less often; one whose
+// write lost to a create or delete (the tally moved) waits for the next
+// refusal to ask again.
+func (r *Recounter) process(ctx context.Context, item recountItem) {
+	if !r.ledger.needsRecount(item.bucket) {
+		r.queue.Forget(item)
+		return
+	}
+	key := TallyKey(item.bucket)
+	wrote, err := r.recount(ctx, item.namespace, key)
+	switch {
+	case ctx.Err() != nil:
+		return
+	case err != nil:
+		klog.ErrorS(err, "Counting a quota bucket's tallied claims again", "bucket", key)
+		r.queue.AddRateLimited(item)
+	case wrote:
+		klog.InfoS("A quota bucket's tally was not what its tallied claims hold: set to what they hold", "bucket", key)
+		r.queue.Forget(item)
+	default:
+		r.queue.Forget(item)
 	}
 }

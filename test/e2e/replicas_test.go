@@ -240,7 +240,22 @@ func quotaAcrossReplicas(t *testing.T, r1, r2 *milo) {
 		if len(other) > 0 {
 			t.Fatalf("%d namespaces created through two replicas at once: unexpected errors %v", n, other)
 		}
-		return created
+		// What is stored, as listed: a try whose answer was lost may have
+		// been stored, and its retry refused.
+		list, err := r1.projectKube(t, project).CoreV1().Namespaces().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stored []string
+		for _, ns := range list.Items {
+			if strings.HasPrefix(ns.Name, prefix+"-") {
+				stored = append(stored, ns.Name)
+			}
+		}
+		if len(stored) != len(created) {
+			t.Logf("%d namespaces answered created, %d stored", len(created), len(stored))
+		}
+		return stored
 	}
 	if created := burst("burst", 50); len(created) != 10 {
 		t.Fatalf("50 namespaces created through two replicas at once, 10 free: %d stored", len(created))
