@@ -381,8 +381,7 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 	if _, _, err := round("quota-warm", 0, o.Created/4); err != nil {
 		return nil, err
 	}
-	var createdIn, readyIn [2]time.Duration // by limited
-	done := map[bool]int{}
+	createdIn, readyIn, done := map[bool]time.Duration{}, map[bool]time.Duration{}, map[bool]int{} // by limited
 	for k, limited := range []bool{false, true, true, false} {
 		from, to := done[limited], done[limited]+(o.Created*(k+1)/4-o.Created*k/4)
 		c, rd, err := round(orgs[limited], from, to)
@@ -390,16 +389,12 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 			return nil, err
 		}
 		done[limited] = to
-		i := 0
-		if limited {
-			i = 1
-		}
-		createdIn[i] += c
-		readyIn[i] += rd
+		createdIn[limited] += c
+		readyIn[limited] += rd
 	}
 	perSecond := func(n int, d time.Duration) float64 { return float64(n) / max(d.Seconds(), 0.001) }
-	r.ProjectsPerSecondOff, r.ReadyPerSecondOff = perSecond(done[false], createdIn[0]), perSecond(done[false], readyIn[0])
-	r.ProjectsPerSecondOn, r.ReadyPerSecondOn = perSecond(done[true], createdIn[1]), perSecond(done[true], readyIn[1])
+	r.ProjectsPerSecondOff, r.ReadyPerSecondOff = perSecond(done[false], createdIn[false]), perSecond(done[false], readyIn[false])
+	r.ProjectsPerSecondOn, r.ReadyPerSecondOn = perSecond(done[true], createdIn[true]), perSecond(done[true], readyIn[true])
 	progress("[milo] %d projects created at %.0f/s (Ready %.0f/s) without a projects quota, %.0f/s (Ready %.0f/s) with one",
 		o.Created, r.ProjectsPerSecondOff, r.ReadyPerSecondOff, r.ProjectsPerSecondOn, r.ReadyPerSecondOn)
 	return r, nil

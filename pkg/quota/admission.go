@@ -21,6 +21,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/dynamic"
 	api "k8s.io/kubernetes/pkg/apis/core"
+	"k8s.io/utils/ptr"
 
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
@@ -391,21 +392,19 @@ func refuseTallyMark(a admission.Attributes) error {
 	if a.GetOperation() != admission.Create && a.GetOperation() != admission.Update {
 		return nil
 	}
-	mark := func(obj runtime.Object) (string, bool) {
-		m, err := meta.Accessor(obj)
-		if err != nil || obj == nil {
-			return "", false
+	mark := func(obj runtime.Object) *string {
+		if m, err := meta.Accessor(obj); err == nil {
+			if v, ok := m.GetAnnotations()[TalliedAnnotation]; ok {
+				return &v
+			}
 		}
-		v, ok := m.GetAnnotations()[TalliedAnnotation]
-		return v, ok
+		return nil
 	}
-	now, has := mark(a.GetObject())
-	var was string
-	var had bool
+	now, was := mark(a.GetObject()), (*string)(nil)
 	if a.GetOperation() == admission.Update {
-		was, had = mark(a.GetOldObject())
+		was = mark(a.GetOldObject())
 	}
-	if has == had && now == was {
+	if ptr.Equal(now, was) {
 		return nil
 	}
 	return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(), field.ErrorList{field.Forbidden(field.NewPath("metadata", "annotations").Key(TalliedAnnotation),

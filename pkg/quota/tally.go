@@ -22,10 +22,7 @@ import (
 // its object adds to and its delete takes from, in the same transactions.
 // Every replica of the server reads them when it charges, so two replicas
 // cannot both take a bucket's last unit.
-const TalliedAnnotation = GroupPrefix + "tallied"
-
-// GroupPrefix begins the names of the annotations the quota system sets.
-const GroupPrefix = quotav1alpha1.GroupName + "/"
+const TalliedAnnotation = "quota.miloapis.com/tallied"
 
 // TallyKey is where bucket k's tally is kept, under the storage prefix.
 func TallyKey(k BucketKey) string {
@@ -174,7 +171,7 @@ func (g *tallyGuard) Moved(now []tenantstorage.Tally) error {
 			for _, key := range g.claims {
 				l.dropPendingLocked(key)
 			}
-			if now[i].Value > l.talliedAllocated[k]+l.pendingCommittedOf[k] && l.recount != nil {
+			if l.aboveSeenLocked(k, now[i].Value) && l.recount != nil {
 				// The tally holds more than the tallied claims this server
 				// has seen: claims it has not seen yet, or a tally left
 				// wrong. Counted again, in a while, to tell.
@@ -289,7 +286,13 @@ func (l *Ledger) needsRecount(k BucketKey) bool {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	ts, ok := l.tallies[k]
-	return ok && ts.value > l.talliedAllocated[k]+l.pendingCommittedOf[k]
+	return ok && l.aboveSeenLocked(k, ts.value)
+}
+
+// aboveSeenLocked reports whether tally holds more than k's tallied claims
+// the ledger has seen and its own stored ones not seen yet.
+func (l *Ledger) aboveSeenLocked(k BucketKey, tally int64) bool {
+	return tally > l.talliedAllocated[k]+l.pendingCommittedOf[k]
 }
 
 // Recounter sets right the tallies of buckets whose tally holds more than

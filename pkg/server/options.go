@@ -162,7 +162,7 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"and admin.kubeconfig. Created if missing. Certificates and keys found there are reused.")
 	fs.StringVar(&o.StorageBackend, "storage-backend", o.StorageBackend, ""+
 		"Store everything in a SQL database instead of the embedded etcd, through kine run in this process: "+
-		"postgres://USER[:PASSWORD]@HOST:PORT/DATABASE or mysql://USER[:PASSWORD]@tcp(HOST:PORT)/DATABASE (MySQL or MariaDB; the database is created if missing) or sqlite://PATH (one server only). "+
+		sqlstorage.Usage+" (MySQL or MariaDB for mysql://; a database is created if missing; sqlite://, one server only). "+
 		"Empty: the embedded etcd in --data-dir, or --etcd-servers. See docs/operations.md.")
 	fs.Var(&o.Controllers, "controllers", ""+
 		"Controllers to run in this process: '*' for all, a name to add one, '-name' to leave one out "+

@@ -357,6 +357,21 @@ func (s *store) encodeForStorage(ctx context.Context, key string, obj runtime.Ob
 	return plain, stored, err
 }
 
+// decodeStored is the object stored at key (its etcd key) as value, at
+// revision: untransformed and decoded as the etcd store reads it; plain is
+// its encoding.
+func (s *store) decodeStored(ctx context.Context, key string, stored []byte, revision int64) (plain []byte, obj runtime.Object, err error) {
+	plain, _, err = s.transformer.TransformFromStorage(ctx, stored, value.DefaultContext(key))
+	if err != nil {
+		return nil, nil, storage.NewInternalError(err)
+	}
+	obj = s.newFunc()
+	if err := s.decoder.Decode(plain, obj, revision); err != nil {
+		return nil, nil, err
+	}
+	return plain, obj, nil
+}
+
 // companionOp is the put of c, at its tenant, and its key.
 func (j *Joints) companionOp(ctx context.Context, c Companion) (string, clientv3.Op, error) {
 	s := j.storeOf(c.Resource)
@@ -565,12 +580,8 @@ func (j *Joints) Recount(ctx context.Context, gr schema.GroupResource, namespace
 	page := first.Responses[1].GetResponseRange()
 	for {
 		for _, kv := range page.Kvs {
-			plain, _, err := s.transformer.TransformFromStorage(ctx, kv.Value, value.DefaultContext(string(kv.Key)))
+			_, obj, err := s.decodeStored(ctx, string(kv.Key), kv.Value, kv.ModRevision)
 			if err != nil {
-				return false, err
-			}
-			obj := s.newFunc()
-			if err := s.decoder.Decode(plain, obj, kv.ModRevision); err != nil {
 				return false, fmt.Errorf("decoding %s: %w", kv.Key, err)
 			}
 			for _, t := range of(obj) {
@@ -621,12 +632,8 @@ func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Objec
 			return storage.NewKeyNotFoundError(full, 0)
 		}
 		kv := got.Kvs[0]
-		plain, _, err := s.transformer.TransformFromStorage(ctx, kv.Value, value.DefaultContext(full))
+		plain, obj, err := s.decodeStored(ctx, full, kv.Value, kv.ModRevision)
 		if err != nil {
-			return storage.NewInternalError(err)
-		}
-		obj := s.newFunc()
-		if err := s.decoder.Decode(plain, obj, kv.ModRevision); err != nil {
 			return err
 		}
 		if preconditions != nil {
