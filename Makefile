@@ -44,6 +44,10 @@ generate:
 		--output-file zz_generated.openapi.go --output-model-name-file zz_generated.model_name.go \
 		--go-header-file /dev/null --report-filename /dev/null \
 		--readonly-pkg k8s.io/apimachinery/pkg/apis/meta/v1 ./pkg/apis/resourcemanager/v1alpha1 k8s.io/apimachinery/pkg/apis/meta/v1
+	$(OPENAPI_GEN) --output-dir pkg/apis/quota/v1alpha1 --output-pkg go.miloapis.com/milo/pkg/apis/quota/v1alpha1 \
+		--output-file zz_generated.openapi.go --output-model-name-file zz_generated.model_name.go \
+		--go-header-file /dev/null --report-filename /dev/null \
+		--readonly-pkg k8s.io/apimachinery/pkg/apis/meta/v1 ./pkg/apis/quota/v1alpha1 k8s.io/apimachinery/pkg/apis/meta/v1
 	$(CONTROLLER_GEN) object paths=./examples/widgets/api/...
 	$(CONTROLLER_GEN) crd paths=./examples/widgets/api/... output:crd:artifacts:config=examples/widgets/config/crd
 

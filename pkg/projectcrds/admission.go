@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/admission"
 
+	"go.miloapis.com/milo/pkg/registry"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -59,7 +60,7 @@ func Register(plugins *admission.Plugins, rules *Rules, index *Index) {
 
 // BuiltInGroups are Milo's groups the server serves from typed storage: no
 // CustomResourceDefinition may name them.
-var BuiltInGroups = []string{"resourcemanager.miloapis.com"}
+var BuiltInGroups = registry.GroupNames()
 
 // builtInGroup refuses, at the platform, a CRD of a group the server serves
 // itself. Such a CRD (one an earlier Milo installed, or an old manifest

@@ -257,23 +257,17 @@ func claimObjects(plans []ClaimPlan) ([]tenantstorage.Companion, bool) {
 	now := metav1.Now()
 	out := make([]tenantstorage.Companion, 0, len(plans))
 	for _, plan := range plans {
-		u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(plan.Object())
-		if err != nil {
-			return nil, false
-		}
-		claim := &unstructured.Unstructured{Object: u}
+		claim := plan.Object()
 		if errs := apivalidation.ValidateObjectMetaAccessor(claim, true, apivalidation.NameIsDNSSubdomain, field.NewPath("metadata")); len(errs) > 0 {
 			return nil, false
 		}
-		annotations := claim.GetAnnotations()
-		if annotations == nil {
-			annotations = map[string]string{}
+		if claim.Annotations == nil {
+			claim.Annotations = map[string]string{}
 		}
-		annotations[TalliedAnnotation] = "true"
-		claim.SetAnnotations(annotations)
-		claim.SetUID(uuid.NewUUID())
-		claim.SetCreationTimestamp(now)
-		claim.SetGeneration(1)
+		claim.Annotations[TalliedAnnotation] = "true"
+		claim.UID = uuid.NewUUID()
+		claim.CreationTimestamp = now
+		claim.Generation = 1
 		out = append(out, tenantstorage.Companion{Resource: quotav1alpha1.ClaimsResource.GroupResource(), Object: claim})
 	}
 	return out, true
@@ -423,13 +417,9 @@ func (p *plugin) validateQuotaObject(ctx context.Context, a admission.Attributes
 	if gr != quotav1alpha1.GrantsResource.GroupResource() || a.GetSubresource() != "" || (a.GetOperation() != admission.Create && a.GetOperation() != admission.Update) {
 		return nil
 	}
-	u, ok := a.GetObject().(*unstructured.Unstructured)
+	g, ok := As[quotav1alpha1.ResourceGrant](a.GetObject())
 	if !ok {
 		return nil
-	}
-	var g quotav1alpha1.ResourceGrant
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &g); err != nil {
-		return apierrors.NewBadRequest(err.Error())
 	}
 	c := Consumer{Kind: g.Spec.ConsumerRef.Kind, Name: g.Spec.ConsumerRef.Name}
 	path := field.NewPath("spec", "consumerRef")

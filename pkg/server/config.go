@@ -24,7 +24,6 @@ import (
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
-	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 	"go.miloapis.com/milo/pkg/catalog"
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/hierarchy"
@@ -34,7 +33,8 @@ import (
 	"go.miloapis.com/milo/pkg/projectbootstrap"
 	"go.miloapis.com/milo/pkg/projectcrds"
 	"go.miloapis.com/milo/pkg/quota"
-	"go.miloapis.com/milo/pkg/registry/resourcemanager"
+	"go.miloapis.com/milo/pkg/registry"
+	"go.miloapis.com/milo/pkg/registry/typedgroup"
 	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/telemetry"
@@ -111,20 +111,22 @@ type CompletedConfig struct {
 func NewConfig(opts CompletedOptions) (*Config, error) {
 	schemes := []*runtime.Scheme{legacyscheme.Scheme, apiextensionsapiserver.Scheme, aggregatorscheme.Scheme}
 	resources := controlplane.DefaultGenericAPIResourceConfigSource()
-	resources.EnableVersions(resourcemanagerv1alpha1.SchemeGroupVersion)
+	for _, g := range registry.Groups {
+		resources.EnableVersions(g.Version)
+	}
 	generic, informers, storageFactory, err := controlplaneapiserver.BuildGenericConfig(
 		opts.ControlPlane, schemes, resources, openAPIDefinitions)
 	if err != nil {
 		return nil, fmt.Errorf("building generic server config: %w", err)
 	}
-	// The hierarchy's kinds are stored as they were as custom resources:
-	// JSON, under the group's name.
-	for _, gr := range resourcemanager.Resources() {
-		storageFactory.SetResourceEtcdPrefix(gr, resourcemanager.KeyPrefix(gr))
-		storageFactory.SetSerializer(gr, resourcemanager.StorageMediaType, nil)
+	// The kinds served from typed storage are stored as they were as custom
+	// resources: JSON, under the group's name.
+	for _, gr := range registry.Resources() {
+		storageFactory.SetResourceEtcdPrefix(gr, typedgroup.KeyPrefix(gr))
+		storageFactory.SetSerializer(gr, typedgroup.StorageMediaType, nil)
 	}
-	generic.OpenAPIConfig.GetDefinitionName = resourcemanager.DefinitionName(generic.OpenAPIConfig.GetDefinitionName)
-	generic.OpenAPIV3Config.GetDefinitionName = resourcemanager.DefinitionName(generic.OpenAPIV3Config.GetDefinitionName)
+	generic.OpenAPIConfig.GetDefinitionName = typedgroup.DefinitionName(registry.Groups, generic.OpenAPIConfig.GetDefinitionName)
+	generic.OpenAPIV3Config.GetDefinitionName = typedgroup.DefinitionName(registry.Groups, generic.OpenAPIV3Config.GetDefinitionName)
 	generic.EffectiveVersion = serverVersion{generic.EffectiveVersion}
 	generic.OpenAPIConfig.Info.Title = "Milo"
 	generic.OpenAPIV3Config.Info.Title = "Milo"
@@ -267,14 +269,17 @@ func (c *Config) Complete() CompletedConfig {
 	}
 }
 
-// openAPIDefinitions are the built-in kinds' definitions and the hierarchy's.
+// openAPIDefinitions are the built-in kinds' definitions and those of the
+// groups served from typed storage.
 func openAPIDefinitions(ref openapicommon.ReferenceCallback) map[string]openapicommon.OpenAPIDefinition {
 	defs := generatedopenapi.GetOpenAPIDefinitions(ref)
-	for name, def := range resourcemanager.OpenAPIDefinitions(ref) {
-		// The hierarchy's definitions include the meta types they refer to:
-		// the built-in ones are kept.
-		if _, ok := defs[name]; !ok {
-			defs[name] = def
+	for _, g := range registry.Groups {
+		for name, def := range g.Definitions(ref) {
+			// A group's definitions include the meta types they refer
+			// to: the built-in ones are kept.
+			if _, ok := defs[name]; !ok {
+				defs[name] = def
+			}
 		}
 	}
 	return defs

@@ -22,14 +22,14 @@ import (
 	"k8s.io/klog/v2"
 
 	"go.miloapis.com/milo/pkg/apis/crds"
-	"go.miloapis.com/milo/pkg/registry/resourcemanager"
+	"go.miloapis.com/milo/pkg/registry"
 	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
 // MiloCRDs returns the CustomResourceDefinitions generated from Milo's API
 // types: the kinds the server serves as custom resources, and those it serves
-// from typed storage (the hierarchy's), whose definitions describe the same API.
+// from typed storage (package registry), whose definitions describe the same API.
 func MiloCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) { return crds.All() }
 
 // servedAsCustomResources are the definitions the server installs: all but
@@ -39,7 +39,7 @@ func servedAsCustomResources() ([]*apiextensionsv1.CustomResourceDefinition, err
 	if err != nil {
 		return nil, err
 	}
-	typed := sets.New(resourcemanager.Resources()...)
+	typed := sets.New(registry.Resources()...)
 	return slices.DeleteFunc(all, func(crd *apiextensionsv1.CustomResourceDefinition) bool {
 		return typed.Has(schema.GroupResource{Group: crd.Spec.Group, Resource: crd.Spec.Names.Plural})
 	}), nil
@@ -52,7 +52,7 @@ func servedAsCustomResources() ([]*apiextensionsv1.CustomResourceDefinition, err
 // objects themselves stay where they are, read as they are by the typed
 // storage.
 func retireCRDs(ctx context.Context, keys keyranges.Store, storagePrefix string) error {
-	for _, gr := range resourcemanager.Resources() {
+	for _, gr := range registry.Resources() {
 		key := path.Join("/", storagePrefix, "apiextensions.k8s.io/customresourcedefinitions", tenancy.PlatformSegment, gr.Resource+"."+gr.Group)
 		deleted, err := keys.Delete(ctx, key)
 		if err != nil {

@@ -49,7 +49,10 @@ import (
 	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/projectbootstrap"
+	"go.miloapis.com/milo/pkg/registry"
+	quotaregistry "go.miloapis.com/milo/pkg/registry/quota"
 	"go.miloapis.com/milo/pkg/registry/resourcemanager"
+	"go.miloapis.com/milo/pkg/registry/typedgroup"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/storage/sqlstorage"
@@ -122,14 +125,18 @@ func NewServer(c CompletedConfig) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating storage providers: %w", err)
 	}
-	if err := builtIn.InstallAPIs(storageProviders(append(providers, resourcemanager.StorageProvider{Built: c.Hierarchy.UseStorage, Bootstrap: c.bootstrapProject()}), c.Tenant)...); err != nil {
+	hierarchyStorage := func(resource string, storage *typedgroup.REST) { c.Hierarchy.UseStorage(resource, storage) }
+	typed := []controlplaneapiserver.RESTStorageProvider{resourcemanager.StorageProvider(hierarchyStorage, c.bootstrapProject()), quotaregistry.StorageProvider(nil)}
+	if err := builtIn.InstallAPIs(storageProviders(append(providers, typed...), c.Tenant)...); err != nil {
 		return nil, fmt.Errorf("installing built-in APIs: %w", err)
 	}
 
 	priorities := controlplaneapiserver.DefaultGenericAPIServicePriorities()
-	// The hierarchy's group gets the APIService its CRDs had (listed in
-	// /apis, after the built-in groups).
-	priorities[resourcemanagerv1alpha1.SchemeGroupVersion] = controlplaneapiserver.APIServicePriority{Group: 1000, Version: 100}
+	// The groups served from typed storage get the APIServices their CRDs
+	// had (listed in /apis, after the built-in groups).
+	for _, g := range registry.Groups {
+		priorities[g.Version] = controlplaneapiserver.APIServicePriority{Group: 1000, Version: 100}
+	}
 	aggregator, err := controlplaneapiserver.CreateAggregatorServer(c.Aggregator, builtIn.GenericAPIServer,
 		apiExtensions.Informers.Apiextensions().V1().CustomResourceDefinitions(), crdAPIEnabled, priorities)
 	if err != nil {

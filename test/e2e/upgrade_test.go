@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -188,6 +189,88 @@ func TestDataDirectoryOfLayout1(t *testing.T) {
 	if _, err := m.projectKube(t, "legacy-doomed").CoreV1().Secrets("team").Get(ctx, "creds", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Fatalf("recycled project after a second start: %v", err)
 	}
+}
+
+// TestDataDirectoryWithQuotaCRDs starts today's server on a data directory
+// written by the Milo that served the quota kinds as custom resources
+// (testdata/README.md says what it holds). Its grant, bucket, claims (two
+// stored with their namespaces, tallied) and registration are read by the
+// typed storage; the ledger counts them, so the project is still at its
+// limit; deleting a namespace whose claim was tallied then frees one unit,
+// no more; and the quota CRDs are gone from storage and cannot come back.
+func TestDataDirectoryWithQuotaCRDs(t *testing.T) {
+	dataDir := t.TempDir()
+	untar(t, filepath.Join("testdata", "quota-crds-etcd.tar.gz"), dataDir)
+	m, err := startMilo(dataDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.stopOnCleanup(t)
+	ctx := context.Background()
+	admin := m.dynamic(t)
+	const ns = "organization-stored-org"
+
+	crds := crdsAt(t, m.restConfig(t))
+	for _, name := range []string{"resourceregistrations", "resourcegrants", "resourceclaims", "allowancebuckets", "claimcreationpolicies", "grantcreationpolicies"} {
+		if _, err := crds.Get(ctx, name+".quota.miloapis.com", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the CRD of %s after the upgrade: %v, want it gone", name, err)
+		}
+	}
+	def, err := milocrds.Definition("quota.miloapis.com", "resourceclaims")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := crds.Create(ctx, def, metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("creating the CRD of claims again: %v, want 422", err)
+	}
+
+	reg, err := admin.Resource(registrationsGVR).Get(ctx, "stored-widgets", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rt, _, _ := unstructured.NestedString(reg.Object, "spec", "resourceType"); rt != "e2e.example/widgets" {
+		t.Fatalf("old registration read as %v", reg.Object)
+	}
+	if _, err := admin.Resource(grantsGVR).Namespace(ns).Get(ctx, "namespaces", metav1.GetOptions{}); err != nil {
+		t.Fatalf("old grant: %v", err)
+	}
+	claims, err := admin.Resource(claimsGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+	if err != nil || len(claims.Items) != 4 {
+		t.Fatalf("old claims: %d, %v", len(claims.Items), err)
+	}
+	// The definitions' selectable fields select as they did.
+	team, err := admin.Resource(claimsGVR).Namespace(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.resourceRef.name=team,spec.consumerRef.kind=Project"})
+	if err != nil || len(team.Items) != 1 || team.Items[0].GetAnnotations()["quota.miloapis.com/tallied"] != "true" {
+		t.Fatalf("the claim of namespace team by field: %v, %v", team, err)
+	}
+	if _, err := admin.Resource(claimsGVR).Namespace(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.requests=1"}); !apierrors.IsBadRequest(err) {
+		t.Fatalf("a field no definition made selectable: %v, want 400", err)
+	}
+	bucketIs(t, admin.Resource(bucketsGVR).Namespace(ns), "stored", "core/namespaces", 4, 4)
+
+	// The project is at its limit of 4 namespaces, as stored.
+	project := m.projectKube(t, "stored")
+	newNamespace := func(name string) error {
+		_, err := project.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+		return err
+	}
+	if err := newNamespace("one-too-many"); !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "limit 4 namespace, 4 in use") {
+		t.Fatalf("a namespace past the stored limit: %v", err)
+	}
+	// Deleting a namespace whose claim was stored with it frees its unit.
+	if err := project.CoreV1().Namespaces().Delete(ctx, "extra", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a namespace whose claim was tallied gone, and its unit free", func() error {
+		if _, err := project.CoreV1().Namespaces().Get(ctx, "extra", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("still there: %v", err)
+		}
+		return newNamespace("after")
+	})
+	if err := newNamespace("after-that"); !apierrors.IsForbidden(err) {
+		t.Fatalf("a second namespace where one unit was freed: %v", err)
+	}
+	bucketIs(t, admin.Resource(bucketsGVR).Namespace(ns), "stored", "core/namespaces", 4, 4)
 }
 
 // untar extracts a gzipped tar archive of regular files and directories into dir.

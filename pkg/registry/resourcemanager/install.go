@@ -1,46 +1,37 @@
 // Package resourcemanager serves Milo's hierarchy API group,
 // resourcemanager.miloapis.com (Organizations, Folders, Projects,
-// OrganizationMemberships and ProjectSuspensions), from typed storage, the way
-// the apiserver serves its built-in kinds: Go types decoded from JSON,
-// strategies and validation in Go, OpenAPI generated from the types.
-//
-// The kinds were custom resources before. A custom resource is held in the
-// watch cache as a tree of maps and is decoded, coerced to its schema and
-// validated by interpreting that schema on every write, which made the
-// Project, of which there is one per tenant, the largest and slowest object
-// of the server. The group, versions, kinds, fields, printer columns and
-// validation messages are the custom resources' (their definitions are still
-// generated from the same types), and the objects are stored as they were, as
-// JSON under the same keys, so a data directory written by an earlier Milo is
-// read as it is.
+// OrganizationMemberships and ProjectSuspensions), from typed storage
+// (package typedgroup). The Project, of which there is one per tenant, was
+// the largest and slowest object of the server as a custom resource.
 package resourcemanager
 
 import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 
 	v1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+	"go.miloapis.com/milo/pkg/projectbootstrap"
+	"go.miloapis.com/milo/pkg/registry/typedgroup"
 )
 
-func init() {
-	Install(legacyscheme.Scheme)
+// Group is the hierarchy's group. Its one default, an Organization's type,
+// is the scheme's.
+var Group = &typedgroup.Group{
+	Version:      v1alpha1.SchemeGroupVersion,
+	Kinds:        kinds,
+	AddToScheme:  v1alpha1.AddToScheme,
+	Definitions:  v1alpha1.GetOpenAPIDefinitions,
+	ModelPackage: "com.miloapis.resourcemanager.v1alpha1.",
+	Defaults: func(scheme *runtime.Scheme) {
+		scheme.AddTypeDefaultingFunc(&v1alpha1.Organization{}, func(obj any) { defaultOrganization(obj.(*v1alpha1.Organization)) })
+	},
 }
 
-// Install registers the group's kinds with scheme: as their one served
-// version, and as the internal version the apiserver's storage and admission
-// work in. Both are the same Go types, so nothing is converted between them.
-func Install(scheme *runtime.Scheme) {
-	utilruntime.Must(v1alpha1.AddToScheme(scheme))
-	internal := schema.GroupVersion{Group: v1alpha1.GroupName, Version: runtime.APIVersionInternal}
-	for _, k := range kinds {
-		scheme.AddKnownTypes(internal, k.new(), k.newList())
-	}
-	utilruntime.Must(scheme.SetVersionPriority(v1alpha1.SchemeGroupVersion))
-	// Defaults are applied where a custom resource's were: as a request or
-	// a stored object is decoded, before admission sees it.
-	scheme.AddTypeDefaultingFunc(&v1alpha1.Organization{}, func(obj any) { defaultOrganization(obj.(*v1alpha1.Organization)) })
+func init() {
+	Group.Install(legacyscheme.Scheme)
 }
 
 // defaultOrganization: an Organization's type is Standard unless it says otherwise.
@@ -48,4 +39,31 @@ func defaultOrganization(o *v1alpha1.Organization) {
 	if o.Spec.Type == "" {
 		o.Spec.Type = v1alpha1.OrganizationTypeStandard
 	}
+}
+
+// StorageProvider installs the group. built, when set, is handed each
+// resource's storage, so that the server may read the hierarchy in-process
+// (hierarchy.Tree). bootstrap, when set, is asked at each Project's create,
+// its uid set, to have the project's bootstrap stored with it, and reports
+// whether it will be: the Project is then created Ready, as the controllers
+// would make it once they had bootstrapped it, so that it is usable at once
+// and costs no further write.
+func StorageProvider(built func(resource string, storage *typedgroup.REST), bootstrap func(context.Context, *v1alpha1.Project) bool) typedgroup.StorageProvider {
+	p := typedgroup.StorageProvider{Group: Group, Built: built}
+	if bootstrap != nil {
+		p.PrepareForCreate = func(ctx context.Context, obj runtime.Object) {
+			if project, ok := obj.(*v1alpha1.Project); ok && bootstrap(ctx, project) {
+				readyAtCreate(project)
+			}
+		}
+	}
+	return p
+}
+
+// readyAtCreate sets a Project's status to what the controllers would write
+// once its bootstrap is stored.
+func readyAtCreate(p *v1alpha1.Project) {
+	p.Status.ObservedGeneration = p.Generation
+	p.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, ObservedGeneration: p.Generation,
+		LastTransitionTime: metav1.Now(), Reason: projectbootstrap.ReadyReason, Message: projectbootstrap.ReadyMessage}}
 }

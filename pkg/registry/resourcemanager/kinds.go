@@ -13,33 +13,21 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	v1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+	"go.miloapis.com/milo/pkg/registry/typedgroup"
 )
-
-// kind is what the group's storage needs to know of one of its resources.
-type kind struct {
-	resource, singular string
-	namespaced         bool
-	new, newList       func() runtime.Object
-	// name validates metadata.name (prefix: a generateName).
-	name apimachineryvalidation.ValidateNameFunc
-	// spec checks what the main resource writes; old is nil on create.
-	spec func(obj, old runtime.Object) field.ErrorList
-	// status checks what the status subresource writes.
-	status func(obj runtime.Object) field.ErrorList
-}
 
 // kinds are the group's resources, as API.md describes them. Their one
 // default, an Organization's type, is the scheme's (install.go).
-var kinds = []kind{
-	{resource: "organizations", singular: "organization",
-		new: func() runtime.Object { return &v1alpha1.Organization{} }, newList: func() runtime.Object { return &v1alpha1.OrganizationList{} },
-		name: func(name string, prefix bool) []string {
+var kinds = []typedgroup.Kind{
+	{Resource: "organizations", Singular: "organization",
+		New: func() runtime.Object { return &v1alpha1.Organization{} }, NewList: func() runtime.Object { return &v1alpha1.OrganizationList{} },
+		Name: func(name string, prefix bool) []string {
 			if len(name) > 50 {
 				return []string{"organization names are at most 50 characters"}
 			}
 			return dnsLabel(name, prefix, "organization names are DNS labels: lower-case letters, digits and '-', starting and ending with a letter or digit")
 		},
-		spec: func(obj, old runtime.Object) field.ErrorList {
+		Spec: func(obj, old runtime.Object) field.ErrorList {
 			o := obj.(*v1alpha1.Organization)
 			errs := oneOf(field.NewPath("spec", "type"), o.Spec.Type, v1alpha1.OrganizationTypePersonal, v1alpha1.OrganizationTypeStandard)
 			if old, ok := old.(*v1alpha1.Organization); ok && old.Spec.Type != "" && old.Spec.Type != o.Spec.Type {
@@ -47,30 +35,30 @@ var kinds = []kind{
 			}
 			return errs
 		},
-		status: conditionsOnly},
-	{resource: "folders", singular: "folder",
-		new: func() runtime.Object { return &v1alpha1.Folder{} }, newList: func() runtime.Object { return &v1alpha1.FolderList{} },
-		name: func(name string, prefix bool) []string {
+		Status: conditionsOnly},
+	{Resource: "folders", Singular: "folder",
+		New: func() runtime.Object { return &v1alpha1.Folder{} }, NewList: func() runtime.Object { return &v1alpha1.FolderList{} },
+		Name: func(name string, prefix bool) []string {
 			return dnsLabel(name, prefix, "folder names are DNS labels: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit")
 		},
-		spec: func(obj, _ runtime.Object) field.ErrorList {
+		Spec: func(obj, _ runtime.Object) field.ErrorList {
 			return parentRef(field.NewPath("spec", "parentRef"), obj.(*v1alpha1.Folder).Spec.ParentRef)
 		},
-		status: conditionsOnly},
-	{resource: "projects", singular: "project",
-		new: func() runtime.Object { return &v1alpha1.Project{} }, newList: func() runtime.Object { return &v1alpha1.ProjectList{} },
-		name: func(name string, prefix bool) []string {
+		Status: conditionsOnly},
+	{Resource: "projects", Singular: "project",
+		New: func() runtime.Object { return &v1alpha1.Project{} }, NewList: func() runtime.Object { return &v1alpha1.ProjectList{} },
+		Name: func(name string, prefix bool) []string {
 			return dnsLabel(name, prefix, "project names are DNS labels: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit")
 		},
-		spec: func(obj, _ runtime.Object) field.ErrorList {
+		Spec: func(obj, _ runtime.Object) field.ErrorList {
 			return parentRef(field.NewPath("spec", "ownerRef"), obj.(*v1alpha1.Project).Spec.OwnerRef)
 		},
-		status: conditionsOnly},
-	{resource: "organizationmemberships", singular: "organizationmembership", namespaced: true,
-		new:     func() runtime.Object { return &v1alpha1.OrganizationMembership{} },
-		newList: func() runtime.Object { return &v1alpha1.OrganizationMembershipList{} },
-		name:    apimachineryvalidation.NameIsDNSSubdomain,
-		spec: func(obj, old runtime.Object) field.ErrorList {
+		Status: conditionsOnly},
+	{Resource: "organizationmemberships", Singular: "organizationmembership", Namespaced: true,
+		New:     func() runtime.Object { return &v1alpha1.OrganizationMembership{} },
+		NewList: func() runtime.Object { return &v1alpha1.OrganizationMembershipList{} },
+		Name:    apimachineryvalidation.NameIsDNSSubdomain,
+		Spec: func(obj, old runtime.Object) field.ErrorList {
 			m := obj.(*v1alpha1.OrganizationMembership)
 			spec := field.NewPath("spec")
 			errs := required(spec.Child("organizationRef", "name"), m.Spec.OrganizationRef.Name)
@@ -84,7 +72,7 @@ var kinds = []kind{
 			}
 			return errs
 		},
-		status: func(obj runtime.Object) field.ErrorList {
+		Status: func(obj, _ runtime.Object) field.ErrorList {
 			m := obj.(*v1alpha1.OrganizationMembership)
 			var errs field.ErrorList
 			for i, r := range m.Status.AppliedRoles {
@@ -94,11 +82,11 @@ var kinds = []kind{
 			}
 			return append(errs, conditions(m.Status.Conditions)...)
 		}},
-	{resource: "projectsuspensions", singular: "projectsuspension",
-		new:     func() runtime.Object { return &v1alpha1.ProjectSuspension{} },
-		newList: func() runtime.Object { return &v1alpha1.ProjectSuspensionList{} },
-		name:    apimachineryvalidation.NameIsDNSSubdomain,
-		spec: func(obj, old runtime.Object) field.ErrorList {
+	{Resource: "projectsuspensions", Singular: "projectsuspension",
+		New:     func() runtime.Object { return &v1alpha1.ProjectSuspension{} },
+		NewList: func() runtime.Object { return &v1alpha1.ProjectSuspensionList{} },
+		Name:    apimachineryvalidation.NameIsDNSSubdomain,
+		Spec: func(obj, old runtime.Object) field.ErrorList {
 			s := obj.(*v1alpha1.ProjectSuspension)
 			spec := field.NewPath("spec")
 			// The definition required projectRef.name and requestedBy to be
@@ -115,7 +103,7 @@ var kinds = []kind{
 			}
 			return errs
 		},
-		status: func(obj runtime.Object) field.ErrorList {
+		Status: func(obj, _ runtime.Object) field.ErrorList {
 			if phase := obj.(*v1alpha1.ProjectSuspension).Status.Phase; phase != "" {
 				return oneOf(field.NewPath("status", "phase"), phase, v1alpha1.SuspensionActive, v1alpha1.SuspensionLifted)
 			}
@@ -154,7 +142,7 @@ func parentRef(path *field.Path, ref v1alpha1.ParentReference) field.ErrorList {
 
 // conditionsOnly is the status rule of a kind whose status holds nothing
 // to check but its conditions.
-func conditionsOnly(obj runtime.Object) field.ErrorList {
+func conditionsOnly(obj, _ runtime.Object) field.ErrorList {
 	return conditions(reflect.ValueOf(obj).Elem().FieldByName("Status").FieldByName("Conditions").Interface().([]metav1.Condition))
 }
 

@@ -10,17 +10,16 @@ import (
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 
 	v1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
+	"go.miloapis.com/milo/pkg/registry/typedgroup"
 )
 
-func kindOf(t *testing.T, resource string) kind {
+func newStrategy(t *testing.T, resource string) typedgroup.Strategy {
 	t.Helper()
-	for _, k := range kinds {
-		if k.resource == resource {
-			return k
-		}
+	k, ok := Group.Kind(resource)
+	if !ok {
+		t.Fatalf("no kind %s", resource)
 	}
-	t.Fatalf("no kind %s", resource)
-	return kind{}
+	return typedgroup.NewStrategy(Group.Version, k, nil)
 }
 
 func project(name string) *v1alpha1.Project {
@@ -31,7 +30,7 @@ func project(name string) *v1alpha1.Project {
 // TestCreateDropsStatusAndStartsTheGeneration: as for a custom resource with a
 // status subresource, a create writes no status and starts at generation 1.
 func TestCreateDropsStatusAndStartsTheGeneration(t *testing.T) {
-	s := newStrategy(kindOf(t, "projects"))
+	s := newStrategy(t, "projects")
 	p := project("web")
 	p.Generation = 7
 	p.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue}}
@@ -49,7 +48,7 @@ func TestCreateDropsStatusAndStartsTheGeneration(t *testing.T) {
 // subresource writes status and nothing else.
 func TestUpdatesCountSpecChangesAndKeepStatus(t *testing.T) {
 	ctx := context.Background()
-	s := newStrategy(kindOf(t, "projects"))
+	s := newStrategy(t, "projects")
 	old := project("web")
 	old.Generation = 3
 	old.Status.ObservedGeneration = 3
@@ -73,11 +72,11 @@ func TestUpdatesCountSpecChangesAndKeepStatus(t *testing.T) {
 	status.Spec.OwnerRef.Name = "other"
 	status.Labels = map[string]string{"sneaked": "in"}
 	status.Status.Conditions = []metav1.Condition{{Type: "Ready", Status: metav1.ConditionTrue, Reason: "Ready", LastTransitionTime: metav1.Now()}}
-	statusStrategy{s}.PrepareForUpdate(ctx, status, old)
+	typedgroup.StatusStrategy{Strategy: s}.PrepareForUpdate(ctx, status, old)
 	if status.Spec.OwnerRef.Name != "acme" || status.Labels != nil || len(status.Status.Conditions) != 1 {
 		t.Errorf("status update: spec %+v, labels %v, status %+v", status.Spec, status.Labels, status.Status)
 	}
-	if errs := (statusStrategy{s}).ValidateUpdate(ctx, status, old); len(errs) != 0 {
+	if errs := (typedgroup.StatusStrategy{Strategy: s}).ValidateUpdate(ctx, status, old); len(errs) != 0 {
 		t.Errorf("valid status refused: %v", errs)
 	}
 }
@@ -87,21 +86,21 @@ func TestUpdatesCountSpecChangesAndKeepStatus(t *testing.T) {
 // definitions gave.
 func TestValidationSaysWhatTheDefinitionsSaid(t *testing.T) {
 	ctx := context.Background()
-	org := newStrategy(kindOf(t, "organizations"))
+	org := newStrategy(t, "organizations")
 	for _, c := range []struct {
 		obj  runtime.Object
-		s    strategy
+		s    typedgroup.Strategy
 		want string
 	}{
 		{&v1alpha1.Organization{ObjectMeta: metav1.ObjectMeta{Name: "Not.A.Label"}}, org, "organization names are DNS labels"},
 		{&v1alpha1.Organization{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 51)}}, org, "organization names are at most 50 characters"},
 		{&v1alpha1.Organization{ObjectMeta: metav1.ObjectMeta{Name: "acme"}, Spec: v1alpha1.OrganizationSpec{Type: "Weird"}}, org, `spec.type: Unsupported value: "Weird"`},
-		{&v1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 64)}}, newStrategy(kindOf(t, "projects")), "project names are DNS labels"},
-		{&v1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Name: "web"}}, newStrategy(kindOf(t, "projects")), "spec.ownerRef.kind: Required value"},
+		{&v1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 64)}}, newStrategy(t, "projects"), "project names are DNS labels"},
+		{&v1alpha1.Project{ObjectMeta: metav1.ObjectMeta{Name: "web"}}, newStrategy(t, "projects"), "spec.ownerRef.kind: Required value"},
 		{&v1alpha1.Folder{ObjectMeta: metav1.ObjectMeta{Name: "team"}, Spec: v1alpha1.FolderSpec{ParentRef: v1alpha1.ParentReference{Kind: "Project", Name: "x"}}},
-			newStrategy(kindOf(t, "folders")), `spec.parentRef.kind: Unsupported value: "Project"`},
+			newStrategy(t, "folders"), `spec.parentRef.kind: Unsupported value: "Project"`},
 		{&v1alpha1.ProjectSuspension{ObjectMeta: metav1.ObjectMeta{Name: "s"}, Spec: v1alpha1.ProjectSuspensionSpec{ProjectRef: v1alpha1.ProjectReference{Name: "web"}, Reason: "Boredom", ReinstateAuthority: v1alpha1.AuthorityOperator, RequestedBy: "ops"}},
-			newStrategy(kindOf(t, "projectsuspensions")), `spec.reason: Unsupported value: "Boredom"`},
+			newStrategy(t, "projectsuspensions"), `spec.reason: Unsupported value: "Boredom"`},
 	} {
 		c.s.PrepareForCreate(ctx, c.obj)
 		errs := c.s.Validate(ctx, c.obj)
@@ -123,7 +122,7 @@ func TestValidationSaysWhatTheDefinitionsSaid(t *testing.T) {
 		t.Errorf("type change: %v", errs)
 	}
 
-	m := newStrategy(kindOf(t, "organizationmemberships"))
+	m := newStrategy(t, "organizationmemberships")
 	old := &v1alpha1.OrganizationMembership{ObjectMeta: metav1.ObjectMeta{Name: "alice", Namespace: "organization-acme", ResourceVersion: "1"},
 		Spec: v1alpha1.OrganizationMembershipSpec{OrganizationRef: v1alpha1.OrganizationReference{Name: "acme"}, UserRef: v1alpha1.UserReference{Name: "alice"}}}
 	moved := old.DeepCopy()
@@ -138,7 +137,7 @@ func TestValidationSaysWhatTheDefinitionsSaid(t *testing.T) {
 // writes, as a custom resource's unchanged fields do (ratcheting).
 func TestUnchangedSpecIsNotCheckedAgain(t *testing.T) {
 	ctx := context.Background()
-	s := newStrategy(kindOf(t, "folders"))
+	s := newStrategy(t, "folders")
 	old := &v1alpha1.Folder{ObjectMeta: metav1.ObjectMeta{Name: "team", ResourceVersion: "1", Finalizers: []string{"x/y"}},
 		Spec: v1alpha1.FolderSpec{ParentRef: v1alpha1.ParentReference{Kind: "Legacy", Name: "acme"}}}
 	done := old.DeepCopy()
@@ -148,7 +147,7 @@ func TestUnchangedSpecIsNotCheckedAgain(t *testing.T) {
 	}
 	status := old.DeepCopy()
 	status.Status.ObservedGeneration = 1
-	if errs := (statusStrategy{s}).ValidateUpdate(ctx, status, old); len(errs) != 0 {
+	if errs := (typedgroup.StatusStrategy{Strategy: s}).ValidateUpdate(ctx, status, old); len(errs) != 0 {
 		t.Errorf("status write refused: %v", errs)
 	}
 	moved := old.DeepCopy()
@@ -161,10 +160,10 @@ func TestUnchangedSpecIsNotCheckedAgain(t *testing.T) {
 // TestEveryKindHasItsColumns: the printer columns come from the generated
 // definitions; a kind without one would not be served.
 func TestEveryKindHasItsColumns(t *testing.T) {
-	for _, k := range kinds {
-		table, err := printerColumns(k)
+	for _, k := range Group.Kinds {
+		table, err := Group.PrinterColumns(k)
 		if err != nil || table == nil {
-			t.Errorf("%s: %v", k.resource, err)
+			t.Errorf("%s: %v", k.Resource, err)
 		}
 	}
 }
@@ -192,7 +191,7 @@ func TestStatusConditionsAreChecked(t *testing.T) {
 		&v1alpha1.Folder{Status: v1alpha1.FolderStatus{Conditions: bad}},
 		&v1alpha1.Project{Status: v1alpha1.ProjectStatus{Conditions: bad}},
 	} {
-		if errs := conditionsOnly(obj); len(errs) == 0 {
+		if errs := conditionsOnly(obj, nil); len(errs) == 0 {
 			t.Errorf("%T: an invalid condition accepted", obj)
 		}
 	}

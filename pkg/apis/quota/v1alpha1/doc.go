@@ -7,4 +7,6 @@
 //
 // +groupName=quota.miloapis.com
 // +kubebuilder:object:generate=true
+// +k8s:openapi-gen=true
+// +k8s:openapi-model-package=com.miloapis.quota.v1alpha1
 package v1alpha1

@@ -1,4 +1,4 @@
-package resourcemanager
+package typedgroup
 
 import (
 	"context"
@@ -13,7 +13,6 @@ import (
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"go.miloapis.com/milo/pkg/apis/crds"
-	v1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 )
 
 // REST is one kind's storage.
@@ -21,7 +20,7 @@ type REST struct {
 	*genericregistry.Store
 }
 
-// Categories puts every kind of the group in `kubectl get milo`.
+// Categories puts every kind in `kubectl get milo`.
 func (*REST) Categories() []string { return []string{"milo"} }
 
 // StatusREST is one kind's status subresource.
@@ -56,45 +55,48 @@ func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, 
 	return r.store.ConvertToTable(ctx, object, tableOptions)
 }
 
-// newStorage makes a kind's storage and its status subresource's.
-func newStorage(k kind, optsGetter generic.RESTOptionsGetter, bootstrap func(context.Context, *v1alpha1.Project) bool) (*REST, *StatusREST, error) {
-	table, err := printerColumns(k)
+// newStorage makes a kind's storage and, if it has one, its status
+// subresource's.
+func (g *Group) newStorage(k Kind, optsGetter generic.RESTOptionsGetter, prepare func(context.Context, runtime.Object)) (*REST, *StatusREST, error) {
+	table, err := g.PrinterColumns(k)
 	if err != nil {
 		return nil, nil, err
 	}
-	s := newStrategy(k)
-	s.bootstrap = bootstrap
+	s := NewStrategy(g.Version, k, prepare)
 	store := &genericregistry.Store{
-		NewFunc:                   k.new,
-		NewListFunc:               k.newList,
-		DefaultQualifiedResource:  v1alpha1.Resource(k.resource),
-		SingularQualifiedResource: v1alpha1.Resource(k.singular),
+		NewFunc:                   k.New,
+		NewListFunc:               k.NewList,
+		DefaultQualifiedResource:  g.Version.WithResource(k.Resource).GroupResource(),
+		SingularQualifiedResource: g.Version.WithResource(k.Singular).GroupResource(),
 		CreateStrategy:            s,
 		UpdateStrategy:            s,
 		DeleteStrategy:            s,
 		ResetFieldsStrategy:       s,
 		TableConvertor:            table,
 	}
-	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter}); err != nil {
+	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: k.attrs}); err != nil {
 		return nil, nil, err
 	}
+	if k.StatusInMain {
+		return &REST{store}, nil, nil
+	}
 	status := *store
-	status.UpdateStrategy = statusStrategy{s}
-	status.ResetFieldsStrategy = statusStrategy{s}
+	status.UpdateStrategy = StatusStrategy{s}
+	status.ResetFieldsStrategy = StatusStrategy{s}
 	return &REST{store}, &StatusREST{store: &status}, nil
 }
 
-// printerColumns are the kind's columns as its generated definition names
+// PrinterColumns are the kind's columns as its generated definition names
 // them (the +kubebuilder:printcolumn markers of the types).
-func printerColumns(k kind) (rest.TableConvertor, error) {
-	crd, err := crds.Definition(v1alpha1.GroupName, k.resource)
+func (g *Group) PrinterColumns(k Kind) (rest.TableConvertor, error) {
+	crd, err := crds.Definition(g.Version.Group, k.Resource)
 	if err != nil {
 		return nil, err
 	}
 	for _, v := range crd.Spec.Versions {
-		if v.Name == v1alpha1.SchemeGroupVersion.Version {
+		if v.Name == g.Version.Version {
 			return tableconvertor.New(v.AdditionalPrinterColumns)
 		}
 	}
-	return nil, fmt.Errorf("the definition of %s has no version %s", k.resource, v1alpha1.SchemeGroupVersion.Version)
+	return nil, fmt.Errorf("the definition of %s has no version %s", k.Resource, g.Version.Version)
 }
