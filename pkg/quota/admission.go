@@ -158,19 +158,28 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 	if err != nil {
 		return nil
 	}
-	content, err := toMap(obj, a.GetKind().GroupVersion(), o)
-	if err != nil {
-		return apierrors.NewInternalError(err)
-	}
 	t := tenancy.From(ctx)
 	trigger := TriggerRef{Group: kind.Group, Version: a.GetResource().Version, Resource: a.GetResource().Resource, Kind: kind.Kind,
 		Namespace: objectNamespace(a), Name: accessor.GetName(), UID: string(accessor.GetUID())}
 	if t.Kind == tenancy.Project {
 		trigger.Project = t.Name
 	}
-	vars := Vars{Trigger: content, User: userVars(a), RequestInfo: map[string]any{
-		"verb": "create", "apiGroup": kind.Group, "apiVersion": kind.Version, "resource": a.GetResource().Resource,
-		"subresource": a.GetSubresource(), "name": accessor.GetName(), "namespace": a.GetNamespace()}}
+	// What the policies' expressions see is made once one is to be run:
+	// a create no policy charges (its consumer has no grant) converts
+	// nothing.
+	var vars *Vars
+	varsOf := func() (Vars, error) {
+		if vars == nil {
+			content, err := toMap(obj, a.GetKind().GroupVersion(), o)
+			if err != nil {
+				return Vars{}, err
+			}
+			vars = &Vars{Trigger: content, User: userVars(a), RequestInfo: map[string]any{
+				"verb": "create", "apiGroup": kind.Group, "apiVersion": kind.Version, "resource": a.GetResource().Resource,
+				"subresource": a.GetSubresource(), "name": accessor.GetName(), "namespace": a.GetNamespace()}}
+		}
+		return *vars, nil
+	}
 	consumers := &consumersOf{ledger: p.ledger, ctx: ctx, tenant: t, object: accessor, namespace: a.GetNamespace(), gr: a.GetResource().GroupResource(), hierarchy: p.hierarchy}
 	var plans []ClaimPlan
 	for _, policy := range policies {
@@ -183,7 +192,11 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 				continue
 			}
 		}
-		plan, ok, err := policy.Plan(vars, trigger, consumers)
+		v, err := varsOf()
+		if err != nil {
+			return apierrors.NewInternalError(err)
+		}
+		plan, ok, err := policy.Plan(v, trigger, consumers)
 		if err != nil {
 			return apierrors.NewForbidden(a.GetResource().GroupResource(), accessor.GetName(),
 				fmt.Errorf("quota policy %s cannot be applied: %w", policy.Name, err))

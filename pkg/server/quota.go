@@ -40,8 +40,9 @@ var (
 // platform's objects, bootstraps the built-in registrations and policies,
 // and runs the quota controller (its queues share the ledger with
 // admission, so it runs in the server process). It returns once the ledger
-// and the index hold what is stored.
-func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, ledger *quota.Ledger, usage *quota.StorageMeter, index *suspension.Index, joints *tenantstorage.Joints) error {
+// and the index hold what is stored. storage holds the quota kinds'
+// storage in this process: the grants and claims are read from it.
+func runQuota(ctx context.Context, loopback *rest.Config, storage map[string]typedinformer.Storage, tree *hierarchy.Tree, ledger *quota.Ledger, usage *quota.StorageMeter, index *suspension.Index, joints *tenantstorage.Joints) error {
 	if ledger == nil || index == nil {
 		return errors.New("the server was built without a quota ledger or a suspension index")
 	}
@@ -76,6 +77,13 @@ func runQuota(ctx context.Context, loopback *rest.Config, tree *hierarchy.Tree, 
 			// ledger asks on every update): a delete the server did not see
 			// (a crash) frees its units then.
 			resync = ClaimResync
+		}
+		if s := storage[gvr.Resource]; s != nil && gvr.Group == quotav1alpha1.GroupName && uncachedResources.Has(gvr.GroupResource()) {
+			// Read in-process: a claim is stored with every charged
+			// object, and over the loopback each was encoded by the
+			// server and decoded again here. Only storage without a watch
+			// cache hands out objects the informer may change.
+			return typedinformer.NewFromStorage(s, example, resync, cache.Indexers{}, slimQuotaObject)
 		}
 		return typedinformer.New(client, gvr.Resource, example, resync, cache.Indexers{}, slimQuotaObject)
 	}

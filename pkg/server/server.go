@@ -53,6 +53,7 @@ import (
 	quotaregistry "go.miloapis.com/milo/pkg/registry/quota"
 	"go.miloapis.com/milo/pkg/registry/resourcemanager"
 	"go.miloapis.com/milo/pkg/registry/typedgroup"
+	"go.miloapis.com/milo/pkg/typedinformer"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/storage/sqlstorage"
@@ -126,7 +127,11 @@ func NewServer(c CompletedConfig) (*Server, error) {
 		return nil, fmt.Errorf("creating storage providers: %w", err)
 	}
 	hierarchyStorage := func(resource string, storage *typedgroup.REST) { c.Hierarchy.UseStorage(resource, storage) }
-	typed := []controlplaneapiserver.RESTStorageProvider{resourcemanager.StorageProvider(hierarchyStorage, c.bootstrapProject()), quotaregistry.StorageProvider(nil)}
+	// The quota ledger reads the quota kinds kept per consumer or charged
+	// object in-process (runQuota).
+	quotaStorage := map[string]typedinformer.Storage{}
+	typed := []controlplaneapiserver.RESTStorageProvider{resourcemanager.StorageProvider(hierarchyStorage, c.bootstrapProject()),
+		quotaregistry.StorageProvider(func(resource string, storage *typedgroup.REST) { quotaStorage[resource] = storage })}
 	if err := builtIn.InstallAPIs(storageProviders(append(providers, typed...), c.Tenant)...); err != nil {
 		return nil, fmt.Errorf("installing built-in APIs: %w", err)
 	}
@@ -227,7 +232,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 			if !informersSynced.wait(ctx) {
 				return nil
 			}
-			if err := runQuota(ctx, loopback, tree, c.Options.Quota, c.Usage, c.Options.Suspensions, c.Joints); err != nil {
+			if err := runQuota(ctx, loopback, quotaStorage, tree, c.Options.Quota, c.Usage, c.Options.Suspensions, c.Joints); err != nil {
 				return err
 			}
 			quotaLoaded.done()

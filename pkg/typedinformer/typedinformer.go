@@ -117,7 +117,10 @@ func (d lenientDecoder) Decode(data []byte, defaults *schema.GroupVersionKind, i
 // them keeps the stored ones. slim, if set, drops more of each object
 // before it is stored.
 func New(client rest.Interface, resource string, example runtime.Object, resync time.Duration, indexers cache.Indexers, slim func(runtime.Object)) cache.SharedIndexInformer {
-	lw := cache.NewListWatchFromClient(client, resource, metav1.NamespaceAll, fields.Everything())
+	return newInformer(cache.NewListWatchFromClient(client, resource, metav1.NamespaceAll, fields.Everything()), example, resync, indexers, slim)
+}
+
+func newInformer(lw cache.ListerWatcher, example runtime.Object, resync time.Duration, indexers cache.Indexers, slim func(runtime.Object)) cache.SharedIndexInformer {
 	inf := cache.NewSharedIndexInformer(lw, example, resync, indexers)
 	// SetTransform fails only once the informer runs.
 	_ = inf.SetTransform(func(obj any) (any, error) {
