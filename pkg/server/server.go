@@ -53,13 +53,13 @@ import (
 	quotaregistry "go.miloapis.com/milo/pkg/registry/quota"
 	"go.miloapis.com/milo/pkg/registry/resourcemanager"
 	"go.miloapis.com/milo/pkg/registry/typedgroup"
-	"go.miloapis.com/milo/pkg/typedinformer"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/keyranges"
 	"go.miloapis.com/milo/pkg/storage/sqlstorage"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/telemetry"
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/pkg/typedinformer"
 )
 
 // Server is Milo's assembled API server, not yet running.
