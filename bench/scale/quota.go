@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -47,6 +48,11 @@ type quotaResult struct {
 	// project without a grant and in the one charged, under the same
 	// policy: the claim's own cost, free of the drift between series.
 	PairedUncharged, PairedCharged quantiles
+	// RoundsOff and RoundsCharged time creates in the charged project in
+	// rounds, its claim policy disabled, then enabled, in the order off,
+	// on, on, off, twice: quota on against no quota at all, on the same
+	// server, free of the drift between series.
+	RoundsOff, RoundsCharged quantiles
 	// Before and Granted are the server before and after Projects grants (and their buckets and claims).
 	Before, Granted resources
 	// ProjectsPerSecondOff and ProjectsPerSecondOn are Project creations
@@ -251,6 +257,47 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 		progress("[milo] ConfigMap creates in turn, p50/p99: %.2f/%.2f ms not charged, %.2f/%.2f ms charged (%.2f×)",
 			r.PairedUncharged.P50, r.PairedUncharged.P99, r.PairedCharged.P50, r.PairedCharged.P99, r.PairedCharged.P50/max(r.PairedUncharged.P50, 0.001))
 	}
+	// In rounds: the policy disabled (no quota at all: the ledger has no
+	// policy of ConfigMaps) and enabled, each change seen by the server
+	// once the probe project's create is let through or refused again.
+	setPolicy := func(enabled bool) error {
+		patch := fmt.Sprintf(`{"spec":{"disabled":%t}}`, !enabled)
+		if _, err := admin.Resource(quotaPoliciesGVR).Patch(ctx, "bench-configmaps", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return err
+		}
+		return poll(ctx, time.Minute, func() (bool, error) {
+			_, err := probeClient.CoreV1().ConfigMaps(s.namespaceOf(probe)).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "probe-"}}, metav1.CreateOptions{})
+			if enabled {
+				return apierrors.IsForbidden(err), nil
+			}
+			return err == nil, nil
+		})
+	}
+	var roundsOff, roundsOn latencies
+	perRound := max(1, o.Samples/4)
+	for round, enabled := range []bool{false, true, true, false, false, true, true, false} {
+		if err := setPolicy(enabled); err != nil {
+			return nil, fmt.Errorf("turning the ConfigMap policy on (%t): %w", enabled, err)
+		}
+		into := &roundsOff
+		if enabled {
+			into = &roundsOn
+		}
+		for i := range perRound {
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quota-round-%d-%d", round, i)}, Data: map[string]string{"payload": kib}}
+			began := time.Now()
+			if _, err := user.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+				return nil, err
+			}
+			*into = append(*into, time.Since(began))
+		}
+	}
+	slices.Sort(roundsOff)
+	slices.Sort(roundsOn)
+	r.RoundsOff = quantiles{P50: ms(roundsOff.quantile(0.5)), P99: ms(roundsOff.quantile(0.99))}
+	r.RoundsCharged = quantiles{P50: ms(roundsOn.quantile(0.5)), P99: ms(roundsOn.quantile(0.99))}
+	progress("[milo] ConfigMap creates in rounds, p50/p99: %.2f/%.2f ms without quota, %.2f/%.2f ms charged (%.2f×)",
+		r.RoundsOff.P50, r.RoundsOff.P99, r.RoundsCharged.P50, r.RoundsCharged.P99, r.RoundsCharged.P50/max(r.RoundsOff.P50, 0.001))
 	progress("[milo] ConfigMap create p50/p99: %.2f/%.2f ms without quota, %.2f/%.2f ms objects and bytes metered, %.2f/%.2f ms under a policy without a grant, %.2f/%.2f ms charged",
 		r.CreateOff.P50, r.CreateOff.P99, r.CreateMetered.P50, r.CreateMetered.P99, r.CreateUncharged.P50, r.CreateUncharged.P99, r.CreateCharged.P50, r.CreateCharged.P99)
 
@@ -421,6 +468,10 @@ func (q *quotaResult) section() string {
 	if q.PairedCharged.P50 > 0 {
 		fmt.Fprintf(&b, "\nTaken in turn, a create in %s (a policy, no grant) then one in %s (charged), %d each: p50 %.2f ms against %.2f ms (%.2f×), p99 %.2f ms against %.2f ms.\n",
 			projectName(1), projectName(0), o.Samples, q.PairedCharged.P50, q.PairedUncharged.P50, q.PairedCharged.P50/max(q.PairedUncharged.P50, 0.001), q.PairedCharged.P99, q.PairedUncharged.P99)
+	}
+	if q.RoundsCharged.P50 > 0 {
+		fmt.Fprintf(&b, "\nIn rounds of %d creates in %s, its claim policy disabled (no quota) and enabled (charged) in the order off, on, on, off, twice: p50 %.2f ms charged against %.2f ms without quota (%.2f×), p99 %.2f ms against %.2f ms.\n",
+			max(1, o.Samples/4), projectName(0), q.RoundsCharged.P50, q.RoundsOff.P50, q.RoundsCharged.P50/max(q.RoundsOff.P50, 0.001), q.RoundsCharged.P99, q.RoundsOff.P99)
 	}
 	fmt.Fprintf(&b, "\n| | heap | goroutines |\n|---|---|---|\n| before the grants | %.0f MiB | %.0f |\n| %d grants and buckets | %.0f MiB | %.0f |\n",
 		q.Before.HeapBytes/(1<<20), q.Before.Goroutines, o.Projects, q.Granted.HeapBytes/(1<<20), q.Granted.Goroutines)

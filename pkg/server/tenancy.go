@@ -20,6 +20,8 @@ import (
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/iam/satokens"
 	"go.miloapis.com/milo/pkg/projectbootstrap"
+	"go.miloapis.com/milo/pkg/registry"
+	"go.miloapis.com/milo/pkg/registry/typedgroup"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/telemetry"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -52,6 +54,13 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 			opts.Decorator = g.raw
 		}
 	}
+	if typedResources.Has(resource) {
+		// Objects stored while the kind was a custom resource may hold
+		// what its schema admitted and its Go type refuses.
+		cfg := *opts.StorageConfig
+		cfg.Codec = typedgroup.StoredTimes(cfg.Codec)
+		opts.StorageConfig = &cfg
+	}
 	opts.Decorator = tenantstorage.Decorate(opts.Decorator, tenantstorage.Options{Prefixes: g.prefixes, MaxListItems: g.maxList, Shown: g.shown, Meter: g.meter, Joints: g.joints,
 		Share: projectbootstrap.ShareRootCA(), TenancyMaps: g.maps})
 	return opts, nil
@@ -65,6 +74,9 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 // copy, and a project's or organization's few are one key range in etcd.
 var uncachedResources = sets.New(tenancy.Activations,
 	quotav1alpha1.GrantsResource.GroupResource(), quotav1alpha1.ClaimsResource.GroupResource(), quotav1alpha1.BucketsResource.GroupResource())
+
+// typedResources are the resources served from typed storage.
+var typedResources = sets.New(registry.Resources()...)
 
 // makeStorageTenantKeyed wraps the storage of every server in the chain:
 // built-in APIs, CRDs and their instances, and APIServices.

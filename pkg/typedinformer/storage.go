@@ -33,6 +33,10 @@ func NewFromStorage(storage Storage, example runtime.Object, resync time.Duratio
 			if err != nil {
 				return nil, err
 			}
+			// As a list over the loopback would be: a storage that does
+			// not answer (a database gone) ends it, and it is tried again.
+			ctx, cancel := context.WithTimeout(ctx, listTimeout)
+			defer cancel()
 			return storage.List(ctx, internal)
 		},
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
@@ -46,8 +50,14 @@ func NewFromStorage(storage Storage, example runtime.Object, resync time.Duratio
 	return newInformer(lw, example, resync, indexers, slim)
 }
 
-// storageListWatch lists and then watches: the storage answers a watch
-// that asks for its initial events (a watch-list) with none.
+// listTimeout bounds one list (a page), as the server's request timeout
+// bounds one over the loopback.
+const listTimeout = time.Minute
+
+// storageListWatch lists (a page at a time) and then watches, as over the
+// loopback: a watch that streams its initial events (watch-list) is not
+// asked for, so that what the informer reads is one path, the storage's
+// list, whatever its backend.
 type storageListWatch struct{ *cache.ListWatch }
 
 // IsWatchListSemanticsUnSupported tells the reflector to list first.

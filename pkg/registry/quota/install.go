@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
+	"k8s.io/utils/ptr"
 
 	v1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
 	"go.miloapis.com/milo/pkg/registry/typedgroup"
@@ -64,6 +65,22 @@ var Group = &typedgroup.Group{
 	AddToScheme:  v1alpha1.AddToScheme,
 	Definitions:  v1alpha1.GetOpenAPIDefinitions,
 	ModelPackage: "com.miloapis.quota.v1alpha1.",
+	// The definitions' one default: a policy is enabled unless it says
+	// otherwise, and says so.
+	Defaults: func(scheme *runtime.Scheme) {
+		scheme.AddTypeDefaultingFunc(&v1alpha1.ClaimCreationPolicy{}, func(obj any) {
+			defaultDisabled(&obj.(*v1alpha1.ClaimCreationPolicy).Spec.Disabled)
+		})
+		scheme.AddTypeDefaultingFunc(&v1alpha1.GrantCreationPolicy{}, func(obj any) {
+			defaultDisabled(&obj.(*v1alpha1.GrantCreationPolicy).Spec.Disabled)
+		})
+	},
+}
+
+func defaultDisabled(disabled **bool) {
+	if *disabled == nil {
+		*disabled = ptr.To(false)
+	}
 }
 
 func init() {

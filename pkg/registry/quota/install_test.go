@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 
 	v1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
@@ -46,6 +47,9 @@ func TestValidationSaysWhatTheDefinitionsSay(t *testing.T) {
 		{func(r *v1alpha1.ResourceRegistration) { r.Spec.ClaimingResources = nil }, "spec.claimingResources: Required value"},
 		{func(r *v1alpha1.ResourceRegistration) { r.Spec.ConsumerType.APIGroup = "Not_A_Group" }, "spec.consumerType.apiGroup in body should match"},
 		{func(r *v1alpha1.ResourceRegistration) { r.Name = "Not_A_Name" }, "metadata.name: Invalid value"},
+		// A required string left out encodes as "", which its rules refuse.
+		{func(r *v1alpha1.ResourceRegistration) { r.Spec.Type = "" }, `spec.type: Unsupported value: ""`},
+		{func(r *v1alpha1.ResourceRegistration) { r.Spec.ResourceType = "" }, "spec.resourceType: Invalid value"},
 	} {
 		r := registration()
 		c.change(r)
@@ -128,5 +132,51 @@ func TestSelectableFieldsAreTheDefinitions(t *testing.T) {
 	}
 	if _, _, err := legacyscheme.Scheme.ConvertFieldLabel(gvk, "spec.requests", "1"); err == nil {
 		t.Error("a field no definition lists accepted")
+	}
+}
+
+// TestPoliciesAreEnabledByDefault: the definitions' one default, applied as
+// a request or a stored object is decoded.
+func TestPoliciesAreEnabledByDefault(t *testing.T) {
+	for _, kind := range []string{"ClaimCreationPolicy", "GrantCreationPolicy"} {
+		obj, err := runtime.Decode(legacyscheme.Codecs.UniversalDecoder(v1alpha1.SchemeGroupVersion),
+			[]byte(`{"apiVersion":"quota.miloapis.com/v1alpha1","kind":"`+kind+`","metadata":{"name":"p"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var disabled *bool
+		switch p := obj.(type) {
+		case *v1alpha1.ClaimCreationPolicy:
+			disabled = p.Spec.Disabled
+		case *v1alpha1.GrantCreationPolicy:
+			disabled = p.Spec.Disabled
+		}
+		if disabled == nil || *disabled {
+			t.Errorf("%s decoded with disabled %v, want false", kind, disabled)
+		}
+	}
+}
+
+// TestZonelessTimesAreReadAsUTC: an object stored while the kind was a
+// custom resource, with a date-time its schema admitted and metav1.Time
+// refuses, is read (as UTC) instead of failing its resource's every list.
+func TestZonelessTimesAreReadAsUTC(t *testing.T) {
+	stored := []byte(`{"apiVersion":"quota.miloapis.com/v1alpha1","kind":"ResourceGrant","metadata":{"name":"g","namespace":"organization-acme"},` +
+		`"spec":{"consumerRef":{"kind":"Project","name":"web"},"allowances":[{"resourceType":"core/namespaces","buckets":[{"amount":1125899906842624}]}]},` +
+		`"status":{"conditions":[{"type":"Active","status":"True","reason":"R","message":"","lastTransitionTime":"2024-05-01T10:00:00"}]}}`)
+	plain := legacyscheme.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)
+	if _, err := runtime.Decode(plain, stored); err == nil {
+		t.Fatal("the zoneless time decoded as it is: the test shows nothing")
+	}
+	obj, err := runtime.Decode(typedgroup.StoredTimes(plain), stored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := obj.(*v1alpha1.ResourceGrant)
+	if at := g.Status.Conditions[0].LastTransitionTime.UTC(); at.Hour() != 10 || at.Day() != 1 {
+		t.Errorf("read as %v", at)
+	}
+	if g.Spec.Allowances[0].Buckets[0].Amount != 1<<50 {
+		t.Errorf("an amount read as %d", g.Spec.Allowances[0].Buckets[0].Amount)
 	}
 }

@@ -115,3 +115,4 @@ func dropNulls(m map[string]any) {
 		}
 	}
 }
+
