@@ -115,4 +115,3 @@ func dropNulls(m map[string]any) {
 		}
 	}
 }
-
