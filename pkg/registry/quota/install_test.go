@@ -16,11 +16,11 @@ import (
 
 func strategy(t *testing.T, resource string) typedgroup.Strategy {
 	t.Helper()
-	k, ok := Group.Kind(resource)
+	s, ok := Group.StrategyOf(resource)
 	if !ok {
 		t.Fatalf("no kind %s", resource)
 	}
-	return typedgroup.NewStrategy(Group.Version, k, nil)
+	return s
 }
 
 func registration() *v1alpha1.ResourceRegistration {

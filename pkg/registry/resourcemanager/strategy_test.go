@@ -15,11 +15,11 @@ import (
 
 func newStrategy(t *testing.T, resource string) typedgroup.Strategy {
 	t.Helper()
-	k, ok := Group.Kind(resource)
+	s, ok := Group.StrategyOf(resource)
 	if !ok {
 		t.Fatalf("no kind %s", resource)
 	}
-	return typedgroup.NewStrategy(Group.Version, k, nil)
+	return s
 }
 
 func project(name string) *v1alpha1.Project {

@@ -91,6 +91,13 @@ func (g *Group) Kind(resource string) (Kind, bool) {
 	return Kind{}, false
 }
 
+// StrategyOf returns the strategy of resource's kind, as its storage has
+// it but for a create hook; false if the group has no such kind.
+func (g *Group) StrategyOf(resource string) (Strategy, bool) {
+	k, ok := g.Kind(resource)
+	return NewStrategy(g.Version, k, nil), ok
+}
+
 // DefinitionName gives the groups' kinds' definitions their one group,
 // version and kind (the scheme knows them by their internal version too),
 // and leaves every other name to next.
