@@ -78,7 +78,7 @@ func runQuota(ctx context.Context, loopback *rest.Config, storage map[string]typ
 			// (a crash) frees its units then.
 			resync = ClaimResync
 		}
-		if s := storage[gvr.Resource]; s != nil && gvr.Group == quotav1alpha1.GroupName && uncachedResources.Has(gvr.GroupResource()) {
+		if s := storage[gvr.Resource]; s != nil && uncachedResources.Has(gvr.GroupResource()) {
 			// Read in-process: a claim is stored with every charged
 			// object, and over the loopback each was encoded by the
 			// server and decoded again here. Only storage without a watch

@@ -14,6 +14,7 @@ package quota
 import (
 	"maps"
 	"slices"
+	"strings"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/fields"
@@ -97,9 +98,8 @@ func kind(resource, singular string, namespaced bool, newObject, newList func() 
 		Spec: schema.Validate,
 		Status: func(obj, old runtime.Object) field.ErrorList {
 			var errs field.ErrorList
-			status := field.NewPath("status").String()
 			for _, err := range schema.Validate(obj, old) {
-				if err.Field == status || len(err.Field) > len(status) && err.Field[:len(status)+1] == status+"." {
+				if err.Field == "status" || strings.HasPrefix(err.Field, "status.") {
 					errs = append(errs, err)
 				}
 			}
