@@ -84,6 +84,9 @@ type options struct {
 	// LatencyProfile keeps a CPU profile of the server over this much of
 	// each step's latency sampling (latency-{n}.cpu.pprof); 0: none.
 	LatencyProfile time.Duration
+	// ServiceProfile keeps server profiles over this much of each step's
+	// Widget sampling (--service).
+	ServiceProfile time.Duration
 	// EtcdMaintenance counts, compacts and defragments the embedded etcd
 	// after the last step, timed (Milo only).
 	EtcdMaintenance bool
@@ -144,6 +147,7 @@ func main() {
 	flag.IntVar(&o.Quota.Samples, "quota-samples", 400, "ConfigMap creates timed per series")
 	flag.BoolVar(&o.Quota.Profiles, "quota-profiles", false, "keep a CPU profile of the server over each timed series of ConfigMap creates (quota-{off,metered,uncharged,charged}.cpu.pprof)")
 	flag.StringVar(&o.Service, "service", "", "run the sample service with this provider (shared: pkg/mcprovider with the builder's watches; sources: pkg/mcprovider's Sources, projects not engaged; naive: a cluster per project) and measure it at each step: one Widget per project (Milo only)")
+	flag.DurationVar(&o.ServiceProfile, "service-profile", 0, "keep a CPU and an allocation profile of the server over this much of each step's Widget sampling (service-sampled-{projects}.{cpu,allocs}.pprof); 0: none")
 	flag.IntVar(&o.ServiceSamples, "service-samples", 100, "Widgets timed from create to Ready per step")
 	flag.IntVar(&o.ServiceNaiveMax, "service-naive-max", 0, "with --service, also measure the naive provider (a cluster per project) at each step up to this many projects, in the same run: the service stopped meanwhile")
 	smoke := flag.Bool("smoke", false, "quick run: at most 1,000 projects, few samples, no settling, 300 projects deleted")
@@ -394,7 +398,7 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 				step.Deletion["namespace"].P50, step.Deletion["namespace"].P99, step.Deletion["owner"].P50, step.Deletion["owner"].P99, step.DeletionSamples, timedOut)
 		}
 		if service != nil {
-			st, err := measureService(ctx, s, service, widgets, n, o.ServiceSamples, o.Workers*2, filepath.Join(dir, fmt.Sprintf("service-heap-%d.pprof", n)))
+			st, err := measureService(ctx, s, service, widgets, n, o.ServiceSamples, o.Workers*2, filepath.Join(dir, fmt.Sprintf("service-heap-%d.pprof", n)), o.ServiceProfile)
 			if err != nil {
 				return fmt.Errorf("the sample service at %d projects: %w", n, err)
 			}

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
@@ -32,18 +35,23 @@ import (
 
 var widgetsGVR = schema.GroupVersionResource{Group: "widgets.samples.miloapis.example", Version: "v1alpha1", Resource: "widgets"}
 
+var configMapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+
 // serviceStep is the service's measurement at one step.
 type serviceStep struct {
 	Projects              int
 	HeapBytes, Goroutines float64
 	// HeapLiveBytes is the heap allocated right after a forced GC: what is
 	// live, without the free space of spans in use that HeapBytes counts.
-	HeapLiveBytes         float64
-	Ready                 quantiles
-	WidgetsPerSecond      float64
-	ReadyWaitSeconds      float64
-	Engaged, ReadyWidgets int
-	Provider              string
+	HeapLiveBytes float64
+	Ready         quantiles
+	// Create, ToConfigMap and ToReady split Ready: the create's answer,
+	// from it to the Widget's ConfigMap seen, from that to Ready seen.
+	Create, ToConfigMap, ToReady quantiles
+	WidgetsPerSecond             float64
+	ReadyWaitSeconds             float64
+	Engaged, ReadyWidgets        int
+	Provider                     string
 	// ServerCollections is how many garbage collections the server ran
 	// while the samples were timed, over SamplingSeconds: at 100,000
 	// projects a collection's marking slows every request it overlaps. -1:
@@ -179,7 +187,7 @@ func measureNaive(ctx context.Context, s *system, o options, n int, profile stri
 		return serviceStep{}, fmt.Errorf("%d of %d projects engaged: %w", engaged, n, err)
 	}
 	wait := time.Since(began).Seconds()
-	st, err := measureService(ctx, s, p, n, n, o.ServiceSamples, o.Workers*2, profile)
+	st, err := measureService(ctx, s, p, n, n, o.ServiceSamples, o.Workers*2, profile, 0)
 	st.Provider, st.Engaged, st.ReadyWaitSeconds, st.WidgetsPerSecond = "naive", engaged, wait, 0
 	return st, err
 }
@@ -211,6 +219,15 @@ func widget(name string) *unstructured.Unstructured {
 		"spec":     map[string]any{"message": "hello from the benchmark", "size": int64(3)}}}
 }
 
+func ownedBy(u *unstructured.Unstructured, uid types.UID) bool {
+	for _, ref := range u.GetOwnerReferences() {
+		if ref.UID == uid {
+			return true
+		}
+	}
+	return false
+}
+
 func isReady(u *unstructured.Unstructured) bool {
 	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 	for _, c := range conds {
@@ -224,7 +241,7 @@ func isReady(u *unstructured.Unstructured) bool {
 // measureService gives projects [from, n) their Widget, waits until every
 // Widget is Ready, times samples more from create to Ready, and reads the
 // service's footprint.
-func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, samples, workers int, profile string) (serviceStep, error) {
+func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, samples, workers int, profile string, sampleProfile time.Duration) (serviceStep, error) {
 	r := serviceStep{Projects: n}
 	projectDyn := func(project string) (dynamic.Interface, error) {
 		return dynamic.NewForConfigAndClient(s.projectConfig(project), s.http)
@@ -305,47 +322,100 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 		}
 		progress("  work queues not read (%v): timing anyway", err)
 	}
-	// Timed samples, one at a time, spread over the projects.
-	var lat latencies
+	// Timed samples, one at a time, spread over the projects. Each is
+	// split where the harness can see it: the create's answer, the
+	// Widget's ConfigMap appearing (the service saw the Widget and acted),
+	// and the Widget's Ready status (the service's status write).
+	var lat, created, toConfigMap, toReady latencies
+	type slow struct {
+		project                         string
+		total, create, configMap, ready time.Duration
+	}
+	var slowest []slow
 	gcBefore, sampled := s.collections(ctx), time.Now()
+	var profiles sync.WaitGroup
+	defer profiles.Wait()
+	if sampleProfile > 0 {
+		for _, kind := range []string{"profile", "allocs"} {
+			profiles.Go(func() {
+				s.profile(ctx, "/debug/pprof/"+kind, sampleProfile, fmt.Sprintf("service-sampled-%d.%s.pprof", n, map[string]string{"profile": "cpu", "allocs": "allocs"}[kind]))
+			})
+		}
+	}
 	for k := range samples {
 		project := projectName(k * n / samples)
 		dyn, err := projectDyn(project)
 		if err != nil {
 			return r, err
 		}
-		name := fmt.Sprintf("sample-%d", n)
+		name := fmt.Sprintf("sample-%d-%d", n, k) // no earlier sample's ConfigMap, still being collected, is in its way
 		w, err := dyn.Resource(widgetsGVR).Namespace("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 		if err != nil {
 			return r, err
 		}
-		start := time.Now()
-		if _, err := dyn.Resource(widgetsGVR).Namespace("default").Create(ctx, widget(name), metav1.CreateOptions{}); err != nil {
+		cw, err := dyn.Resource(configMapsGVR).Namespace("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name + "-widget"})
+		if err != nil {
 			w.Stop()
 			return r, err
 		}
+		stop := func() { w.Stop(); cw.Stop() }
+		start := time.Now()
+		made, err := dyn.Resource(widgetsGVR).Namespace("default").Create(ctx, widget(name), metav1.CreateOptions{})
+		if err != nil {
+			stop()
+			return r, err
+		}
+		answered := time.Now()
+		var cmSeen time.Time
 		timeout := time.After(2 * time.Minute)
 	wait:
 		for {
 			select {
 			case ev, ok := <-w.ResultChan():
 				if !ok {
+					stop()
 					return r, fmt.Errorf("sample widget in %s: the watch ended", project)
 				}
 				if u, isU := ev.Object.(*unstructured.Unstructured); isU && isReady(u) {
 					break wait
 				}
+			case ev, ok := <-cw.ResultChan():
+				if !ok {
+					cw = watch.NewEmptyWatch() // the split is lost, the sample is not
+				} else if u, isU := ev.Object.(*unstructured.Unstructured); isU && cmSeen.IsZero() && ownedBy(u, made.GetUID()) {
+					// Not an earlier sample's ConfigMap not yet collected.
+					cmSeen = time.Now()
+				}
 			case <-timeout:
-				w.Stop()
+				stop()
 				return r, fmt.Errorf("sample widget in %s not Ready within 2 minutes", project)
 			}
 		}
-		w.Stop()
-		lat = append(lat, time.Since(start))
+		stop()
+		ready := time.Now()
+		if cmSeen.IsZero() { // Ready seen first: the two events raced
+			cmSeen = ready
+		}
+		lat = append(lat, ready.Sub(start))
+		created = append(created, answered.Sub(start))
+		toConfigMap = append(toConfigMap, cmSeen.Sub(answered))
+		toReady = append(toReady, ready.Sub(cmSeen))
+		slowest = append(slowest, slow{project, ready.Sub(start), answered.Sub(start), cmSeen.Sub(answered), ready.Sub(cmSeen)})
 		if err := dyn.Resource(widgetsGVR).Namespace("default").Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 			return r, err
 		}
 	}
+	slices.SortFunc(slowest, func(a, b slow) int { return int(b.total - a.total) })
+	for _, sl := range slowest[:min(len(slowest), 6)] {
+		progress("  slow sample in %s: %.1f ms = create %.1f + to ConfigMap %.1f + to Ready %.1f", sl.project,
+			ms(sl.total), ms(sl.create), ms(sl.configMap), ms(sl.ready))
+	}
+	for _, l := range []latencies{created, toConfigMap, toReady} {
+		slices.Sort(l)
+	}
+	r.Create = quantiles{P50: ms(created.quantile(0.5)), P99: ms(created.quantile(0.99))}
+	r.ToConfigMap = quantiles{P50: ms(toConfigMap.quantile(0.5)), P99: ms(toConfigMap.quantile(0.99))}
+	r.ToReady = quantiles{P50: ms(toReady.quantile(0.5)), P99: ms(toReady.quantile(0.99))}
 	r.SamplingSeconds = time.Since(sampled).Seconds()
 	// A failed read of the server's metrics gives no count (-1).
 	if after := s.collections(ctx); gcBefore > 0 && after >= gcBefore {

@@ -90,7 +90,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req mcreconcile.Request) (re
 		cm.Data = map[string]string{"message": widget.Spec.Message, "size": strconv.Itoa(int(widget.Spec.Size))}
 		return controllerutil.SetControllerReference(widget, cm, cl.GetScheme())
 	}); err != nil {
-		if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+		// The cache was behind: another writer created the ConfigMap, changed
+		// it, or (NotFound on the update) deleted it, as the garbage collector
+		// does when a Widget of the same name was deleted just before.
+		if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return reconcile.Result{Requeue: true}, nil
 		}
 		return reconcile.Result{}, fmt.Errorf("keeping the ConfigMap of widget %s: %w", req.NamespacedName, err)
