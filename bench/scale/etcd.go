@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -129,3 +132,71 @@ func (e *etcdResult) section() string {
 }
 
 func toMiB(v float64) float64 { return v / (1 << 20) }
+
+// etcdMetrics reads the embedded etcd's own metrics (its HTTP port, named in
+// the server's log, with the data directory's etcd client certificate);
+// nil, with no error, where the server runs on no embedded etcd.
+func (s *system) etcdMetrics(ctx context.Context) (metrics, error) {
+	logged, err := os.ReadFile(filepath.Join(filepath.Dir(s.dataDir), s.name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	const mark = `httpURL="`
+	i := strings.LastIndex(string(logged), mark)
+	if i < 0 {
+		return nil, nil
+	}
+	url, _, _ := strings.Cut(string(logged[i+len(mark):]), `"`)
+	_, files, err := server.DataDirEtcd(s.dataDir)
+	if err != nil {
+		return nil, err
+	}
+	tls, err := transport.TLSInfo{CertFile: files.EtcdClient.CertFile, KeyFile: files.EtcdClient.KeyFile, TrustedCAFile: files.CA.CertFile}.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tls}}
+	resp, err := c.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("etcd metrics: %s", resp.Status)
+	}
+	return parseMetrics(string(body)), nil
+}
+
+// etcdStalls is what the embedded etcd did between two readings of its
+// metrics that stalls writes: compaction batches (each holds the backend's
+// write lock and commits), and WAL fsyncs and backend commits over 32 ms.
+type etcdStalls struct {
+	CompactionBatches, CompactionPauseMs float64
+	SlowFsyncs, SlowCommits              float64
+}
+
+func etcdStallsBetween(before, after metrics) *etcdStalls {
+	if before == nil || after == nil {
+		return nil
+	}
+	delta := func(name string, labels ...string) float64 {
+		return after.sum(name, labels...) - before.sum(name, labels...)
+	}
+	over := func(name string) float64 {
+		return delta(name+"_count") - delta(name+"_bucket", `le="0.032"`)
+	}
+	return &etcdStalls{
+		CompactionBatches: delta("etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds_count"),
+		CompactionPauseMs: delta("etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds_sum"),
+		SlowFsyncs:        over("etcd_disk_wal_fsync_duration_seconds"),
+		SlowCommits:       over("etcd_disk_backend_commit_duration_seconds"),
+	}
+}

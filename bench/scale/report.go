@@ -657,10 +657,15 @@ func serviceSection(steps []serviceStep) string {
 			}
 			fmt.Fprintf(&b, "| %d | %.1f MiB | %.1f MiB | %s | %.0f | %.0f ms | %.0f ms | %s | %.0f | %s |\n", st.Projects, st.HeapBytes/(1<<20), st.HeapLiveBytes/(1<<20), per, st.Goroutines, st.Ready.P50, st.Ready.P99, collections, st.WidgetsPerSecond, engaged)
 		}
-		b.WriteString("\nCreate → Ready split where the harness sees it (p50 / p99): the create's answer; from it to the Widget's ConfigMap seen (the service saw the Widget and acted); from that to Ready seen (the service's status write).\n\n| projects | create | → ConfigMap | → Ready |\n|---|---|---|---|\n")
+		b.WriteString("\nCreate → Ready split where the harness sees it (p50 / p99): the create's answer; from it to the Widget's ConfigMap seen (the service saw the Widget and acted); from that to Ready seen (the service's status write). What stalled the embedded etcd's writes meanwhile: compaction batches (each holds etcd's write lock and commits) and their pauses' sum, WAL fsyncs and backend commits over 32 ms.\n\n| projects | create | → ConfigMap | → Ready | etcd compaction batches | fsyncs / commits > 32 ms |\n|---|---|---|---|---|---|\n")
 		for _, st := range steps {
 			if st.Provider == provider && st.Create.P50 > 0 {
-				fmt.Fprintf(&b, "| %d | %.1f / %.1f ms | %.1f / %.1f ms | %.1f / %.1f ms |\n", st.Projects, st.Create.P50, st.Create.P99, st.ToConfigMap.P50, st.ToConfigMap.P99, st.ToReady.P50, st.ToReady.P99)
+				compaction, slow := "–", "–"
+				if e := st.Etcd; e != nil {
+					compaction = fmt.Sprintf("%.0f (%.0f ms)", e.CompactionBatches, e.CompactionPauseMs)
+					slow = fmt.Sprintf("%.0f / %.0f", e.SlowFsyncs, e.SlowCommits)
+				}
+				fmt.Fprintf(&b, "| %d | %.1f / %.1f ms | %.1f / %.1f ms | %.1f / %.1f ms | %s | %s |\n", st.Projects, st.Create.P50, st.Create.P99, st.ToConfigMap.P50, st.ToConfigMap.P99, st.ToReady.P50, st.ToReady.P99, compaction, slow)
 			}
 		}
 		b.WriteString("\n")

@@ -48,10 +48,13 @@ type serviceStep struct {
 	// Create, ToConfigMap and ToReady split Ready: the create's answer,
 	// from it to the Widget's ConfigMap seen, from that to Ready seen.
 	Create, ToConfigMap, ToReady quantiles
-	WidgetsPerSecond             float64
-	ReadyWaitSeconds             float64
-	Engaged, ReadyWidgets        int
-	Provider                     string
+	// Etcd is what stalled the embedded etcd's writes while the samples
+	// were timed (nil: not read).
+	Etcd                  *etcdStalls `json:",omitempty"`
+	WidgetsPerSecond      float64
+	ReadyWaitSeconds      float64
+	Engaged, ReadyWidgets int
+	Provider              string
 	// ServerCollections is how many garbage collections the server ran
 	// while the samples were timed, over SamplingSeconds: at 100,000
 	// projects a collection's marking slows every request it overlaps. -1:
@@ -332,6 +335,10 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 		total, create, configMap, ready time.Duration
 	}
 	var slowest []slow
+	etcdBefore, err := s.etcdMetrics(ctx)
+	if err != nil {
+		progress("  the embedded etcd's metrics (%v): its stalls not counted", err)
+	}
 	gcBefore, sampled := s.collections(ctx), time.Now()
 	var profiles sync.WaitGroup
 	defer profiles.Wait()
@@ -417,6 +424,13 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 	r.ToConfigMap = quantiles{P50: ms(toConfigMap.quantile(0.5)), P99: ms(toConfigMap.quantile(0.99))}
 	r.ToReady = quantiles{P50: ms(toReady.quantile(0.5)), P99: ms(toReady.quantile(0.99))}
 	r.SamplingSeconds = time.Since(sampled).Seconds()
+	if etcdBefore != nil {
+		etcdAfter, err := s.etcdMetrics(ctx)
+		if err != nil {
+			progress("  the embedded etcd's metrics (%v): its stalls not counted", err)
+		}
+		r.Etcd = etcdStallsBetween(etcdBefore, etcdAfter)
+	}
 	// A failed read of the server's metrics gives no count (-1).
 	if after := s.collections(ctx); gcBefore > 0 && after >= gcBefore {
 		r.ServerCollections = after - gcBefore
