@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
@@ -374,6 +373,7 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 		}
 		answered := time.Now()
 		var cmSeen time.Time
+		cmEvents := cw.ResultChan()
 		timeout := time.After(2 * time.Minute)
 	wait:
 		for {
@@ -386,9 +386,9 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 				if u, isU := ev.Object.(*unstructured.Unstructured); isU && isReady(u) {
 					break wait
 				}
-			case ev, ok := <-cw.ResultChan():
+			case ev, ok := <-cmEvents:
 				if !ok {
-					cw = watch.NewEmptyWatch() // the split is lost, the sample is not
+					cmEvents = nil // the split is lost, the sample is not
 				} else if u, isU := ev.Object.(*unstructured.Unstructured); isU && cmSeen.IsZero() && ownedBy(u, made.GetUID()) {
 					// Not an earlier sample's ConfigMap not yet collected.
 					cmSeen = time.Now()
