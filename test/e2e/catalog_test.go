@@ -103,7 +103,7 @@ func TestServiceCatalog(t *testing.T) {
 	const service = "gadgets.catalog.e2e.example"
 
 	m.mustKubectl(t, gadgetCRD, "apply", "-f", "-")
-	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/"+service, "--timeout=60s")
+	m.waitEstablished(t, "crd/"+service)
 	t.Cleanup(func() {
 		m.kubectl(t, "", "delete", "services.services.miloapis.com/"+service, "--ignore-not-found")
 	})

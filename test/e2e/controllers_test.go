@@ -46,7 +46,7 @@ func TestNamespaceDeletionEmptiesTheNamespace(t *testing.T) {
 	m := shared
 	ctx := context.Background()
 	m.mustKubectl(t, sprocketsCRD, "apply", "-f", "-")
-	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/sprockets.example.org", "--timeout=60s")
+	m.waitEstablished(t, "crd/sprockets.example.org")
 	sprockets := schema.GroupVersionResource{Group: "example.org", Version: "v1", Resource: "sprockets"}
 
 	a, b := m.newProject(t, "nsdel-a"), m.newProject(t, "nsdel-b")

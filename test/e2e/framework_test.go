@@ -277,6 +277,25 @@ func (m *milo) mustKubectl(t *testing.T, stdin string, args ...string) string {
 	return r.stdout
 }
 
+// waitEstablished waits, with kubectl, until each named CRD ("crd/NAME") is
+// Established. A CRD just created holds `status.conditions: null` until the
+// server's first status write, and kubectl wait fails at once on a null
+// rather than waiting, so that answer alone is asked again.
+func (m *milo) waitEstablished(t *testing.T, crds ...string) {
+	t.Helper()
+	args := append([]string{"wait", "--for=condition=Established", "--timeout=60s"}, crds...)
+	eventually(t, "kubectl "+strings.Join(args, " "), func() error {
+		r := m.kubectl(t, "", args...)
+		if r.err != nil && strings.Contains(r.stderr, ".status.conditions accessor error") {
+			return fmt.Errorf("%s", strings.TrimSpace(r.stderr))
+		}
+		if r.err != nil {
+			t.Fatalf("kubectl %s: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.err, r.stdout, r.stderr)
+		}
+		return nil
+	})
+}
+
 // ensureOrganization creates an Organization unless it exists.
 func (m *milo) ensureOrganization(name string) error {
 	cmd := exec.Command(kubectlBin, "--kubeconfig", m.Kubeconfig, "apply", "-f", "-")

@@ -219,7 +219,7 @@ spec:
 	if _, err := platformCRDs.Create(ctx, platformKind, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/"+platformKind.Name, "--timeout=60s")
+	m.waitEstablished(t, "crd/"+platformKind.Name)
 	// A project CRD the lifecycle controller names before its informer has
 	// seen the platform's group keeps its names (the group was not the
 	// platform's yet, as far as it knew): probe until one is refused, so

@@ -628,7 +628,7 @@ func TestCustomResourcesAreIsolated(t *testing.T) {
 	m := shared
 	ctx := context.Background()
 	m.mustKubectl(t, widgetsCRD, "apply", "-f", "-")
-	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/widgets.example.com", "crd/gadgets.example.com", "--timeout=60s")
+	m.waitEstablished(t, "crd/widgets.example.com", "crd/gadgets.example.com")
 
 	a, b := m.newProject(t, "cr-a"), m.newProject(t, "cr-b")
 	ka, kb := m.projectKubeconfig(t, a), m.projectKubeconfig(t, b)
@@ -691,7 +691,7 @@ func TestCustomResourcesAreIsolated(t *testing.T) {
 	// name installed again starts empty everywhere.
 	m.mustKubectl(t, "", "delete", "crd", "gadgets.example.com", "--wait=true")
 	m.mustKubectl(t, widgetsCRD, "apply", "-f", "-")
-	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/gadgets.example.com", "--timeout=60s")
+	m.waitEstablished(t, "crd/gadgets.example.com")
 	eventually(t, "gadgets are served again", func() error {
 		list, err := m.projectDynamic(t, b).Resource(gadgets).List(ctx, metav1.ListOptions{})
 		if err != nil {

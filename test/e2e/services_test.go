@@ -133,7 +133,7 @@ func waitReconciled(t *testing.T, c client.Client, name, message string) {
 func TestServiceReconcilesEachProjectApart(t *testing.T) {
 	m := shared
 	m.mustKubectl(t, "", "apply", "-f", "../../examples/widgets/config/crd", "-f", "../../examples/widgets/config/protectedresource.yaml")
-	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/widgets.widgets.samples.miloapis.example", "--timeout=60s")
+	m.waitEstablished(t, "crd/widgets.widgets.samples.miloapis.example")
 	t.Run("engaged", func(t *testing.T) { testServiceReconcilesEachProjectApart(t, m, false) })
 	t.Run("sources", func(t *testing.T) { testServiceReconcilesEachProjectApart(t, m, true) })
 }
@@ -281,7 +281,7 @@ func TestWidgetsBinary(t *testing.T) {
 		t.Fatalf("building the sample service: %v\n%s", err, out)
 	}
 	m.mustKubectl(t, "", "apply", "-f", "../../examples/widgets/config/crd", "-f", "../../examples/widgets/config/protectedresource.yaml")
-	m.mustKubectl(t, "", "wait", "--for=condition=Established", "crd/widgets.widgets.samples.miloapis.example", "--timeout=60s")
+	m.waitEstablished(t, "crd/widgets.widgets.samples.miloapis.example")
 	// The Roles the sample offers grant what its ProtectedResource
 	// registers, once IAM has read it.
 	eventually(t, "the sample's Roles apply", func() error {
