@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/server"
 )
 
@@ -147,10 +148,8 @@ func (s *system) etcdMetrics(ctx context.Context) (metrics, error) {
 		return nil, nil
 	}
 	url, _, _ := strings.Cut(string(logged[i+len(mark):]), `"`)
-	_, files, err := server.DataDirEtcd(s.dataDir)
-	if err != nil {
-		return nil, err
-	}
+	// The layout only: nothing in the running server's data directory is written.
+	files := pki.Layout(filepath.Join(s.dataDir, "pki"))
 	tls, err := transport.TLSInfo{CertFile: files.EtcdClient.CertFile, KeyFile: files.EtcdClient.KeyFile, TrustedCAFile: files.CA.CertFile}.ClientConfig()
 	if err != nil {
 		return nil, err
@@ -160,6 +159,7 @@ func (s *system) etcdMetrics(ctx context.Context) (metrics, error) {
 		return nil, err
 	}
 	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tls}}
+	defer c.CloseIdleConnections()
 	resp, err := c.Do(req)
 	if err != nil {
 		return nil, err
@@ -176,9 +176,12 @@ func (s *system) etcdMetrics(ctx context.Context) (metrics, error) {
 }
 
 // etcdStalls is what the embedded etcd did between two readings of its
-// metrics that stalls writes: compaction batches (each holds the backend's
-// write lock and commits), and WAL fsyncs and backend commits over 32 ms.
+// metrics that stalls writes: walks of its in-memory key index (a
+// compaction's first step, over every key), compaction batches (each holds
+// the backend's write lock and commits), and WAL fsyncs and backend commits
+// over 32 ms.
 type etcdStalls struct {
+	IndexWalks, IndexWalkMs              float64
 	CompactionBatches, CompactionPauseMs float64
 	SlowFsyncs, SlowCommits              float64
 }
@@ -194,6 +197,8 @@ func etcdStallsBetween(before, after metrics) *etcdStalls {
 		return delta(name+"_count") - delta(name+"_bucket", `le="0.032"`)
 	}
 	return &etcdStalls{
+		IndexWalks:        delta("etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds_count"),
+		IndexWalkMs:       delta("etcd_debugging_mvcc_index_compaction_pause_duration_milliseconds_sum"),
 		CompactionBatches: delta("etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds_count"),
 		CompactionPauseMs: delta("etcd_debugging_mvcc_db_compaction_pause_duration_milliseconds_sum"),
 		SlowFsyncs:        over("etcd_disk_wal_fsync_duration_seconds"),

@@ -478,7 +478,7 @@ func (s *systemResult) noisySection(projects int) string {
 	if w := s.Noisy[0].Phases["watches"].WatchesOpen; w > 0 && w < o.Watches {
 		fmt.Fprintf(&b, "The server let the noisy project open %d of the %d watches (`--max-project-watches`).\n\n", w, o.Watches)
 	}
-	b.WriteString("| configuration | phase | quiet GET p50 | quiet GET p99 | p99 / idle | quiet GETs (failed) | flood ops/s (failed) | RSS before → peak | collections | cores: server / controllers / harness |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	b.WriteString("| configuration | phase | quiet GET p50 | quiet GET p99 | p99 / idle | quiet GETs (failed) | flood ops/s (failed) | RSS before → peak | collections | cores: server / controllers / harness |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, nr := range s.Noisy {
 		idle := nr.Phases["idle"].Quiet.P99
 		for _, phase := range noisyPhases {
@@ -634,7 +634,7 @@ func serviceSection(steps []serviceStep) string {
 	}
 	for _, provider := range providers {
 		fmt.Fprintf(&b, "### %s provider\n\n", provider)
-		b.WriteString("| projects | heap in use | live | live per project | goroutines | create → Ready p50 | p99 | server collections while timed | widgets/s | engaged in |\n|---|---|---|---|---|---|---|---|---|---|\n")
+		b.WriteString("| projects | heap in use | live | live per project | goroutines | create → Ready p50 | p99 | server collections while timed | widgets/s | engaged in |\n|---|---|---|---|---|---|---|---|---|---|---|\n")
 		var first *serviceStep
 		for i := range steps {
 			st := steps[i]
@@ -657,15 +657,16 @@ func serviceSection(steps []serviceStep) string {
 			}
 			fmt.Fprintf(&b, "| %d | %.1f MiB | %.1f MiB | %s | %.0f | %.0f ms | %.0f ms | %s | %.0f | %s |\n", st.Projects, st.HeapBytes/(1<<20), st.HeapLiveBytes/(1<<20), per, st.Goroutines, st.Ready.P50, st.Ready.P99, collections, st.WidgetsPerSecond, engaged)
 		}
-		b.WriteString("\nCreate → Ready split where the harness sees it (p50 / p99): the create's answer; from it to the Widget's ConfigMap seen (the service saw the Widget and acted); from that to Ready seen (the service's status write). What stalled the embedded etcd's writes meanwhile: compaction batches (each holds etcd's write lock and commits) and their pauses' sum, WAL fsyncs and backend commits over 32 ms.\n\n| projects | create | → ConfigMap | → Ready | etcd compaction batches | fsyncs / commits > 32 ms |\n|---|---|---|---|---|---|\n")
+		b.WriteString("\nCreate → Ready split where the harness sees it (p50 / p99): the create's answer; from it to the Widget's ConfigMap seen (the service saw the Widget and acted); from that to Ready seen (the service's status write); a sample whose Ready was seen before its ConfigMap counts its whole time after the create in → ConfigMap (raced). What stalled the embedded etcd's writes meanwhile: walks of its in-memory key index (a compaction's first step, over every key) and their time, compaction batches (each holds etcd's write lock and commits) and their pauses' sum, WAL fsyncs and backend commits over 32 ms.\n\n| projects | create | → ConfigMap | → Ready | raced | etcd index walks | etcd compaction batches | fsyncs / commits > 32 ms |\n|---|---|---|---|---|---|---|---|\n")
 		for _, st := range steps {
 			if st.Provider == provider && st.Create.P50 > 0 {
-				compaction, slow := "–", "–"
+				walks, compaction, slow := "–", "–", "–"
 				if e := st.Etcd; e != nil {
+					walks = fmt.Sprintf("%.0f (%.0f ms)", e.IndexWalks, e.IndexWalkMs)
 					compaction = fmt.Sprintf("%.0f (%.0f ms)", e.CompactionBatches, e.CompactionPauseMs)
 					slow = fmt.Sprintf("%.0f / %.0f", e.SlowFsyncs, e.SlowCommits)
 				}
-				fmt.Fprintf(&b, "| %d | %.1f / %.1f ms | %.1f / %.1f ms | %.1f / %.1f ms | %s | %s |\n", st.Projects, st.Create.P50, st.Create.P99, st.ToConfigMap.P50, st.ToConfigMap.P99, st.ToReady.P50, st.ToReady.P99, compaction, slow)
+				fmt.Fprintf(&b, "| %d | %.1f / %.1f ms | %.1f / %.1f ms | %.1f / %.1f ms | %d | %s | %s | %s |\n", st.Projects, st.Create.P50, st.Create.P99, st.ToConfigMap.P50, st.ToConfigMap.P99, st.ToReady.P50, st.ToReady.P99, st.Raced, walks, compaction, slow)
 			}
 		}
 		b.WriteString("\n")

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -34,6 +35,9 @@ import (
 
 var widgetsGVR = schema.GroupVersionResource{Group: "widgets.samples.miloapis.example", Version: "v1alpha1", Resource: "widgets"}
 
+// sampleSeq numbers the timed Widgets of the whole run.
+var sampleSeq atomic.Int64
+
 var configMapsGVR = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
 
 // serviceStep is the service's measurement at one step.
@@ -47,6 +51,9 @@ type serviceStep struct {
 	// Create, ToConfigMap and ToReady split Ready: the create's answer,
 	// from it to the Widget's ConfigMap seen, from that to Ready seen.
 	Create, ToConfigMap, ToReady quantiles
+	// Raced counts samples whose Ready was seen before their ConfigMap:
+	// their whole time after the create is in ToConfigMap.
+	Raced int `json:",omitempty"`
 	// Etcd is what stalled the embedded etcd's writes while the samples
 	// were timed (nil: not read).
 	Etcd                  *etcdStalls `json:",omitempty"`
@@ -354,7 +361,9 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 		if err != nil {
 			return r, err
 		}
-		name := fmt.Sprintf("sample-%d-%d", n, k) // no earlier sample's ConfigMap, still being collected, is in its way
+		// A name no earlier sample had (the naive provider's included), so
+		// that no ConfigMap still being collected is in its way.
+		name := fmt.Sprintf("sample-%d", sampleSeq.Add(1))
 		w, err := dyn.Resource(widgetsGVR).Namespace("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
 		if err != nil {
 			return r, err
@@ -402,6 +411,7 @@ func measureService(ctx context.Context, s *system, p *serviceProcess, from, n, 
 		ready := time.Now()
 		if cmSeen.IsZero() { // Ready seen first: the two events raced
 			cmSeen = ready
+			r.Raced++
 		}
 		lat = append(lat, ready.Sub(start))
 		created = append(created, answered.Sub(start))
