@@ -165,8 +165,8 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 		trigger.Project = t.Name
 	}
 	// What the policies' expressions see is made once one is to be run:
-	// a create no policy charges (its consumer has no grant) converts
-	// nothing.
+	// a create no policy charges (its consumer has no grant), or that only
+	// policies without expressions charge, converts nothing.
 	var vars *Vars
 	varsOf := func() (Vars, error) {
 		if vars == nil {
@@ -192,9 +192,11 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 				continue
 			}
 		}
-		v, err := varsOf()
-		if err != nil {
-			return apierrors.NewInternalError(err)
+		var v Vars
+		if policy.ReadsVars() {
+			if v, err = varsOf(); err != nil {
+				return apierrors.NewInternalError(err)
+			}
 		}
 		plan, ok, err := policy.Plan(v, trigger, consumers)
 		if err != nil {

@@ -160,6 +160,10 @@ type ClaimPolicy struct {
 	requests    []quotav1alpha1.ResourceRequest
 	labels      map[string]string
 	annotations map[string]*template
+	// readsVars: some expression of the policy reads its Vars. A policy
+	// without one plans from no Vars, so a create it charges is not
+	// converted for CEL.
+	readsVars bool
 }
 
 type consumerTemplate struct {
@@ -222,12 +226,28 @@ func CompileClaimPolicy(p *quotav1alpha1.ClaimCreationPolicy) *ClaimPolicy {
 			out.Err = fmt.Errorf("spec.target.resourceClaimTemplate.metadata.annotations[%s]: %w", k, err)
 			return out
 		}
+		out.readsVars = out.readsVars || hasExprs(out.annotations[k])
 	}
+	out.readsVars = out.readsVars || len(out.conditions) > 0 || hasExprs(out.consumer.kind, out.consumer.name)
 	return out
 }
 
 // Active reports whether the policy creates claims.
 func (p *ClaimPolicy) Active() bool { return p.Err == nil && !p.Disabled }
+
+// ReadsVars reports whether any of the policy's expressions (constraints,
+// consumer, annotations) reads its Vars: without one, Plan needs none.
+func (p *ClaimPolicy) ReadsVars() bool { return p.readsVars }
+
+// hasExprs reports whether any template holds an expression.
+func hasExprs(ts ...*template) bool {
+	for _, t := range ts {
+		if t != nil && len(t.exprs) > 0 {
+			return true
+		}
+	}
+	return false
+}
 
 // NamesConsumer reports whether the policy's template names its consumer
 // (else the object's own is charged).

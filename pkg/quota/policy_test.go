@@ -57,15 +57,20 @@ func TestClaimPolicies(t *testing.T) {
 		match        bool
 		consumer     Consumer
 		annotation   string
+		// readsVars: some expression reads the Vars; a policy without one
+		// is planned from none, as admission does.
+		readsVars bool
 	}{
-		{name: "a constraint on a label", policy: claimPolicy([]string{`has(trigger.metadata.labels) && trigger.metadata.labels["tier"] == "premium"`}, "", "", nil),
+		{name: "a constraint on a label", readsVars: true, policy: claimPolicy([]string{`has(trigger.metadata.labels) && trigger.metadata.labels["tier"] == "premium"`}, "", "", nil),
 			object: premium, consumers: fixedConsumers{"web", "acme"}, match: true, consumer: Consumer{KindProject, "web"}},
-		{name: "the constraint does not hold", policy: claimPolicy([]string{`has(trigger.metadata.labels) && trigger.metadata.labels["tier"] == "premium"`}, "", "", nil),
+		{name: "the constraint does not hold", readsVars: true, policy: claimPolicy([]string{`has(trigger.metadata.labels) && trigger.metadata.labels["tier"] == "premium"`}, "", "", nil),
 			object: plain, consumers: fixedConsumers{"web", "acme"}},
-		{name: "the user", policy: claimPolicy([]string{`user.groups.exists(g, g == "developers")`}, KindOrganization, "", nil),
+		{name: "the user", readsVars: true, policy: claimPolicy([]string{`user.groups.exists(g, g == "developers")`}, KindOrganization, "", nil),
 			object: plain, consumers: fixedConsumers{"web", "acme"}, match: true, consumer: Consumer{KindOrganization, "acme"}},
-		{name: "a templated consumer and annotation", policy: claimPolicy(nil, KindOrganization, "{{trigger.metadata.namespace + '-org'}}", map[string]string{"note": "for {{trigger.metadata.name}}!"}),
+		{name: "a templated consumer and annotation", readsVars: true, policy: claimPolicy(nil, KindOrganization, "{{trigger.metadata.namespace + '-org'}}", map[string]string{"note": "for {{trigger.metadata.name}}!"}),
 			object: premium, consumers: fixedConsumers{"web", "acme"}, match: true, consumer: Consumer{KindOrganization, "default-org"}, annotation: "for big!"},
+		{name: "no expressions: planned without vars", policy: claimPolicy(nil, "", "", map[string]string{"note": "fixed"}),
+			object: premium, consumers: fixedConsumers{"web", "acme"}, match: true, consumer: Consumer{KindProject, "web"}, annotation: "fixed"},
 		{name: "nobody to charge: no claim", policy: claimPolicy(nil, KindProject, "", nil), object: plain, consumers: fixedConsumers{"", "acme"}},
 		{name: "a constraint that is not a bool", policy: claimPolicy([]string{`1 + 2`}, "", "", nil), compileError: "not bool"},
 		{name: "a constraint that does not parse", policy: claimPolicy([]string{`trigger.metadata.name ==`}, "", "", nil), compileError: "Syntax error"},
@@ -85,7 +90,14 @@ func TestClaimPolicies(t *testing.T) {
 			if p.Err != nil {
 				t.Fatal(p.Err)
 			}
-			got, ok, err := p.Plan(Vars{Trigger: tc.object, User: user}, trigger, tc.consumers)
+			if p.ReadsVars() != tc.readsVars {
+				t.Fatalf("ReadsVars %v, want %v", p.ReadsVars(), tc.readsVars)
+			}
+			vars := Vars{}
+			if p.ReadsVars() {
+				vars = Vars{Trigger: tc.object, User: user}
+			}
+			got, ok, err := p.Plan(vars, trigger, tc.consumers)
 			if err != nil {
 				t.Fatal(err)
 			}
