@@ -372,6 +372,12 @@ func (o *Options) validateMiloFlags() []error {
 			errs = append(errs, errors.New("--storage-backend and --etcd-servers name two storages: give one"))
 		}
 	}
+	if o.StorageBackend == "" && len(o.ControlPlane.Etcd.StorageConfig.Transport.ServerList) == 0 && o.ControlPlane.Etcd.StorageConfig.CompactionInterval <= 0 {
+		// The embedded etcd compacts only when the API server asks it to:
+		// without an interval its history would grow until it fills its
+		// quota, after which etcd refuses every write.
+		errs = append(errs, errors.New("--etcd-compaction-interval must be positive with the embedded etcd: nothing else compacts its history, which would grow until etcd refuses writes (an etcd of your own, --etcd-servers, may be compacted by its operator)"))
+	}
 	for _, prefix := range o.ProjectCRDs.ConversionWebhookURLPrefixes {
 		if u, err := url.Parse(prefix); err != nil || u.Scheme != "https" || u.Host == "" || !strings.HasSuffix(u.Path, "/") || u.RawQuery != "" || u.Fragment != "" {
 			errs = append(errs, fmt.Errorf("--project-crd-conversion-webhook-prefixes: %q is not an https URL whose path ends in '/' (without one, a prefix would also allow hosts that merely start like it)", prefix))

@@ -149,6 +149,22 @@ func TestCompleteFailsBeforeWritingWhenPortIsTaken(t *testing.T) {
 	}
 }
 
+func TestCompleteRejectsNoCompactionOfTheEmbeddedEtcd(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "state")
+	o := parse(t, "--data-dir="+dataDir, "--secure-port=0", "--etcd-compaction-interval=0")
+	if _, err := o.Complete(context.Background()); err == nil || !strings.Contains(err.Error(), "--etcd-compaction-interval must be positive") {
+		t.Fatalf("err = %v", err)
+	}
+	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+		t.Fatalf("data directory created although the start failed: %v", err)
+	}
+	// An etcd of the operator's own may be compacted by them.
+	o = parse(t, "--data-dir="+dataDir, "--secure-port=0", "--etcd-compaction-interval=0", "--etcd-servers=https://127.0.0.1:1")
+	if errs := o.validateMiloFlags(); len(errs) > 0 {
+		t.Fatalf("errors with --etcd-servers: %v", errs)
+	}
+}
+
 func TestCompleteRejectsEmptyDataDir(t *testing.T) {
 	o := parse(t, "--data-dir=", "--secure-port=0")
 	if _, err := o.Complete(context.Background()); err == nil || !strings.Contains(err.Error(), "--data-dir") {
