@@ -1,6 +1,7 @@
 package quota
 
 import (
+	"maps"
 	"strings"
 	"testing"
 
@@ -71,6 +72,10 @@ func TestClaimPolicies(t *testing.T) {
 			object: premium, consumers: fixedConsumers{"web", "acme"}, match: true, consumer: Consumer{KindOrganization, "default-org"}, annotation: "for big!"},
 		{name: "no expressions: planned without vars", policy: claimPolicy(nil, "", "", map[string]string{"note": "fixed"}),
 			object: premium, consumers: fixedConsumers{"web", "acme"}, match: true, consumer: Consumer{KindProject, "web"}, annotation: "fixed"},
+		{name: "an expression in an annotation only", readsVars: true, policy: claimPolicy(nil, "", "", map[string]string{"note": "{{trigger.metadata.name}}"}),
+			object: premium, consumers: fixedConsumers{"web", "acme"}, match: true, consumer: Consumer{KindProject, "web"}, annotation: "big"},
+		{name: "an expression in the consumer's kind only", readsVars: true, policy: claimPolicy(nil, "{{'Organization'}}", "", nil),
+			object: premium, consumers: fixedConsumers{"web", "acme"}, match: true, consumer: Consumer{KindOrganization, "acme"}},
 		{name: "nobody to charge: no claim", policy: claimPolicy(nil, KindProject, "", nil), object: plain, consumers: fixedConsumers{"", "acme"}},
 		{name: "a constraint that is not a bool", policy: claimPolicy([]string{`1 + 2`}, "", "", nil), compileError: "not bool"},
 		{name: "a constraint that does not parse", policy: claimPolicy([]string{`trigger.metadata.name ==`}, "", "", nil), compileError: "Syntax error"},
@@ -100,6 +105,13 @@ func TestClaimPolicies(t *testing.T) {
 			got, ok, err := p.Plan(vars, trigger, tc.consumers)
 			if err != nil {
 				t.Fatal(err)
+			}
+			if !p.ReadsVars() {
+				// What it would plan from the object's variables is the same.
+				full, fullOK, err := p.Plan(Vars{Trigger: tc.object, User: user}, trigger, tc.consumers)
+				if err != nil || fullOK != ok || full.Consumer != got.Consumer || !maps.Equal(full.Annotations, got.Annotations) {
+					t.Fatalf("planned from the variables: %+v %v %v, without: %+v %v", full, fullOK, err, got, ok)
+				}
 			}
 			if ok != tc.match {
 				t.Fatalf("matched %v, want %v", ok, tc.match)
