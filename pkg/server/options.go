@@ -376,7 +376,7 @@ func (o *Options) validateMiloFlags() []error {
 		// The embedded etcd compacts only when the API server asks it to:
 		// without an interval its history would grow until it fills its
 		// quota, after which etcd refuses every write.
-		errs = append(errs, errors.New("--etcd-compaction-interval must be positive with the embedded etcd: nothing else compacts its history, which would grow until etcd refuses writes; to compact rarely, give a long interval (e.g. 24h)"))
+		errs = append(errs, errors.New("--etcd-compaction-interval must be positive with the embedded etcd: nothing else compacts its history, which would grow until etcd refuses writes (keep the default of 5m unless measured otherwise)"))
 	}
 	for _, prefix := range o.ProjectCRDs.ConversionWebhookURLPrefixes {
 		if u, err := url.Parse(prefix); err != nil || u.Scheme != "https" || u.Host == "" || !strings.HasSuffix(u.Path, "/") || u.RawQuery != "" || u.Fragment != "" {
