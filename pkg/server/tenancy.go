@@ -23,6 +23,7 @@ import (
 	"go.miloapis.com/milo/pkg/registry"
 	"go.miloapis.com/milo/pkg/registry/typedgroup"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
+	"go.miloapis.com/milo/pkg/storage/watchcache"
 	"go.miloapis.com/milo/pkg/telemetry"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -47,6 +48,9 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 	opts, err := g.inner.GetRESTOptions(resource, example)
 	if err != nil {
 		return opts, err
+	}
+	if watchcache.IsUpstreamCached(opts.Decorator) {
+		opts.Decorator = watchcache.Decorator(watchcache.FillPageSize)
 	}
 	if g.uncached || uncachedResources.Has(resource) {
 		opts.Decorator = generic.UndecoratedStorage

@@ -20,14 +20,15 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+	clientfeatures "k8s.io/client-go/features"
 	"k8s.io/client-go/kubernetes/scheme"
 
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/keyranges"
+	"go.miloapis.com/milo/pkg/storage/watchcache"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -43,6 +44,10 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
+	// The server fills its watch caches by paged lists, not streamed ones
+	// (see pkg/server's disableWatchListReflectors): so do the tests'.
+	// client-go reads its gates from the environment when first asked.
+	os.Setenv("KUBE_FEATURE_"+string(clientfeatures.WatchListClient), "false")
 	dir, err := os.MkdirTemp("", "tenantstorage-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -92,6 +97,10 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
+// fillPageSize is the page the tests' watch caches fill in: small, so that
+// a cache filled from what etcd already holds reads several pages.
+const fillPageSize = 2
+
 // newConfigMapStorage builds tenant-keyed, cached configmap storage under resource
 // prefix, as the server does for every resource.
 func newConfigMapStorage(t testing.TB, resource string) (storage.Interface, *Prefixes) {
@@ -116,7 +125,7 @@ func newStorageOf(t testing.TB, resource string, o Options, c storagebackend.Con
 	o.Prefixes = NewPrefixes()
 	prefix := "/" + resource
 	cfg := &storagebackend.ConfigForResource{Config: c, GroupResource: corev1.Resource(resource)}
-	s, destroy, err := Decorate(registry.StorageWithCacher(), o)(cfg, prefix,
+	s, destroy, err := Decorate(watchcache.Decorator(fillPageSize), o)(cfg, prefix,
 		func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(prefix+"/", obj) },
 		func() runtime.Object { return &corev1.ConfigMap{} },
 		func() runtime.Object { return &corev1.ConfigMapList{} },
@@ -196,6 +205,39 @@ func TestKeysCarryTheTenant(t *testing.T) {
 	all := list(t, s, tenancy.WithTenant(context.Background(), tenancy.AllProjectsTenant), "/keylayout", "")
 	if len(all) != 2 {
 		t.Fatalf("all projects lists %d objects, want web's and api's", len(all))
+	}
+}
+
+// A watch cache filled from what storage holds (a restart) holds every
+// object of every page, each in its tenant, names alike in two projects too.
+func TestCacheFilledInPagesHoldsEveryObject(t *testing.T) {
+	s, _ := newConfigMapStorage(t, "filled")
+	for i := range 5 {
+		create(t, s, in("web"), "/filled", "default", fmt.Sprintf("config-%d", i), "web")
+	}
+	for i := range 2 {
+		create(t, s, in("api"), "/filled", "default", fmt.Sprintf("config-%d", i), "api")
+	}
+	create(t, s, context.Background(), "/filled", "default", "platform", "platform")
+	// A second storage of the resource has a cache of its own, filled from
+	// etcd's eight keys in pages of two.
+	restarted, _ := newConfigMapStorage(t, "filled")
+	for project, want := range map[string]int{"web": 5, "api": 2} {
+		items := list(t, restarted, in(project), "/filled", "0")
+		if len(items) != want {
+			t.Errorf("%s's objects in the filled cache: %d, want %d", project, len(items), want)
+		}
+		for _, item := range items {
+			if item.Data["v"] != project {
+				t.Errorf("%s's list from the filled cache holds %s/%s of %s", project, item.Namespace, item.Name, item.Data["v"])
+			}
+		}
+	}
+	if all := list(t, restarted, tenancy.WithTenant(context.Background(), tenancy.AllProjectsTenant), "/filled", "0"); len(all) != 7 {
+		t.Errorf("the all-projects view of the filled cache lists %d objects, want 7", len(all))
+	}
+	if platform := list(t, restarted, context.Background(), "/filled", "0"); len(platform) != 1 {
+		t.Errorf("the platform's objects in the filled cache: %d, want 1", len(platform))
 	}
 }
 
