@@ -226,9 +226,12 @@ func CompileClaimPolicy(p *quotav1alpha1.ClaimCreationPolicy) *ClaimPolicy {
 			out.Err = fmt.Errorf("spec.target.resourceClaimTemplate.metadata.annotations[%s]: %w", k, err)
 			return out
 		}
-		out.readsVars = out.readsVars || hasExprs(out.annotations[k])
 	}
-	out.readsVars = out.readsVars || len(out.conditions) > 0 || hasExprs(out.consumer.kind, out.consumer.name)
+	templates := []*template{out.consumer.kind, out.consumer.name}
+	for _, t := range out.annotations {
+		templates = append(templates, t)
+	}
+	out.readsVars = len(out.conditions) > 0 || hasExprs(templates...)
 	return out
 }
 

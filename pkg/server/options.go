@@ -222,6 +222,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"(with a continue token), a list asked without a limit that would hold more is refused with 400. "+
 		"The platform's superusers are not bounded. 0 leaves lists unbounded (see docs/fairness.md).")
 	o.ControlPlane.AddFlags(fss)
+	// Upstream's etcd flags have a --storage-backend of their own (etcd3,
+	// the only one it serves): Milo's, above, is the one a command parses,
+	// its flag group being added first, and upstream's is not shown.
+	_ = fss.FlagSet("etcd").MarkHidden("storage-backend")
 }
 
 // PrimaryFlagGroups returns the flag groups an all-in-one user needs most; the

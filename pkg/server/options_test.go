@@ -23,8 +23,10 @@ func parse(t *testing.T, args ...string) *Options {
 	var fss cliflag.NamedFlagSets
 	o.AddFlags(&fss)
 	fs := pflag.NewFlagSet("start", pflag.ContinueOnError)
-	for _, f := range fss.FlagSets {
-		fs.AddFlagSet(f)
+	// In order, as the command adds them: where two groups name one flag
+	// (--storage-backend), the first group's is the one parsed.
+	for _, name := range fss.Order {
+		fs.AddFlagSet(fss.FlagSets[name])
 	}
 	if err := fs.Parse(args); err != nil {
 		t.Fatal(err)
@@ -162,6 +164,11 @@ func TestCompleteRejectsNoCompactionOfTheEmbeddedEtcd(t *testing.T) {
 	o = parse(t, "--data-dir="+dataDir, "--secure-port=0", "--etcd-compaction-interval=0", "--etcd-servers=https://127.0.0.1:1")
 	if errs := o.validateMiloFlags(); len(errs) > 0 {
 		t.Fatalf("errors with --etcd-servers: %v", errs)
+	}
+	// kine compacts a SQL storage itself.
+	o = parse(t, "--data-dir="+dataDir, "--secure-port=0", "--etcd-compaction-interval=0", "--storage-backend=postgres://127.0.0.1:5432/milo")
+	if errs := o.validateMiloFlags(); len(errs) > 0 {
+		t.Fatalf("errors with --storage-backend: %v", errs)
 	}
 }
 
