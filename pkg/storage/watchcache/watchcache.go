@@ -12,6 +12,10 @@
 // 50,000 (SQL storage counts the same way). A page holds its objects twice
 // for a moment (the response and the decoded objects), bounded by the cache
 // the page is filling.
+//
+// The cache consistency check upstream's delegator runs (every five
+// minutes, DetectCacheInconsistency) lists storage on its own, in
+// upstream's pages: this package does not change it.
 package watchcache
 
 import (
@@ -26,6 +30,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 )
 
 // FillPageSize is the objects a watch cache asks storage for in each page
@@ -95,12 +100,21 @@ type filling struct {
 	pageSize int64
 }
 
-// GetList asks for a page of pageSize. Only the reflector's fill lists through
-// the cacher's storage; a page larger than asked for is still a page: the
-// reflector's pager follows the continue token until none is left.
+// GetList asks for a page of pageSize. Only the reflector's fill lists
+// through the cacher's storage; a page larger than asked for is still a
+// page: the reflector's pager follows the continue token until none is
+// left. A larger page that fails (one response is at most 2 GiB: 50,000
+// objects of 43 KB) is asked again at the size the cacher asked for, so
+// that a cache of large objects fills as upstream's would.
 func (f filling) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
-	if opts.Recursive && opts.Predicate.Limit > 0 {
-		opts.Predicate.Limit = f.pageSize
+	if opts.Recursive && opts.Predicate.Limit > 0 && opts.Predicate.Limit != f.pageSize {
+		larger := opts
+		larger.Predicate.Limit = f.pageSize
+		err := f.Interface.GetList(ctx, key, larger, listObj)
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		klog.FromContext(ctx).Info("A watch cache's page failed; asking for the cacher's own page size", "key", key, "pageSize", f.pageSize, "err", err)
 	}
 	return f.Interface.GetList(ctx, key, opts, listObj)
 }

@@ -2,6 +2,7 @@ package watchcache
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -10,14 +11,19 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 )
 
-// recording is a storage that records the options of the lists it is asked for.
+// recording is a storage that records the options of the lists it is asked
+// for, and fails those of more than fail objects (0: none).
 type recording struct {
 	storage.Interface
 	lists []storage.ListOptions
+	fail  int64
 }
 
 func (r *recording) GetList(_ context.Context, _ string, opts storage.ListOptions, _ runtime.Object) error {
 	r.lists = append(r.lists, opts)
+	if r.fail > 0 && opts.Predicate.Limit > r.fail {
+		return errors.New("grpc: received message larger than max")
+	}
 	return nil
 }
 
@@ -34,6 +40,7 @@ func TestFillingAsksForItsPageSize(t *testing.T) {
 	}{
 		{"the reflector's page", limited(10000, true), 50000},
 		{"a page larger than the fill's", limited(80000, true), 50000},
+		{"a page of the fill's size", limited(50000, true), 50000},
 		{"a list without pages stays whole", limited(0, true), 0},
 		// A single key's read (the current resource version) is not a fill.
 		{"a single key", limited(1, false), 1},
@@ -54,6 +61,27 @@ func TestFillingAsksForItsPageSize(t *testing.T) {
 				t.Errorf("the list's other options changed: %+v", r.lists[0])
 			}
 		})
+	}
+}
+
+// A larger page that storage cannot answer is asked again at the
+// cacher's own size.
+func TestFillingFallsBackToTheCachersPage(t *testing.T) {
+	r := &recording{fail: 10000}
+	f := filling{Interface: r, pageSize: 50000}
+	p := storage.Everything
+	p.Limit = 10000
+	if err := f.GetList(context.Background(), "/secrets", storage.ListOptions{Predicate: p, Recursive: true}, nil); err != nil {
+		t.Fatalf("the fill failed: %v", err)
+	}
+	if len(r.lists) != 2 || r.lists[0].Predicate.Limit != 50000 || r.lists[1].Predicate.Limit != 10000 {
+		t.Fatalf("storage was asked for %+v, want a page of 50,000, then one of 10,000", r.lists)
+	}
+	// A failure of the cacher's own page is the fill's.
+	r = &recording{fail: 1}
+	f = filling{Interface: r, pageSize: 50000}
+	if err := f.GetList(context.Background(), "/secrets", storage.ListOptions{Predicate: p, Recursive: true}, nil); err == nil {
+		t.Fatal("a page storage cannot answer at any size did not fail the fill")
 	}
 }
 
