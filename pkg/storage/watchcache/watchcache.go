@@ -23,6 +23,7 @@ import (
 	"reflect"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
@@ -115,6 +116,11 @@ func (f filling) GetList(ctx context.Context, key string, opts storage.ListOptio
 			return err
 		}
 		klog.FromContext(ctx).Info("A watch cache's page failed; asking for the cacher's own page size", "key", key, "pageSize", f.pageSize, "err", err)
+		// What the failed page put in the list before failing (an
+		// object storage could not decode) is not the page asked again.
+		if err := meta.SetList(listObj, nil); err != nil {
+			return err
+		}
 	}
 	return f.Interface.GetList(ctx, key, opts, listObj)
 }

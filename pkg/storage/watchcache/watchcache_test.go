@@ -3,8 +3,11 @@ package watchcache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/registry/generic/registry"
@@ -19,8 +22,14 @@ type recording struct {
 	fail  int64
 }
 
-func (r *recording) GetList(_ context.Context, _ string, opts storage.ListOptions, _ runtime.Object) error {
+// A list it answers holds one ConfigMap per call; one it fails holds the
+// ConfigMap it put in before failing.
+func (r *recording) GetList(_ context.Context, _ string, opts storage.ListOptions, listObj runtime.Object) error {
 	r.lists = append(r.lists, opts)
+	if listObj != nil {
+		list := listObj.(*corev1.ConfigMapList)
+		list.Items = append(list.Items, corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("page-%d", len(r.lists))}})
+	}
 	if r.fail > 0 && opts.Predicate.Limit > r.fail {
 		return errors.New("grpc: received message larger than max")
 	}
@@ -71,16 +80,20 @@ func TestFillingFallsBackToTheCachersPage(t *testing.T) {
 	f := filling{Interface: r, pageSize: 50000}
 	p := storage.Everything
 	p.Limit = 10000
-	if err := f.GetList(context.Background(), "/secrets", storage.ListOptions{Predicate: p, Recursive: true}, nil); err != nil {
+	list := &corev1.ConfigMapList{}
+	if err := f.GetList(context.Background(), "/configmaps", storage.ListOptions{Predicate: p, Recursive: true}, list); err != nil {
 		t.Fatalf("the fill failed: %v", err)
 	}
 	if len(r.lists) != 2 || r.lists[0].Predicate.Limit != 50000 || r.lists[1].Predicate.Limit != 10000 {
 		t.Fatalf("storage was asked for %+v, want a page of 50,000, then one of 10,000", r.lists)
 	}
+	if len(list.Items) != 1 || list.Items[0].Name != "page-2" {
+		t.Fatalf("the fill's page holds %v, want only what the second page answered", list.Items)
+	}
 	// A failure of the cacher's own page is the fill's.
 	r = &recording{fail: 1}
 	f = filling{Interface: r, pageSize: 50000}
-	if err := f.GetList(context.Background(), "/secrets", storage.ListOptions{Predicate: p, Recursive: true}, nil); err == nil {
+	if err := f.GetList(context.Background(), "/configmaps", storage.ListOptions{Predicate: p, Recursive: true}, &corev1.ConfigMapList{}); err == nil {
 		t.Fatal("a page storage cannot answer at any size did not fail the fill")
 	}
 }
