@@ -42,6 +42,12 @@ type tenantRESTOptions struct {
 	joints *tenantstorage.Joints
 	// maps is one set of shared annotations maps for every resource.
 	maps *tenantstorage.TenancyMaps
+	// revisions reads the keys and revisions of the storage the server
+	// keeps its resources in (etcd or kine), against which their watch
+	// caches are checked; elsewhere are the resources kept in another
+	// etcd, checked by upstream's check.
+	revisions watchcache.Revisions
+	elsewhere map[schema.GroupResource]bool
 }
 
 func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example runtime.Object) (generic.RESTOptions, error) {
@@ -50,7 +56,11 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 		return opts, err
 	}
 	if watchcache.IsUpstreamCached(opts.Decorator) {
-		opts.Decorator = watchcache.Decorator(watchcache.FillPageSize)
+		o := watchcache.Options{PageSize: watchcache.FillPageSize}
+		if !g.elsewhere[resource] {
+			o.Revisions = g.revisions
+		}
+		opts.Decorator = watchcache.Decorator(o)
 	}
 	if g.uncached || uncachedResources.Has(resource) {
 		opts.Decorator = generic.UndecoratedStorage
@@ -91,7 +101,7 @@ func makeStorageTenantKeyed(c *Config, prefixes *tenantstorage.Prefixes) {
 			return nil
 		}
 		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems, uncached: uncached, shown: c.Catalog, meter: meterOf(c), joints: c.Joints,
-			maps: maps}
+			maps: maps, revisions: c.Keys, elsewhere: c.EtcdElsewhere}
 	}
 	c.ControlPlane.Generic.RESTOptionsGetter = wrap(c.ControlPlane.Generic.RESTOptionsGetter, false)
 	// CustomResourceDefinitions themselves have no watch cache: it would

@@ -50,6 +50,12 @@ type Store interface {
 	// so a wide range costs the square of its keys over the page size:
 	// callers split a wide range into narrow ones.
 	KeysBetween(ctx context.Context, start, end string, f func(key string) error) error
+	// KeyRevisions calls f with every key under prefix as stored at
+	// revision, and the revision it was last written at, in key order,
+	// values unread: pageSize keys a page (etcd counts the rest of the
+	// range for every page, so a large range wants large pages). A
+	// revision compacted away is an error.
+	KeyRevisions(ctx context.Context, prefix string, revision, pageSize int64, f func(key string, written int64) error) error
 	// Get returns key's value, if it is stored.
 	Get(ctx context.Context, key string) (KV, bool, error)
 	// Put writes key unconditionally.
@@ -170,6 +176,26 @@ func (c common) between(ctx context.Context, start, end string, keysOnly bool, f
 		}
 		for _, kv := range resp.Kvs {
 			if err := f(KV{Key: string(kv.Key), Value: kv.Value, Revision: kv.ModRevision}); err != nil {
+				return err
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return nil
+		}
+		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+func (c common) KeyRevisions(ctx context.Context, prefix string, revision, pageSize int64, f func(key string, written int64) error) error {
+	opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithLimit(pageSize),
+		clientv3.WithKeysOnly(), clientv3.WithRev(revision)}
+	for key := prefix; ; {
+		resp, err := c.client.Get(ctx, key, opts...)
+		if err != nil {
+			return fmt.Errorf("reading %s at revision %d: %w", prefix, revision, err)
+		}
+		for _, kv := range resp.Kvs {
+			if err := f(string(kv.Key), kv.ModRevision); err != nil {
 				return err
 			}
 		}

@@ -185,6 +185,46 @@ func TestKeyRanges(t *testing.T) {
 					t.Fatalf("list a/: %d %v", len(list), err)
 				}
 
+				// Keys and revisions as stored at a revision, whatever
+				// was written after it: a/00005 rewritten, a/00006
+				// deleted, a/zz created.
+				var before int64
+				for _, kv := range list {
+					before = max(before, kv.Revision)
+				}
+				put("a/00005", 3)
+				if _, err := s.Delete(ctx, root+"a/00006"); err != nil {
+					t.Fatal(err)
+				}
+				put("a/zz", 1)
+				type keyRevision struct {
+					key     string
+					written int64
+				}
+				var seen, then []keyRevision
+				for _, kv := range list {
+					then = append(then, keyRevision{kv.Key, kv.Revision})
+				}
+				collect := func(k string, written int64) error {
+					seen = append(seen, keyRevision{k, written})
+					return nil
+				}
+				if err := s.KeyRevisions(ctx, root+"a/", before, 300, collect); err != nil {
+					t.Fatalf("keys of a/ at revision %d: %v", before, err)
+				}
+				if !slices.Equal(seen, then) {
+					t.Fatalf("keys of a/ at revision %d, in pages of 300: %d keys, not the %d listed then", before, len(seen), many)
+				}
+				seen = nil
+				if err := s.KeyRevisions(ctx, root+"a/", 0, 300, collect); err != nil || len(seen) != many ||
+					seen[5].written <= before || seen[6].key != root+"a/00007" || seen[many-1].key != root+"a/zz" {
+					t.Fatalf("keys of a/ now: %d %v", len(seen), err)
+				}
+				put("a/00006", 10)
+				if _, err := s.Delete(ctx, root+"a/zz"); err != nil {
+					t.Fatal(err)
+				}
+
 				var keys []string
 				if err := s.KeysBetween(ctx, root+"a/", root+"a0", func(k string) error { keys = append(keys, k); return nil }); err != nil ||
 					len(keys) != many || keys[0] != root+"a/00000" || keys[many-1] != root+"a/01099" {

@@ -111,8 +111,10 @@ func Decorate(inner generic.StorageDecorator, o Options) generic.StorageDecorato
 		// from storage, before anyone else holds it (processEvent, Replace):
 		// the moment to share its annotations. This key function changes
 		// the object it is given: it must reach nothing but the watch
-		// cache. The store's own keys (s.keyFunc) are of objects being
-		// written, which are not shared.
+		// cache (and its consistency check, which keys copies of cached
+		// objects, already sharing the map they would be given). The
+		// store's own keys (s.keyFunc) are of objects being written,
+		// which are not shared.
 		cacheKeyFunc := tenantKeyFunc
 		if o.TenancyMaps != nil {
 			cacheKeyFunc = func(obj runtime.Object) (string, error) {

@@ -122,10 +122,16 @@ func newStorage(t testing.TB, resource string, o Options) (storage.Interface, *P
 // newStorageOf is newStorage over the storage config c.
 func newStorageOf(t testing.TB, resource string, o Options, c storagebackend.Config) (storage.Interface, *Prefixes) {
 	t.Helper()
+	return newCachedStorage(t, resource, o, c, watchcache.Options{PageSize: fillPageSize})
+}
+
+// newCachedStorage is newStorageOf whose watch cache w shapes.
+func newCachedStorage(t testing.TB, resource string, o Options, c storagebackend.Config, w watchcache.Options) (storage.Interface, *Prefixes) {
+	t.Helper()
 	o.Prefixes = NewPrefixes()
 	prefix := "/" + resource
 	cfg := &storagebackend.ConfigForResource{Config: c, GroupResource: corev1.Resource(resource)}
-	s, destroy, err := Decorate(watchcache.Decorator(fillPageSize), o)(cfg, prefix,
+	s, destroy, err := Decorate(watchcache.Decorator(w), o)(cfg, prefix,
 		func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc(prefix+"/", obj) },
 		func() runtime.Object { return &corev1.ConfigMap{} },
 		func() runtime.Object { return &corev1.ConfigMapList{} },
@@ -238,6 +244,114 @@ func TestCacheFilledInPagesHoldsEveryObject(t *testing.T) {
 	}
 	if platform := list(t, restarted, context.Background(), "/filled", "0"); len(platform) != 1 {
 		t.Errorf("the platform's objects in the filled cache: %d, want 1", len(platform))
+	}
+}
+
+// skewed answers storage's keys and revisions as revisions does, except
+// that key is written one revision later, or missing if drop.
+type skewed struct {
+	watchcache.Revisions
+	key  string
+	drop bool
+}
+
+func (s skewed) KeyRevisions(ctx context.Context, prefix string, revision, pageSize int64, f func(string, int64) error) error {
+	return s.Revisions.KeyRevisions(ctx, prefix, revision, pageSize, func(key string, written int64) error {
+		switch {
+		case key != s.key:
+			return f(key, written)
+		case s.drop:
+			return nil
+		default:
+			return f(key, written+1)
+		}
+	})
+}
+
+// The watch cache is checked against etcd's keys and revisions: a cache
+// holding two projects' objects of the same names, written, rewritten and
+// deleted, is found to hold what etcd holds; one that storage answers
+// differently for (a key at another revision, a key missing) is found apart.
+func TestCacheCheckedAgainstStorageKeys(t *testing.T) {
+	checkedWith := func(resource string, revisions watchcache.Revisions) (storage.Interface, <-chan error) {
+		outcomes := make(chan error, 1)
+		s, _ := newCachedStorage(t, resource, Options{TenancyMaps: NewTenancyMaps()}, etcdConfig, watchcache.Options{
+			PageSize: fillPageSize, Revisions: revisions, CheckPeriod: 20 * time.Millisecond,
+			Checked: func(_ schema.GroupResource, err error) {
+				select {
+				case outcomes <- err:
+				default: // a check the test does not wait for
+				}
+			},
+		})
+		return s, outcomes
+	}
+	next := func(t *testing.T, outcomes <-chan error) error {
+		t.Helper()
+		select {
+		case err := <-outcomes:
+			return err
+		case <-time.After(30 * time.Second):
+			t.Fatal("no check of the cache in 30 s")
+			return nil
+		}
+	}
+	fill := func(t *testing.T, s storage.Interface, resource string) {
+		for _, p := range []string{"web", "api"} {
+			for i := range 3 {
+				create(t, s, in(p), "/"+resource, "default", fmt.Sprintf("config-%d", i), p)
+			}
+		}
+		create(t, s, context.Background(), "/"+resource, "default", "config-0", "platform")
+		if err := s.Delete(in("web"), "/"+resource+"/default/config-1", &corev1.ConfigMap{}, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.GuaranteedUpdate(in("api"), "/"+resource+"/default/config-2", &corev1.ConfigMap{}, false, nil,
+			func(input runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
+				cm := input.(*corev1.ConfigMap).DeepCopy()
+				cm.Data["v"] = "rewritten"
+				return cm, nil, nil
+			}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	s, outcomes := checkedWith("checked", keyRanges)
+	fill(t, s, "checked")
+	// Checks that began before the writes may have been answered already:
+	// every one from now on is of a cache holding all of them.
+	next(t, outcomes)
+	for range 3 {
+		if err := next(t, outcomes); err != nil {
+			t.Fatalf("a consistent cache failed its check: %v", err)
+		}
+	}
+
+	webKey := "/registry/checked-apart/" + idOf("web") + "/default/config-0"
+	for _, tc := range []struct {
+		name string
+		skew skewed
+		want string
+	}{
+		{"a key at another revision", skewed{Revisions: keyRanges, key: webKey}, webKey},
+		{"a key missing", skewed{Revisions: keyRanges, key: webKey, drop: true}, webKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, outcomes := checkedWith("checked-apart", tc.skew)
+			fill(t, s, "checked-apart")
+			// Checks of the cache before the key was written pass.
+			err := next(t, outcomes)
+			for err == nil {
+				err = next(t, outcomes)
+			}
+			if !strings.Contains(err.Error(), "inconsistent") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("the check of a cache storage answers differently for %s: %v", tc.want, err)
+			}
+			// The next test's objects start from an empty range.
+			if _, err := keyRanges.DeletePrefixes(context.Background(), "/registry/checked-apart/"); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 

@@ -13,18 +13,22 @@
 // for a moment (the response and the decoded objects), bounded by the cache
 // the page is filling.
 //
-// The cache consistency check upstream's delegator runs (every five
-// minutes, DetectCacheInconsistency) lists storage on its own, in
-// upstream's pages: this package does not change it.
+// Upstream's delegator checks every five minutes that its cache holds what
+// storage holds (DetectCacheInconsistency) by listing and decoding every
+// object of the resource. Given a reader of storage's keys and revisions,
+// this package checks from those instead, decoding nothing (see checker);
+// without one, upstream's check runs.
 package watchcache
 
 import (
 	"context"
 	"reflect"
 	"sync"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/cacher"
@@ -38,9 +42,26 @@ import (
 // of its fill.
 const FillPageSize = 50000
 
+// Options shape the watch caches Decorator builds.
+type Options struct {
+	// PageSize is the objects a cache asks storage for a page of its fill.
+	PageSize int64
+	// Revisions, if not nil, reads the keys and revisions of the storage
+	// the caches fill from (the same etcd, not one elsewhere), and the
+	// caches are checked against it instead of by upstream's check.
+	Revisions Revisions
+	// CheckPeriod is how often a cache is checked (0: upstream's period,
+	// five minutes), jittered by up to half of it.
+	CheckPeriod time.Duration
+	// Checked, if not nil, is told the outcome of every check (nil: the
+	// cache holds what storage holds).
+	Checked func(schema.GroupResource, error)
+}
+
 // Decorator is a storage decorator that puts a watch cache in front of the
-// resource's storage, filled in pages of pageSize objects.
-func Decorator(pageSize int64) generic.StorageDecorator {
+// resource's storage, as o shapes it.
+func Decorator(o Options) generic.StorageDecorator {
+	pageSize := o.PageSize
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(obj runtime.Object) (string, error),
 		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
 		raw, destroyRaw, err := generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
@@ -68,9 +89,30 @@ func Decorator(pageSize int64) generic.StorageDecorator {
 			return nil, func() {}, err
 		}
 		delegator := cacher.NewCacheDelegator(c, raw)
+		stopCheck := func() {}
+		if o.Revisions != nil && checking() {
+			// The delegator's Stop stops only its consistency check, which
+			// this one replaces.
+			delegator.Stop()
+			check := newChecker(config.GroupResource, c, config.Prefix, resourcePrefix, newListFunc, keyFunc, o.Revisions, o.Checked)
+			period := o.CheckPeriod
+			if period == 0 {
+				period = cacher.ConsistencyCheckPeriod
+			}
+			stop, done := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(done)
+				check.run(stop, period)
+			}()
+			stopCheck = func() {
+				close(stop)
+				<-done
+			}
+		}
 		var once sync.Once
 		return delegator, func() {
 			once.Do(func() {
+				stopCheck()
 				delegator.Stop()
 				c.Stop()
 				destroyRaw()
