@@ -93,6 +93,8 @@ type Tenancy struct {
 	// EtcdElsewhere are the resources --etcd-servers-overrides keeps in
 	// another etcd, which the server's own work on key ranges and
 	// transactions of several keys (Keys, Joints) does not reach.
+	// A resource of "*" stands for every resource of its group: look up
+	// with keptElsewhere.
 	EtcdElsewhere map[schema.GroupResource]bool
 	// Top names the heaviest projects (nil with --top-projects=0).
 	Top *telemetry.TopProjects

@@ -51,8 +51,9 @@ type Joints struct {
 
 // Elsewhere tells the Joints of resources kept in another etcd than theirs
 // (--etcd-servers-overrides), which their transactions do not reach: no
-// companion is stored with a create of one, nor is one a companion. Call it
-// before the storage is built.
+// companion is stored with a create of one, nor is one a companion. A
+// resource of "*" stands for every resource of its group. Call it before the
+// storage is built.
 func (j *Joints) Elsewhere(resources ...schema.GroupResource) {
 	if j.elsewhere == nil {
 		j.elsewhere = map[schema.GroupResource]bool{}
@@ -63,7 +64,9 @@ func (j *Joints) Elsewhere(resources ...schema.GroupResource) {
 }
 
 // reaches reports whether the Joints' transactions reach gr's storage.
-func (j *Joints) reaches(gr schema.GroupResource) bool { return j != nil && !j.elsewhere[gr] }
+func (j *Joints) reaches(gr schema.GroupResource) bool {
+	return j != nil && !j.elsewhere[gr] && !j.elsewhere[schema.GroupResource{Group: gr.Group, Resource: "*"}]
+}
 
 // NewJoints returns the joint writer over kv, the server's etcd, for
 // companions of the resources named.

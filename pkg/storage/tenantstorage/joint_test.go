@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/storage"
@@ -533,5 +534,23 @@ func TestTalliesBoundCreatesOfEveryReplica(t *testing.T) {
 	}
 	if wrote, err := joints.Recount(context.Background(), corev1.Resource("tallyclaims"), "default", testTally); err != nil || wrote {
 		t.Fatalf("recounting a right tally: wrote %v, %v", wrote, err)
+	}
+}
+
+// Resources kept in another etcd, named alone or by their group's
+// wildcard, are out of the joint transactions' reach; the rest are not.
+func TestJointsReachOnlyTheirEtcd(t *testing.T) {
+	j := NewJoints(nil)
+	j.Elsewhere(corev1.Resource("events"), schema.GroupResource{Group: "apps", Resource: "*"})
+	for gr, want := range map[schema.GroupResource]bool{
+		corev1.Resource("configmaps"):                        true,
+		corev1.Resource("events"):                            false,
+		{Group: "apps", Resource: "deployments"}:             false,
+		{Group: "batch", Resource: "jobs"}:                   true,
+		{Group: "apps.example.com", Resource: "deployments"}: true,
+	} {
+		if got := j.reaches(gr); got != want {
+			t.Errorf("the joints reach %s: %v, want %v", gr, got, want)
+		}
 	}
 }

@@ -112,9 +112,10 @@ func Decorate(inner generic.StorageDecorator, o Options) generic.StorageDecorato
 		// the moment to share its annotations. This key function changes
 		// the object it is given: it must reach nothing but the watch
 		// cache (and its consistency check, which keys copies of cached
-		// objects, already sharing the map they would be given). The
-		// store's own keys (s.keyFunc) are of objects being written,
-		// which are not shared.
+		// objects: sharing sets the copy's map, and keeps its project's
+		// entry as a new object of the project would). The store's own
+		// keys (s.keyFunc) are of objects being written, which are not
+		// shared.
 		cacheKeyFunc := tenantKeyFunc
 		if o.TenancyMaps != nil {
 			cacheKeyFunc = func(obj runtime.Object) (string, error) {
