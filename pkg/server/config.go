@@ -94,7 +94,7 @@ type Tenancy struct {
 	// another etcd, which the server's own work on key ranges and
 	// transactions of several keys (Keys, Joints) does not reach.
 	// A resource of "*" stands for every resource of its group: look up
-	// with keptElsewhere.
+	// with tenantstorage.KeptElsewhere.
 	EtcdElsewhere map[schema.GroupResource]bool
 	// Top names the heaviest projects (nil with --top-projects=0).
 	Top *telemetry.TopProjects

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/version"
 	genericfeatures "k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/util/compatibility"
@@ -282,22 +281,6 @@ func TestSizeBasedListCostEstimateIsOffUnlessAsked(t *testing.T) {
 		}
 		if got := utilfeature.DefaultFeatureGate.Enabled(genericfeatures.SizeBasedListCostEstimate); got != c.want {
 			t.Errorf("with %v: SizeBasedListCostEstimate %v, want %v", c.args, got, c.want)
-		}
-	}
-}
-
-// An override of a group's every resource ("apps/*") keeps each of them
-// elsewhere, as upstream's storage factory applies it.
-func TestKeptElsewhereReadsGroupWildcards(t *testing.T) {
-	elsewhere := map[schema.GroupResource]bool{{Resource: "events"}: true, {Group: "apps", Resource: "*"}: true}
-	for gr, want := range map[schema.GroupResource]bool{
-		{Resource: "events"}:                     true,
-		{Resource: "configmaps"}:                 false,
-		{Group: "apps", Resource: "deployments"}: true,
-		{Group: "batch", Resource: "jobs"}:       false,
-	} {
-		if got := keptElsewhere(elsewhere, gr); got != want {
-			t.Errorf("%s kept elsewhere: %v, want %v", gr, got, want)
 		}
 	}
 }

@@ -510,8 +510,8 @@ func (c CompletedConfig) bootstrapProject() func(ctx context.Context, p *resourc
 	if c.Joints == nil {
 		return nil
 	}
-	if keptElsewhere(c.EtcdElsewhere, resourcemanagerv1alpha1.Resource("projects")) ||
-		slices.ContainsFunc(projectbootstrap.Resources(), func(r schema.GroupResource) bool { return keptElsewhere(c.EtcdElsewhere, r) }) {
+	if tenantstorage.KeptElsewhere(c.EtcdElsewhere, resourcemanagerv1alpha1.Resource("projects")) ||
+		slices.ContainsFunc(projectbootstrap.Resources(), func(r schema.GroupResource) bool { return tenantstorage.KeptElsewhere(c.EtcdElsewhere, r) }) {
 		return nil
 	}
 	ca, err := servingCA(c.Options.AdminKubeconfig)
@@ -564,7 +564,7 @@ func (c CompletedConfig) storedByResource() func(ctx context.Context, projectID 
 	}
 	elsewhere, keys, prefixes := c.EtcdElsewhere, c.Keys, c.Prefixes
 	return func(ctx context.Context, projectID string, resources []schema.GroupResource) (map[schema.GroupResource]int64, int64, error) {
-		here := slices.DeleteFunc(slices.Clone(resources), func(r schema.GroupResource) bool { return keptElsewhere(elsewhere, r) })
+		here := slices.DeleteFunc(slices.Clone(resources), func(r schema.GroupResource) bool { return tenantstorage.KeptElsewhere(elsewhere, r) })
 		return tenantstorage.StoredByResource(ctx, keys, prefixes, projectID, here)
 	}
 }

@@ -57,7 +57,7 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 	}
 	if watchcache.IsUpstreamCached(opts.Decorator) {
 		o := watchcache.Options{PageSize: watchcache.FillPageSize}
-		if !keptElsewhere(g.elsewhere, resource) {
+		if !tenantstorage.KeptElsewhere(g.elsewhere, resource) {
 			o.Revisions = g.revisions
 		}
 		opts.Decorator = watchcache.Decorator(o)
@@ -78,12 +78,6 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 	opts.Decorator = tenantstorage.Decorate(opts.Decorator, tenantstorage.Options{Prefixes: g.prefixes, MaxListItems: g.maxList, Shown: g.shown, Meter: g.meter, Joints: g.joints,
 		Share: projectbootstrap.ShareRootCA(), TenancyMaps: g.maps})
 	return opts, nil
-}
-
-// keptElsewhere tells whether --etcd-servers-overrides keeps gr in another
-// etcd, named alone or with every resource of its group ("group/*").
-func keptElsewhere(elsewhere map[schema.GroupResource]bool, gr schema.GroupResource) bool {
-	return elsewhere[gr] || elsewhere[schema.GroupResource{Group: gr.Group, Resource: "*"}]
 }
 
 // uncachedResources have no watch cache: ServiceActivations, one per

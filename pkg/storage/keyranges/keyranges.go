@@ -165,37 +165,32 @@ func (c common) each(ctx context.Context, prefix string, keysOnly bool, f func(K
 
 // between calls f with every key from start to end, as each does.
 func (c common) between(ctx context.Context, start, end string, keysOnly bool, f func(KV) error) error {
-	opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(page)}
+	opts := []clientv3.OpOption{clientv3.WithLimit(page)}
 	if keysOnly {
 		opts = append(opts, clientv3.WithKeysOnly())
 	}
-	for key := start; ; {
-		resp, err := c.client.Get(ctx, key, opts...)
-		if err != nil {
-			return fmt.Errorf("reading %s: %w", start, err)
-		}
-		for _, kv := range resp.Kvs {
-			if err := f(KV{Key: string(kv.Key), Value: kv.Value, Revision: kv.ModRevision}); err != nil {
-				return err
-			}
-		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			return nil
-		}
-		key = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
-	}
+	return c.pages(ctx, start, end, opts, start, f)
 }
 
 func (c common) KeyRevisions(ctx context.Context, prefix string, revision, pageSize int64, f func(key string, written int64) error) error {
-	opts := []clientv3.OpOption{clientv3.WithRange(clientv3.GetPrefixRangeEnd(prefix)), clientv3.WithLimit(pageSize),
-		clientv3.WithKeysOnly(), clientv3.WithRev(revision)}
-	for key := prefix; ; {
+	opts := []clientv3.OpOption{clientv3.WithLimit(pageSize), clientv3.WithKeysOnly(), clientv3.WithRev(revision)}
+	return c.pages(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), opts, fmt.Sprintf("%s at revision %d", prefix, revision),
+		func(kv KV) error { return f(kv.Key, kv.Revision) })
+}
+
+// pages reads the keys from start to end a page at a time (opts limit
+// it), each page going on after the last key of the one before, and calls
+// f with each. An error of f is returned as it is; one of storage names
+// what was read.
+func (c common) pages(ctx context.Context, start, end string, opts []clientv3.OpOption, what string, f func(KV) error) error {
+	opts = append(opts, clientv3.WithRange(end))
+	for key := start; ; {
 		resp, err := c.client.Get(ctx, key, opts...)
 		if err != nil {
-			return fmt.Errorf("reading %s at revision %d: %w", prefix, revision, err)
+			return fmt.Errorf("reading %s: %w", what, err)
 		}
 		for _, kv := range resp.Kvs {
-			if err := f(string(kv.Key), kv.ModRevision); err != nil {
+			if err := f(KV{Key: string(kv.Key), Value: kv.Value, Revision: kv.ModRevision}); err != nil {
 				return err
 			}
 		}

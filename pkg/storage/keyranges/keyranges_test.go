@@ -187,9 +187,9 @@ func TestKeyRanges(t *testing.T) {
 
 				// Keys and revisions as stored at a revision, whatever
 				// was written after it: a/00005 rewritten, a/00006
-				// deleted, a/zz created.
-				// a/00000 written last, its revision is the store's
-				// newest: kine keeps only its last thousand.
+				// deleted, a/zz created. The revision is the store's
+				// newest (a/00000 written last): kine keeps only its
+				// last thousand.
 				put("a/00000", 10)
 				list, err = s.List(ctx, root+"a/")
 				if err != nil {

@@ -65,7 +65,15 @@ func (j *Joints) Elsewhere(resources ...schema.GroupResource) {
 
 // reaches reports whether the Joints' transactions reach gr's storage.
 func (j *Joints) reaches(gr schema.GroupResource) bool {
-	return j != nil && !j.elsewhere[gr] && !j.elsewhere[schema.GroupResource{Group: gr.Group, Resource: "*"}]
+	return j != nil && !KeptElsewhere(j.elsewhere, gr)
+}
+
+// KeptElsewhere tells whether elsewhere, the resources
+// --etcd-servers-overrides keeps in another etcd, holds gr: named alone or
+// with every resource of its group ("group/*"), as upstream's storage
+// factory applies an override.
+func KeptElsewhere(elsewhere map[schema.GroupResource]bool, gr schema.GroupResource) bool {
+	return elsewhere[gr] || elsewhere[schema.GroupResource{Group: gr.Group, Resource: "*"}]
 }
 
 // NewJoints returns the joint writer over kv, the server's etcd, for

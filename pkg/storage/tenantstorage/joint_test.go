@@ -554,3 +554,20 @@ func TestJointsReachOnlyTheirEtcd(t *testing.T) {
 		}
 	}
 }
+
+// An override of a group's every resource ("apps/*") keeps each of them
+// elsewhere, as upstream's storage factory applies it; the server reads
+// its overrides through KeptElsewhere too.
+func TestKeptElsewhereReadsGroupWildcards(t *testing.T) {
+	elsewhere := map[schema.GroupResource]bool{{Resource: "events"}: true, {Group: "apps", Resource: "*"}: true}
+	for gr, want := range map[schema.GroupResource]bool{
+		{Resource: "events"}:                     true,
+		{Resource: "configmaps"}:                 false,
+		{Group: "apps", Resource: "deployments"}: true,
+		{Group: "batch", Resource: "jobs"}:       false,
+	} {
+		if got := KeptElsewhere(elsewhere, gr); got != want {
+			t.Errorf("%s kept elsewhere: %v, want %v", gr, got, want)
+		}
+	}
+}

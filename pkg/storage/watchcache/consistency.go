@@ -152,6 +152,7 @@ func (c *checker) check(ctx context.Context) error {
 	}
 	i := 0
 	var diff string
+	var unidentified error
 	err = c.revisions.KeyRevisions(ctx, c.prefix, revision, checkPageSize, func(key string, written int64) error {
 		if i >= len(items) {
 			diff = fmt.Sprintf("storage holds %s (written at %d) after the cache's last object", key, written)
@@ -159,7 +160,8 @@ func (c *checker) check(ctx context.Context) error {
 		}
 		cachedKey, cachedRevision, err := c.identify(items[i])
 		if err != nil {
-			return errCached{err}
+			unidentified = err
+			return errStop
 		}
 		if cachedKey != key || cachedRevision != written {
 			diff = fmt.Sprintf("object %d: the cache holds %s at %d, storage %s written at %d", i, cachedKey, cachedRevision, key, written)
@@ -168,11 +170,10 @@ func (c *checker) check(ctx context.Context) error {
 		i++
 		return nil
 	})
-	var cachedErr errCached
 	switch {
+	case unidentified != nil:
+		return unidentified
 	case errors.Is(err, errStop):
-	case errors.As(err, &cachedErr):
-		return cachedErr.err
 	case err != nil:
 		return fmt.Errorf("reading storage's keys at revision %d: %w", revision, err)
 	case i < len(items):
@@ -207,12 +208,6 @@ func (c *checker) listCache(ctx context.Context) (runtime.Object, error) {
 	opts.ResourceVersion, opts.ResourceVersionMatch = "0", metav1.ResourceVersionMatchNotOlderThan
 	return list, c.cache.GetList(ctx, c.resourcePrefix, opts, list)
 }
-
-// errCached is a cached object that could not be identified, ending a read
-// of storage's keys.
-type errCached struct{ err error }
-
-func (e errCached) Error() string { return e.err.Error() }
 
 // errStop ends a read of storage's keys at the first difference.
 var errStop = errors.New("stop")
