@@ -30,6 +30,7 @@ import (
 	"go.miloapis.com/milo/pkg/iam/evaluator"
 	"go.miloapis.com/milo/pkg/iam/projectrbac"
 	"go.miloapis.com/milo/pkg/iam/users"
+	"go.miloapis.com/milo/pkg/jsonkind"
 	"go.miloapis.com/milo/pkg/projectbootstrap"
 	"go.miloapis.com/milo/pkg/projectcrds"
 	"go.miloapis.com/milo/pkg/quota"
@@ -122,10 +123,12 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		return nil, fmt.Errorf("building generic server config: %w", err)
 	}
 	// The kinds served from typed storage are stored as they were as custom
-	// resources: JSON, under the group's name.
+	// resources: JSON, under the group's name. Their kind is read from the
+	// first bytes Milo wrote, not by a scan of every object read.
+	typedCodecs := jsonkind.NewCodecFactory(legacyscheme.Scheme)
 	for _, gr := range registry.Resources() {
 		storageFactory.SetResourceEtcdPrefix(gr, typedgroup.KeyPrefix(gr))
-		storageFactory.SetSerializer(gr, typedgroup.StorageMediaType, nil)
+		storageFactory.SetSerializer(gr, typedgroup.StorageMediaType, typedCodecs)
 	}
 	generic.OpenAPIConfig.GetDefinitionName = typedgroup.DefinitionName(registry.Groups, generic.OpenAPIConfig.GetDefinitionName)
 	generic.OpenAPIV3Config.GetDefinitionName = typedgroup.DefinitionName(registry.Groups, generic.OpenAPIV3Config.GetDefinitionName)

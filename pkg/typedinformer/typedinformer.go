@@ -18,10 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+
+	"go.miloapis.com/milo/pkg/jsonkind"
 )
 
 // NewClient returns a REST client of the group version gv that decodes
@@ -38,7 +39,7 @@ func NewClient(config *rest.Config, gv schema.GroupVersion, addToScheme func(*ru
 	typed.APIPath = "/apis"
 	typed.ContentType = runtime.ContentTypeJSON
 	typed.AcceptContentTypes = runtime.ContentTypeJSON
-	typed.NegotiatedSerializer = lenientSerializer{serializer.NewCodecFactory(scheme).WithoutConversion(), scheme}
+	typed.NegotiatedSerializer = lenientSerializer{jsonkind.NewCodecFactory(scheme).WithoutConversion(), scheme}
 	return rest.RESTClientFor(typed)
 }
 
