@@ -22,14 +22,20 @@ import (
 )
 
 // MetaFactory reads apiVersion and kind from a JSON object's top-level keys
-// in order, stopping once it has both. It answers as json.DefaultMetaFactory
-// does, with one difference: where a document repeats a key after both were
-// found, the first value counts (encoding/json takes the last); Kubernetes'
-// encoders write each key once. Anything it does not read plainly (a key or
-// value with escapes or non-ASCII bytes, a key that matches either only
-// ignoring case, a value that is not a string, a document without both) is
-// left to json.DefaultMetaFactory. It does not validate what it does not
-// read: the serializer's decoding, which follows, does.
+// in order, stopping once it has both. Until then, anything it does not read
+// plainly (a key or value with escapes or non-ASCII bytes, a key that matches
+// either only ignoring case, a value that is not a string, a document
+// without both) is left to json.DefaultMetaFactory. It answers as that
+// default does, with one difference: it reads nothing after both, so a later
+// key that is either again (exactly, ignoring case, or escaped), which
+// encoding/json would take instead, or would refuse (a number), is not seen.
+// Kubernetes' encoders write each key once. Nor does it validate what it
+// skips: the serializer's decoding, which follows, does (not into a
+// runtime.Unknown, which keeps the bytes undecoded; nothing here decodes so).
+//
+// A document without both at its top (a watch event: type and object) is
+// skipped through once before the default reads it: a byte loop, a
+// fraction of the default's own scan.
 type MetaFactory struct{}
 
 var _ json.MetaFactory = MetaFactory{}
@@ -112,8 +118,8 @@ func space(data []byte, i int) int {
 	return i
 }
 
-// plainString reads the JSON string at data[i] if it holds printable ASCII
-// only and no escape, returning it and the index after its closing quote.
+// plainString reads the JSON string at data[i] if it holds ASCII at or
+// above 0x20 only and no escape, returning it and the index after its closing quote.
 func plainString(data []byte, i int) (string, int, bool) {
 	if i >= len(data) || data[i] != '"' {
 		return "", 0, false
@@ -187,11 +193,13 @@ func skipString(data []byte, i int) (int, bool) {
 	return 0, false
 }
 
-// CodecFactory is serializer.NewCodecFactory(scheme) whose JSON serializers
-// read apiVersion and kind with MetaFactory. It is a runtime.StorageSerializer
-// (for a storage factory's JSON resources) and a NegotiatedSerializer (for
-// clients); every other media type, and all encoding, is the factory's as
-// before.
+// CodecFactory is serializer.NewCodecFactory(scheme) whose SupportedMediaTypes
+// (and WithoutConversion's) have JSON serializers reading apiVersion and kind
+// with MetaFactory, built with the options NewCodecFactory gives its own by
+// default. It is a runtime.StorageSerializer (for a storage factory's JSON
+// resources) and a NegotiatedSerializer (for clients). Every other media
+// type, all encoding, and the factory's own decoders (UniversalDeserializer,
+// LegacyCodec, ...) are upstream's.
 type CodecFactory struct {
 	serializer.CodecFactory
 	infos []runtime.SerializerInfo

@@ -43,6 +43,9 @@ func TestInterpretAnswersAsTheDefault(t *testing.T) {
 		`{"kind":7,"apiVersion":"v1"}`,
 		`{"kind":null,"apiVersion":"v1"}`,
 		`{"k\u0069nd":"Project","apiVersion":"v1"}`,
+		"{\"\u212Aind\":\"Project\",\"apiVersion\":\"v1\"}", // KELVIN SIGN folds to k
+		"{\"kind\":\"Project\",\"apiVer\u017Fion\":\"v1\"}", // LONG S folds to s
+		"{\"kind\":\"Project\",\"apiVer\u017Fion\":\"v1\",\"apiVersion\":\"v2\"}",
 		`{"kind":"Project","apiVersion":`,
 		`{"kind":"Project" "apiVersion":"v1"}`,
 		`{"metadata":{"name":"a"`,
@@ -81,8 +84,8 @@ func TestLeadingTypeMetaReadsOnlyWhatItCan(t *testing.T) {
 }
 
 // TestCodecFactoryDecodesAsUpstream decodes objects encoded by upstream's
-// factory with both factories' JSON serializers (plain, strict, stream and
-// the version-less client decoder) and finds them equal.
+// factory with both factories' JSON serializers (plain, strict and the
+// version-less client decoder) and finds them equal.
 func TestCodecFactoryDecodesAsUpstream(t *testing.T) {
 	scheme := runtime.NewScheme()
 	if err := corev1.AddToScheme(scheme); err != nil {
@@ -136,6 +139,25 @@ func TestCodecFactoryDecodesAsUpstream(t *testing.T) {
 				t.Errorf("%s: decoded %v %#v, upstream %v %#v", name, gotGVK, got, wantGVK, want)
 			}
 		}
+	}
+	// The client's path, as client-go takes it: the negotiated serializer's
+	// JSON entry, its stream serializer too.
+	client, ok := runtime.SerializerInfoForMediaType(ours.WithoutConversion().SupportedMediaTypes(), runtime.ContentTypeJSON)
+	if !ok || client.Serializer != mine.Serializer || client.StreamSerializer.Serializer != mine.Serializer {
+		t.Errorf("the client's JSON serializers are not ours: %#v", client)
+	}
+	// Which reader decides shows where they differ, as documented: a kind
+	// repeated after both were read.
+	repeated := []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c"},"kind":"Secret"}`)
+	if obj, _, err := mine.Serializer.Decode(repeated, nil, nil); err != nil {
+		t.Error(err)
+	} else if _, ok := obj.(*corev1.ConfigMap); !ok {
+		t.Errorf("a repeated kind: decoded %T, want the first kind's", obj)
+	}
+	if obj, _, err := info.Serializer.Decode(repeated, nil, nil); err != nil {
+		t.Error(err)
+	} else if _, ok := obj.(*corev1.Secret); !ok {
+		t.Errorf("upstream's reader decoded a repeated kind into %T, not the last kind's", obj)
 	}
 	// A document the fast path leaves alone decodes as upstream's too, and
 	// one it reads without validating is refused by the decoding.
