@@ -19,6 +19,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+
+	"go.miloapis.com/milo/pkg/mediatypes"
 )
 
 // MetaFactory reads apiVersion and kind from a JSON object's top-level keys
@@ -235,12 +237,5 @@ func (f CodecFactory) SupportedMediaTypes() []runtime.SerializerInfo { return f.
 
 // WithoutConversion is serializer.CodecFactory's, with these serializers.
 func (f CodecFactory) WithoutConversion() runtime.NegotiatedSerializer {
-	return negotiated{NegotiatedSerializer: f.CodecFactory.WithoutConversion(), infos: f.infos}
+	return mediatypes.Serving(f.CodecFactory.WithoutConversion(), f.infos)
 }
-
-type negotiated struct {
-	runtime.NegotiatedSerializer
-	infos []runtime.SerializerInfo
-}
-
-func (n negotiated) SupportedMediaTypes() []runtime.SerializerInfo { return n.infos }

@@ -20,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"go.miloapis.com/milo/pkg/mediatypes"
 )
 
 // jsonMediaType is the media type whose serializer is wrapped.
@@ -35,15 +37,8 @@ func Wrap(ns runtime.NegotiatedSerializer) runtime.NegotiatedSerializer {
 			infos[i].Serializer = Serializer{infos[i].Serializer}
 		}
 	}
-	return negotiated{NegotiatedSerializer: ns, infos: infos}
+	return mediatypes.Serving(ns, infos)
 }
-
-type negotiated struct {
-	runtime.NegotiatedSerializer
-	infos []runtime.SerializerInfo
-}
-
-func (n negotiated) SupportedMediaTypes() []runtime.SerializerInfo { return n.infos }
 
 // Serializer is a JSON serializer that writes a typed list (a struct of
 // TypeMeta, ListMeta and Items, as every built-in list is) itself, byte for

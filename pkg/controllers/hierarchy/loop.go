@@ -101,18 +101,17 @@ func (l *loop) next(ctx context.Context) bool {
 	}
 	defer l.queue.Done(key)
 	obj, exists, err := l.informer.GetStore().GetByKey(key)
-	if err == nil && exists {
+	// An object with nothing to do (every Ready project, each queued once
+	// when the server starts) costs no trace span and no copy.
+	if err == nil && exists && (l.idle == nil || !l.idle(obj)) {
 		var end func(error)
 		k := keyOf(obj, key)
 		ctx, end = manager.Begin(ctx, l.name, k)
 		// The informers hold the hierarchy's kinds as Go types; the
-		// controllers edit a copy as unstructured, as they do other kinds,
-		// made only when there is work.
+		// controllers edit a copy as unstructured, as they do other kinds.
 		var u *unstructured.Unstructured
-		if l.idle == nil || !l.idle(obj) {
-			if u, err = hierarchy.AsUnstructured(obj); err == nil {
-				err = l.sync(ctx, u)
-			}
+		if u, err = hierarchy.AsUnstructured(obj); err == nil {
+			err = l.sync(ctx, u)
 		}
 		var waiting errWaiting
 		if errors.As(err, &waiting) {

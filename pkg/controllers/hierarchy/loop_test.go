@@ -1,12 +1,17 @@
 package hierarchy
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
+	"go.opentelemetry.io/otel"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 
+	"go.miloapis.com/milo/pkg/hierarchy"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -61,5 +66,53 @@ func TestLoopServesOrganizationsInTurn(t *testing.T) {
 		if want := fmt.Sprintf("busy-%04d", i); k != want {
 			t.Fatalf("busy's key %d came as %q, want %q", i, k, want)
 		}
+	}
+}
+
+// TestLoopDropsIdleObjectsWithoutATrace: a key whose cached object has
+// nothing to do (every Ready project, each queued when the process starts)
+// is neither synced nor traced; one with work is synced once, in a span.
+func TestLoopDropsIdleObjectsWithoutATrace(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	previous := otel.GetTracerProvider()
+	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
+	defer otel.SetTracerProvider(previous)
+
+	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &unstructured.Unstructured{}, 0, cache.Indexers{})
+	var synced []string
+	l := newLoop("projects", inf, func(_ context.Context, u *unstructured.Unstructured) error {
+		synced = append(synced, u.GetName())
+		return nil
+	})
+	defer l.queue.ShutDown()
+	l.idle = func(obj any) bool { return hierarchy.Object(obj).GetLabels()["ready"] == "true" }
+	for _, name := range []string{"ready-1", "new-1", "ready-2"} {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "resourcemanager.miloapis.com/v1alpha1", "kind": "Project",
+			"metadata": map[string]any{"name": name}}}
+		u.SetLabels(map[string]string{tenancy.OrganizationLabel: "org", "ready": fmt.Sprint(name != "new-1")})
+		if err := inf.GetIndexer().Add(u); err != nil {
+			t.Fatal(err)
+		}
+		l.enqueue(u)
+	}
+	for range 3 {
+		l.next(context.Background())
+	}
+	if fmt.Sprint(synced) != "[new-1]" {
+		t.Errorf("synced %v, want only new-1", synced)
+	}
+	var traced []string
+	for _, s := range spans.Ended() {
+		for _, a := range s.Attributes() {
+			if a.Key == "milo.object" {
+				traced = append(traced, a.Value.AsString())
+			}
+		}
+	}
+	if fmt.Sprint(traced) != "[new-1]" {
+		t.Errorf("traced %v, want only new-1", traced)
+	}
+	if l.queue.Len() != 0 {
+		t.Errorf("%d keys still queued", l.queue.Len())
 	}
 }

@@ -634,12 +634,12 @@ func (c *Controller) syncConsumer(ctx context.Context, kind, name string) error 
 	if m := hierarchy.Object(obj); m == nil || m.GetDeletionTimestamp() != nil {
 		return nil
 	}
-	// The policies' expressions read the consumer as an unstructured object.
-	u, err := hierarchy.AsUnstructured(obj)
-	if err != nil {
-		return err
-	}
 	self := quota.Consumer{Kind: kind, Name: name}
+	// The policies' expressions read the consumer as an unstructured
+	// object, made only once a policy is for its kind: every consumer is
+	// synced when the server starts and when it is created, and most
+	// platforms have no policy for most of them.
+	var u *unstructured.Unstructured
 	for _, pobj := range c.inf.GrantPolicies.GetStore().List() {
 		m := hierarchy.Object(pobj)
 		if m == nil {
@@ -648,6 +648,11 @@ func (c *Controller) syncConsumer(ctx context.Context, kind, name string) error 
 		p, ok := c.grantPolicy(m.GetName())
 		if !ok || !p.Active() || p.Trigger.Kind != kind {
 			continue
+		}
+		if u == nil {
+			if u, err = hierarchy.AsUnstructured(obj); err != nil {
+				return err
+			}
 		}
 		planned, ok, err := p.Plan(u.Object, self)
 		if err != nil {
