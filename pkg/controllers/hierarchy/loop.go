@@ -66,11 +66,22 @@ func (l *loop) enqueue(obj any) {
 	}
 }
 
+// changed queues an object the informer added or updated, unless it has
+// nothing to do: the informer's first fill (every project, when the
+// process starts) then costs no queue entry, and next drops a key whose
+// object became idle while it waited.
+func (l *loop) changed(obj any) {
+	if l.idle != nil && l.idle(obj) {
+		return
+	}
+	l.enqueue(obj)
+}
+
 // run works the queue with the given number of workers until ctx ends, and
 // returns once every worker has stopped.
 func (l *loop) run(ctx context.Context, workers int) {
 	reg, err := l.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: l.enqueue, UpdateFunc: func(_, o any) { l.enqueue(o) }})
+		AddFunc: l.changed, UpdateFunc: func(_, o any) { l.changed(o) }})
 	if err != nil {
 		klog.FromContext(ctx).Error(err, "Registering event handler", "controller", l.name)
 		return

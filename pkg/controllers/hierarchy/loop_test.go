@@ -69,9 +69,10 @@ func TestLoopServesOrganizationsInTurn(t *testing.T) {
 	}
 }
 
-// TestLoopDropsIdleObjectsWithoutATrace: a key whose cached object has
-// nothing to do (every Ready project, each queued when the process starts)
-// is neither synced nor traced; one with work is synced once, in a span.
+// TestLoopDropsIdleObjectsWithoutATrace: an object with nothing to do
+// (every Ready project, when the process starts) is not queued by the
+// informer's events, and a queued key whose object became idle is neither
+// synced nor traced; one with work is synced once, in a span.
 func TestLoopDropsIdleObjectsWithoutATrace(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	previous := otel.GetTracerProvider()
@@ -98,8 +99,17 @@ func TestLoopDropsIdleObjectsWithoutATrace(t *testing.T) {
 	for range 3 {
 		l.next(context.Background())
 	}
-	if fmt.Sprint(synced) != "[new-1]" {
-		t.Errorf("synced %v, want only new-1", synced)
+	// The informer's events queue only what has work.
+	for _, name := range []string{"ready-1", "new-1", "ready-2"} {
+		obj, _, _ := inf.GetStore().GetByKey(name)
+		l.changed(obj)
+	}
+	if l.queue.Len() != 1 {
+		t.Errorf("%d keys queued by the events, want 1 (new-1)", l.queue.Len())
+	}
+	l.next(context.Background())
+	if fmt.Sprint(synced) != "[new-1 new-1]" {
+		t.Errorf("synced %v, want new-1 once from each queueing", synced)
 	}
 	var traced []string
 	for _, s := range spans.Ended() {
@@ -109,8 +119,8 @@ func TestLoopDropsIdleObjectsWithoutATrace(t *testing.T) {
 			}
 		}
 	}
-	if fmt.Sprint(traced) != "[new-1]" {
-		t.Errorf("traced %v, want only new-1", traced)
+	if fmt.Sprint(traced) != "[new-1 new-1]" {
+		t.Errorf("traced %v, want new-1 once from each queueing", traced)
 	}
 	if l.queue.Len() != 0 {
 		t.Errorf("%d keys still queued", l.queue.Len())
