@@ -76,8 +76,12 @@ func TestLoopServesOrganizationsInTurn(t *testing.T) {
 func TestLoopDropsIdleObjectsWithoutATrace(t *testing.T) {
 	spans := tracetest.NewSpanRecorder()
 	previous := otel.GetTracerProvider()
-	otel.SetTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans)))
-	defer otel.SetTracerProvider(previous)
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	otel.SetTracerProvider(tp)
+	t.Cleanup(func() {
+		otel.SetTracerProvider(previous)
+		_ = tp.Shutdown(context.Background())
+	})
 
 	inf := cache.NewSharedIndexInformer(&cache.ListWatch{}, &unstructured.Unstructured{}, 0, cache.Indexers{})
 	var synced []string
