@@ -314,13 +314,20 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 		if err != nil {
 			return err
 		}
-		began := time.Now()
+		began, cpuBefore := time.Now(), s.cpuSeconds()
 		// Many at once: in Milo a new project's first write waits for Ready
 		// (Retry-After: 1 s), which 32 clients would turn into the limit.
 		if err := parallel(ctx, name+" projects created", have, n, o.Workers*8, func(i int) error { return createProject(ctx, s, dyn, i) }); err != nil {
 			return err
 		}
 		step.CreatePerSecond = float64(n-have) / time.Since(began).Seconds()
+		cpuAfter := s.cpuSeconds()
+		step.CreateCPU = &[3]float64{}
+		for k := range step.CreateCPU {
+			step.CreateCPU[k] = (cpuAfter[k] - cpuBefore[k]) * 1000 / float64(n-have)
+		}
+		progress("[%s] %d projects created at %.0f/s; CPU per project: server %.2f ms, controllers %.2f ms, harness %.2f ms",
+			name, n, step.CreatePerSecond, step.CreateCPU[0], step.CreateCPU[1], step.CreateCPU[2])
 		have = n
 		// The controllers' work (bootstrap objects, in the baseline too) is
 		// done before anything is measured.

@@ -64,7 +64,11 @@ type systemResult struct {
 type stepResult struct {
 	Projects        int
 	CreatePerSecond float64
-	Resources       resources
+	// CreateCPU is the CPU, in milliseconds per project created, that the
+	// server, the controller process and the harness itself used while the
+	// step's projects were created: what the rate above is spent on.
+	CreateCPU *[3]float64 `json:",omitempty"`
+	Resources resources
 	// Latency by operation: get, list, create, update, watch (milliseconds).
 	Latency        map[string]quantiles
 	WatchesOpen    int
@@ -213,6 +217,9 @@ func (r *results) rows() []row {
 			return (s.Steps[i].Resources.EtcdDBBytes - s.Empty.EtcdDBBytes) / float64(s.Steps[i].Projects) / 1024
 		}, "KiB", "%.1f"},
 		{"Create to usable", func(s *systemResult, i int) float64 { return s.Steps[i].CreatePerSecond }, "projects/s", "%.0f"},
+		{"Server CPU per project created", func(s *systemResult, i int) float64 { return s.createCPU(i, 0) }, "ms", "%.2f"},
+		{"Controller process CPU per project created", func(s *systemResult, i int) float64 { return s.createCPU(i, 1) }, "ms", "%.2f"},
+		{"Harness CPU per project created", func(s *systemResult, i int) float64 { return s.createCPU(i, 2) }, "ms", "%.2f"},
 		{"Work queues drained after creation", func(s *systemResult, i int) float64 { return s.Steps[i].DrainSeconds }, "s", "%.1f"},
 		{"Controller process heap after GC", func(s *systemResult, i int) float64 {
 			return s.controller(i, func(r *resources) float64 { return mib(r.HeapBytes) })
@@ -672,4 +679,14 @@ func serviceSection(steps []serviceStep) string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// createCPU is the CPU one process (0 server, 1 controller process, 2 the
+// harness) used per project created at step i, or NaN where not measured.
+func (s *systemResult) createCPU(i, process int) float64 {
+	c := s.Steps[i].CreateCPU
+	if c == nil || (process == 1 && s.Steps[i].Resources.Controllers == nil) {
+		return math.NaN()
+	}
+	return c[process]
 }
