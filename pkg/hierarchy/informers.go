@@ -37,6 +37,13 @@ var typedKinds = map[schema.GroupVersionResource]func() runtime.Object{
 // nothing reads them, they are a large part of every object's memory, and
 // an update sent without them keeps the stored ones.
 func NewInformerFactory(config *rest.Config) (dynamicinformer.DynamicSharedInformerFactory, error) {
+	return newInformerFactory(config, nil)
+}
+
+// newInformerFactory is NewInformerFactory whose typed kinds are read
+// in-process from the storage stores returns for their resource, where it
+// returns one (see typedinformer.NewFromSharedStorage).
+func newInformerFactory(config *rest.Config, stores func(resource string) typedinformer.Storage) (*slimFactory, error) {
 	client, err := dynamic.NewForConfig(config)
 	if err != nil {
 		return nil, err
@@ -48,6 +55,7 @@ func NewInformerFactory(config *rest.Config) (dynamicinformer.DynamicSharedInfor
 	return &slimFactory{
 		DynamicSharedInformerFactory: dynamicinformer.NewDynamicSharedInformerFactory(client, resync),
 		rest:                         rc,
+		stores:                       stores,
 		typed:                        map[schema.GroupVersionResource]cache.SharedIndexInformer{},
 		started:                      map[schema.GroupVersionResource]bool{},
 	}, nil
@@ -57,6 +65,9 @@ func NewInformerFactory(config *rest.Config) (dynamicinformer.DynamicSharedInfor
 type slimFactory struct {
 	dynamicinformer.DynamicSharedInformerFactory
 	rest *rest.RESTClient
+	// stores, if set, returns the in-process storage of a typed kind's
+	// resource, or nil.
+	stores func(resource string) typedinformer.Storage
 
 	mu       sync.Mutex
 	typed    map[schema.GroupVersionResource]cache.SharedIndexInformer
@@ -77,7 +88,12 @@ func (f *slimFactory) ForResource(gvr schema.GroupVersionResource) informers.Gen
 	defer f.mu.Unlock()
 	inf := f.typed[gvr]
 	if inf == nil {
-		inf = typedinformer.New(f.rest, gvr.Resource, newObject(), resync, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}, nil)
+		indexers := cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}
+		if f.stores != nil {
+			inf = typedinformer.NewFromSharedStorage(func() typedinformer.Storage { return f.stores(gvr.Resource) }, f.rest, gvr.Resource, newObject(), resync, indexers, nil)
+		} else {
+			inf = typedinformer.New(f.rest, gvr.Resource, newObject(), resync, indexers, nil)
+		}
 		f.typed[gvr] = inf
 	}
 	return typedInformer{inf, gvr.GroupResource()}

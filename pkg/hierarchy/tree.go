@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"go.miloapis.com/milo/pkg/tenancy"
+	"go.miloapis.com/milo/pkg/typedinformer"
 )
 
 // Tree is the server's one cache of the hierarchy: one shared informer each for
@@ -40,7 +41,8 @@ type Tree struct {
 // informer does not hold an object yet (one created a moment ago), instead
 // of over the loopback, which takes a whole request through the handler
 // chain — authentication, priority and fairness, authorization — while the
-// request that asked waits. Call it before the server serves.
+// request that asked waits; and makes the informers of resource read it
+// in-process too. Call it before the server serves.
 func (t *Tree) UseStorage(resource string, storage registryrest.Getter) {
 	if t.stores == nil {
 		t.stores = map[string]registryrest.Getter{}
@@ -56,7 +58,14 @@ func (t *Tree) Init(loopback *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	factory, err := NewInformerFactory(loopback)
+	// The hierarchy's own kinds are read in-process once UseStorage has
+	// handed their storage over (before the informers run): a Project's
+	// every event would otherwise be encoded by the server and decoded
+	// here again, and 100,000 of them listed so at every start.
+	factory, err := newInformerFactory(loopback, func(resource string) typedinformer.Storage {
+		s, _ := t.stores[resource].(typedinformer.Storage)
+		return s
+	})
 	if err != nil {
 		return err
 	}
