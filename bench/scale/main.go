@@ -321,13 +321,15 @@ func measureSystem(ctx context.Context, o options, out *systemResult, bin string
 			return err
 		}
 		step.CreatePerSecond = float64(n-have) / time.Since(began).Seconds()
-		cpuAfter := s.cpuSeconds()
-		step.CreateCPU = &[3]float64{}
-		for k := range step.CreateCPU {
-			step.CreateCPU[k] = (cpuAfter[k] - cpuBefore[k]) * 1000 / float64(n-have)
+		if created := n - have; created > 0 {
+			cpuAfter := s.cpuSeconds()
+			step.CreateCPU = &[3]float64{}
+			for k := range step.CreateCPU {
+				step.CreateCPU[k] = (cpuAfter[k] - cpuBefore[k]) * 1000 / float64(created)
+			}
+			progress("[%s] %d projects created at %.0f/s; CPU per project: server %.2f ms, controllers %.2f ms, harness %.2f ms",
+				name, n, step.CreatePerSecond, step.CreateCPU[0], step.CreateCPU[1], step.CreateCPU[2])
 		}
-		progress("[%s] %d projects created at %.0f/s; CPU per project: server %.2f ms, controllers %.2f ms, harness %.2f ms",
-			name, n, step.CreatePerSecond, step.CreateCPU[0], step.CreateCPU[1], step.CreateCPU[2])
 		have = n
 		// The controllers' work (bootstrap objects, in the baseline too) is
 		// done before anything is measured.

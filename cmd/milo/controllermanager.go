@@ -110,13 +110,13 @@ func newControllerManagerCommand() *cobra.Command {
 	return cmd
 }
 
-// startTracing reads a TracingConfiguration and starts its exporter.
 // controllerManagerConfig is the client configuration of the controller
-// manager: context of the kubeconfig at path (its current one when empty).
-func controllerManagerConfig(path, context string) (*rest.Config, error) {
+// manager: context kubeContext of the kubeconfig at path (its current one
+// when empty).
+func controllerManagerConfig(path, kubeContext string) (*rest.Config, error) {
 	config, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: path},
-		&clientcmd.ConfigOverrides{CurrentContext: context}).ClientConfig()
+		&clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
 	if err != nil {
 		return nil, err
 	}
@@ -131,6 +131,7 @@ func controllerManagerConfig(path, context string) (*rest.Config, error) {
 	return config, nil
 }
 
+// startTracing reads a TracingConfiguration and starts its exporter.
 func startTracing(ctx context.Context, file string) (tracing.TracerProvider, error) {
 	cfg, err := genericoptions.ReadTracingConfiguration(file)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 	"go.miloapis.com/milo/pkg/typedinformer"
@@ -48,6 +49,9 @@ func (t *Tree) UseStorage(resource string, storage registryrest.Getter) {
 		t.stores = map[string]registryrest.Getter{}
 	}
 	t.stores[resource] = storage
+	if _, ok := storage.(typedinformer.Storage); !ok {
+		klog.InfoS("The hierarchy's informer of a resource reads it over the loopback: its storage cannot list and watch", "resource", resource)
+	}
 }
 
 // Init prepares the informers over the server's loopback connection; Run starts

@@ -2,9 +2,9 @@ package typedinformer
 
 import (
 	"context"
+	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/api/meta"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -102,7 +102,7 @@ func NewFromSharedStorage(get func() Storage, client restclient.Interface, resou
 			if err != nil {
 				return nil, err
 			}
-			return copyList(list)
+			return copyList(list), nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
 			storage := get()
@@ -113,12 +113,7 @@ func NewFromSharedStorage(get func() Storage, client restclient.Interface, resou
 			if err != nil {
 				return nil, err
 			}
-			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
-				if e.Object != nil {
-					e.Object = copyObject(e.Object)
-				}
-				return e, true
-			}), nil
+			return newCopyingWatch(w), nil
 		},
 	}}
 	return newInformer(lw, example, resync, indexers, slim)
@@ -134,15 +129,47 @@ func copyObject(obj runtime.Object) runtime.Object {
 	return obj.DeepCopyObject()
 }
 
-// copyList makes each item of list, a list the storage made for this call
-// whose items share what they hold with the cache, a copy the caller owns.
-func copyList(list runtime.Object) (runtime.Object, error) {
-	items, err := meta.ExtractList(list)
-	if err != nil {
-		return nil, err
+// copyList is a deep copy of list, whose items share what they hold with
+// the cache.
+func copyList(list runtime.Object) runtime.Object { return list.DeepCopyObject() }
+
+// copyingWatch hands on the events of a watch of shared storage, each
+// object a copy the receiver owns. Stopped, it returns even while an event
+// waits for a receiver that no longer reads.
+type copyingWatch struct {
+	w      watch.Interface
+	result chan watch.Event
+	done   chan struct{}
+	stop   sync.Once
+}
+
+func newCopyingWatch(w watch.Interface) *copyingWatch {
+	c := &copyingWatch{w: w, result: make(chan watch.Event), done: make(chan struct{})}
+	go c.run()
+	return c
+}
+
+func (c *copyingWatch) run() {
+	defer close(c.result)
+	for e := range c.w.ResultChan() {
+		if e.Object != nil {
+			e.Object = copyObject(e.Object)
+		}
+		select {
+		case c.result <- e:
+		case <-c.done:
+			return
+		}
 	}
-	for i := range items {
-		items[i] = copyObject(items[i])
-	}
-	return list, meta.SetList(list, items)
+}
+
+// ResultChan implements watch.Interface.
+func (c *copyingWatch) ResultChan() <-chan watch.Event { return c.result }
+
+// Stop implements watch.Interface.
+func (c *copyingWatch) Stop() {
+	c.stop.Do(func() {
+		close(c.done)
+		c.w.Stop()
+	})
 }

@@ -2,12 +2,14 @@ package typedinformer
 
 import (
 	"context"
+	"io"
 	"testing"
 	"time"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -37,6 +39,17 @@ func (s *sharedStorage) Watch(context.Context, *metainternalversion.ListOptions)
 	return s.events, nil
 }
 
+// cacheable wraps an object as the watch cache wraps the objects of the
+// events it sends, to encode each once for every watcher.
+type cacheable struct{ obj runtime.Object }
+
+func (c cacheable) CacheEncode(_ runtime.Identifier, encode func(runtime.Object, io.Writer) error, w io.Writer) error {
+	return encode(c.obj, w)
+}
+func (c cacheable) GetObject() runtime.Object        { return c.obj.DeepCopyObject() }
+func (c cacheable) GetObjectKind() schema.ObjectKind { return c.obj.GetObjectKind() }
+func (c cacheable) DeepCopyObject() runtime.Object   { return c }
+
 func grant(name string) quotav1alpha1.ResourceGrant {
 	return quotav1alpha1.ResourceGrant{ObjectMeta: metav1.ObjectMeta{Namespace: "org-a", Name: name, ResourceVersion: "5",
 		Labels: map[string]string{"tier": "gold"}, ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "m", Operation: metav1.ManagedFieldsOperationUpdate}}}}
@@ -46,7 +59,7 @@ func grant(name string) quotav1alpha1.ResourceGrant {
 // fields) and what a reader of it might change are gone from its copies
 // only, never from the objects the storage keeps for everyone else.
 func TestSharedStorageObjectsAreCopied(t *testing.T) {
-	listed, watched := grant("listed"), grant("watched")
+	listed, watched, wrapped := grant("listed"), grant("watched"), grant("wrapped")
 	s := &sharedStorage{kept: []quotav1alpha1.ResourceGrant{listed}, events: watch.NewFake(), watched: make(chan struct{})}
 	inf := NewFromSharedStorage(func() Storage { return s }, nil, "resourcegrants", &quotav1alpha1.ResourceGrant{}, 0, cache.Indexers{}, nil)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -57,11 +70,12 @@ func TestSharedStorageObjectsAreCopied(t *testing.T) {
 	}
 	<-s.watched
 	s.events.Add(&watched)
+	s.events.Add(cacheable{&wrapped})
 
 	var got []*quotav1alpha1.ResourceGrant
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		got = nil
-		for _, name := range []string{"org-a/listed", "org-a/watched"} {
+		for _, name := range []string{"org-a/listed", "org-a/watched", "org-a/wrapped"} {
 			obj, ok, _ := inf.GetStore().GetByKey(name)
 			if !ok {
 				return false, nil
@@ -70,7 +84,7 @@ func TestSharedStorageObjectsAreCopied(t *testing.T) {
 		}
 		return true, nil
 	}); err != nil {
-		t.Fatalf("the informer does not hold both objects: %v", err)
+		t.Fatalf("the informer does not hold the listed, the watched and the wrapped object: %v", err)
 	}
 	for _, g := range got {
 		if g.ManagedFields != nil {
@@ -78,7 +92,7 @@ func TestSharedStorageObjectsAreCopied(t *testing.T) {
 		}
 		g.Labels["tier"] = "changed by a reader"
 	}
-	for _, kept := range []quotav1alpha1.ResourceGrant{s.kept[0], watched} {
+	for _, kept := range []quotav1alpha1.ResourceGrant{s.kept[0], watched, wrapped} {
 		if kept.ManagedFields == nil {
 			t.Errorf("the storage's %s lost its managed fields to the informer", kept.Name)
 		}
