@@ -37,7 +37,10 @@ test-sql: test-postgres test-mysql
 test-postgres test-mysql: test-%:
 	MILO_E2E_STORAGE=$* go test $(GO_TEST_FLAGS) -timeout 20m ./test/e2e -run '^($(SQL_E2E))$$'
 
+## generate: deepcopy, CRD YAML and OpenAPI of the API types, and their protobuf
+## encoding (hack/generate-protobuf.sh; it needs protoc, and says so without it).
 generate:
+	bash hack/generate-protobuf.sh
 	$(CONTROLLER_GEN) object paths=./pkg/apis/...
 	$(CONTROLLER_GEN) crd paths=./pkg/apis/... output:crd:artifacts:config=pkg/apis/crds
 	$(OPENAPI_GEN) --output-dir pkg/apis/resourcemanager/v1alpha1 --output-pkg go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1 \

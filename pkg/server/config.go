@@ -122,13 +122,14 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building generic server config: %w", err)
 	}
-	// The kinds served from typed storage are stored as they were as custom
-	// resources: JSON, under the group's name. Their kind is read from the
-	// first bytes Milo wrote, not by a scan of every object read.
+	// The kinds served from typed storage are stored under the keys they had
+	// as custom resources, written in protobuf (or JSON, as asked) and read in
+	// either. The kind of one stored as JSON is read from the first bytes
+	// Milo wrote, not by a scan of every object read.
 	typedCodecs := jsonkind.NewCodecFactory(legacyscheme.Scheme)
 	for _, gr := range registry.Resources() {
 		storageFactory.SetResourceEtcdPrefix(gr, typedgroup.KeyPrefix(gr))
-		storageFactory.SetSerializer(gr, typedgroup.StorageMediaType, typedCodecs)
+		storageFactory.SetSerializer(gr, opts.TypedStorageMediaType, typedCodecs)
 	}
 	generic.OpenAPIConfig.GetDefinitionName = typedgroup.DefinitionName(registry.Groups, generic.OpenAPIConfig.GetDefinitionName)
 	generic.OpenAPIV3Config.GetDefinitionName = typedgroup.DefinitionName(registry.Groups, generic.OpenAPIV3Config.GetDefinitionName)

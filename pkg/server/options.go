@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/runtime"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	genericfeatures "k8s.io/apiserver/pkg/features"
@@ -39,6 +40,7 @@ import (
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/projectcrds"
 	"go.miloapis.com/milo/pkg/quota"
+	"go.miloapis.com/milo/pkg/registry/typedgroup"
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 	"go.miloapis.com/milo/pkg/storage/sqlstorage"
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
@@ -85,6 +87,10 @@ type Options struct {
 	// StorageBackend, when set, is a SQL database served through kine in
 	// place of the embedded etcd: postgres://..., mysql://... or sqlite://PATH.
 	StorageBackend string
+	// TypedStorageMediaType is how the typed groups' objects are written to
+	// storage: protobuf, or JSON while replicas of a Milo that cannot read
+	// them in protobuf share the storage (typedgroup.StorageMediaType).
+	TypedStorageMediaType string
 
 	// ControlPlane are the generic control plane's options (serving, etcd,
 	// authentication, authorization, admission, audit, logging, ...).
@@ -118,7 +124,7 @@ func NewOptions() *Options {
 	hierarchy.Register(cp.Admission.GenericAdmission.Plugins, tree)
 	iam := evaluator.New()
 	iamadmission.Register(cp.Admission.GenericAdmission.Plugins, iam, tree)
-	o := &Options{DataDir: ".milo", Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches, TenantCPUShare: fairness.DefaultCPUShare, TenantConcurrency: fairness.DefaultSeats(), TopProjects: telemetry.DefaultTopOptions,
+	o := &Options{DataDir: ".milo", TypedStorageMediaType: typedgroup.StorageMediaType, Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches, TenantCPUShare: fairness.DefaultCPUShare, TenantConcurrency: fairness.DefaultSeats(), TopProjects: telemetry.DefaultTopOptions,
 		ProjectCRDs: projectcrds.Rules{Enabled: true, MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}, catalog: &catalog.Catalog{},
 		quota: quota.NewLedger(), suspensions: suspension.NewIndex()}
 	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs, o.projectCRDs)
@@ -164,6 +170,11 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"Store everything in a SQL database instead of the embedded etcd, through kine run in this process: "+
 		sqlstorage.Usage+" (MySQL or MariaDB for mysql://; a database is created if missing; sqlite://, one server only). "+
 		"Empty: the embedded etcd in --data-dir, or --etcd-servers. See docs/operations.md.")
+	fs.StringVar(&o.TypedStorageMediaType, "typed-storage-media-type", o.TypedStorageMediaType, ""+
+		"How the objects of Milo's typed groups (resourcemanager.miloapis.com, quota.miloapis.com) are written to storage: "+
+		runtime.ContentTypeProtobuf+" or "+runtime.ContentTypeJSON+". Either is read whatever this says. A Milo older "+
+		"than their protobuf encoding cannot read it: while one shares the storage (a rolling upgrade, a rollback) give "+
+		runtime.ContentTypeJSON+" (see docs/api.md).")
 	fs.Var(&o.Controllers, "controllers", ""+
 		"Controllers to run in this process: '*' for all, a name to add one, '-name' to leave one out "+
 		"(known: "+strings.Join(controllers.Registry().Names(), ", ")+"); 'false' runs none. They join the leader "+
@@ -245,6 +256,8 @@ type CompletedOptions struct {
 	SQL *sqlstorage.Config
 	// AdminKubeconfig is the path of the kubeconfig of the admin identity.
 	AdminKubeconfig string
+	// TypedStorageMediaType is how the typed groups' objects are written.
+	TypedStorageMediaType string
 	// URL is where clients on this machine reach the server.
 	URL string
 	// Hierarchy is what hierarchy admission reads, to be initialized by the server.
@@ -357,7 +370,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, TenantCPUShare: o.TenantCPUShare, TenantConcurrency: o.TenantConcurrency, TopProjects: o.TopProjects, AuditProjects: o.AuditProjects, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, TenantCPUShare: o.TenantCPUShare, TenantConcurrency: o.TenantConcurrency, TopProjects: o.TopProjects, AuditProjects: o.AuditProjects, TypedStorageMediaType: o.TypedStorageMediaType, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {
@@ -367,6 +380,9 @@ func (o *Options) validateMiloFlags() []error {
 	}
 	if o.MaxListItems < 0 {
 		errs = append(errs, errors.New("--max-project-list-items must not be negative"))
+	}
+	if o.TypedStorageMediaType != runtime.ContentTypeProtobuf && o.TypedStorageMediaType != runtime.ContentTypeJSON {
+		errs = append(errs, fmt.Errorf("--typed-storage-media-type: %q is neither %s nor %s", o.TypedStorageMediaType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON))
 	}
 	if o.StorageBackend != "" {
 		if err := sqlstorage.Validate(o.StorageBackend); err != nil {

@@ -179,6 +179,19 @@ func TestCompleteRejectsEmptyDataDir(t *testing.T) {
 	}
 }
 
+func TestTypedStorageMediaType(t *testing.T) {
+	for value, ok := range map[string]bool{"application/vnd.kubernetes.protobuf": true, "application/json": true, "application/yaml": false, "": false} {
+		o := parse(t, "--typed-storage-media-type="+value)
+		errs := o.validateMiloFlags()
+		if got := len(errs) == 0; got != ok {
+			t.Errorf("--typed-storage-media-type=%q: errors %v, want accepted %v", value, errs, ok)
+		}
+	}
+	if o := parse(t); o.TypedStorageMediaType != "application/vnd.kubernetes.protobuf" {
+		t.Errorf("the default is %q, want protobuf", o.TypedStorageMediaType)
+	}
+}
+
 func TestClientHost(t *testing.T) {
 	for bind, want := range map[string]string{"0.0.0.0": "127.0.0.1", "::": "::1", "127.0.0.1": "127.0.0.1", "192.0.2.1": "192.0.2.1"} {
 		if got := clientHost(net.ParseIP(bind)); got != want {

@@ -26,8 +26,9 @@ import (
 )
 
 // NewClient returns a REST client of the group version gv that decodes
-// into the Go types addToScheme registers. It speaks JSON only: Milo's
-// types have no protobuf encoding.
+// into the Go types addToScheme registers. It reads protobuf, as clients of
+// the apiserver's built-in kinds do, and JSON from a server that offers no
+// protobuf for them (an older Milo); it writes JSON.
 func NewClient(config *rest.Config, gv schema.GroupVersion, addToScheme func(*runtime.Scheme) error) (*rest.RESTClient, error) {
 	scheme := runtime.NewScheme()
 	if err := addToScheme(scheme); err != nil {
@@ -38,7 +39,7 @@ func NewClient(config *rest.Config, gv schema.GroupVersion, addToScheme func(*ru
 	typed.GroupVersion = &gv
 	typed.APIPath = "/apis"
 	typed.ContentType = runtime.ContentTypeJSON
-	typed.AcceptContentTypes = runtime.ContentTypeJSON
+	typed.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	typed.NegotiatedSerializer = lenientSerializer{jsonkind.NewCodecFactory(scheme).WithoutConversion(), scheme}
 	return rest.RESTClientFor(typed)
 }

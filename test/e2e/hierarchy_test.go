@@ -13,10 +13,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/cache"
 
 	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
@@ -541,11 +544,40 @@ func TestHierarchyKindsBehaveAsTheirDefinitionsSaid(t *testing.T) {
 		t.Errorf("field selector on spec: %v, want 400", err)
 	}
 
-	// A client asking for protobuf first is answered in JSON.
-	body, err := m.kube(t).Discovery().RESTClient().Get().AbsPath("/apis/resourcemanager.miloapis.com/v1alpha1/organizations", org).
-		SetHeader("Accept", "application/vnd.kubernetes.protobuf, application/json").DoRaw(ctx)
-	if err != nil || !strings.HasPrefix(string(body), "{") {
-		t.Errorf("protobuf first: %v %.80s", err, body)
+	// A client asking for protobuf first is answered in protobuf, which
+	// decodes into the Go type; as is a metadata-only request (the garbage
+	// collector's), and a list.
+	scheme := runtime.NewScheme()
+	if err := resourcemanagerv1alpha1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	pb := protobuf.NewSerializer(scheme, scheme)
+	get := func(path string) runtime.Object {
+		t.Helper()
+		res := m.kube(t).Discovery().RESTClient().Get().AbsPath(path).
+			SetHeader("Accept", "application/vnd.kubernetes.protobuf, application/json").Do(ctx)
+		var contentType string
+		res.ContentType(&contentType)
+		body, err := res.Raw()
+		if err != nil || contentType != "application/vnd.kubernetes.protobuf" {
+			t.Fatalf("%s, protobuf first: %v, answered in %q", path, err, contentType)
+		}
+		obj, _, err := pb.Decode(body, nil, nil)
+		if err != nil {
+			t.Fatalf("%s: decoding its protobuf: %v", path, err)
+		}
+		return obj
+	}
+	folderPath := "/apis/resourcemanager.miloapis.com/v1alpha1/folders"
+	if f, ok := get(folderPath + "/" + applied).(*resourcemanagerv1alpha1.Folder); !ok || f.Name != applied || f.Spec.ParentRef.Name != org || f.Spec.ParentRef.Kind != "Organization" {
+		t.Errorf("the folder in protobuf: %#v", f)
+	}
+	if l, ok := get(folderPath).(*resourcemanagerv1alpha1.FolderList); !ok || len(l.Items) < 3 {
+		t.Errorf("the folders in protobuf: %T", l)
+	}
+	md, err := metadata.NewForConfigOrDie(m.restConfig(t)).Resource(foldersGVR).Get(ctx, applied, metav1.GetOptions{})
+	if err != nil || md.Name != applied || md.UID != got.GetUID() {
+		t.Errorf("the folder's metadata: %v, %v", md, err)
 	}
 }
 

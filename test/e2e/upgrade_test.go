@@ -231,6 +231,17 @@ func TestDataDirectoryWithQuotaCRDs(t *testing.T) {
 	if rt, _, _ := unstructured.NestedString(reg.Object, "spec", "resourceType"); rt != "e2e.example/widgets" {
 		t.Fatalf("old registration read as %v", reg.Object)
 	}
+	// Stored as JSON, it is written in protobuf at its next write, and read so.
+	reg.SetLabels(map[string]string{"rewritten": "yes"})
+	if _, err := admin.Resource(registrationsGVR).Update(ctx, reg, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("updating the old registration: %v", err)
+	}
+	if reg, err = admin.Resource(registrationsGVR).Get(ctx, "stored-widgets", metav1.GetOptions{}); err != nil || reg.GetLabels()["rewritten"] != "yes" {
+		t.Fatalf("the old registration after its update: %v, %v", reg, err)
+	}
+	if rt, _, _ := unstructured.NestedString(reg.Object, "spec", "resourceType"); rt != "e2e.example/widgets" {
+		t.Fatalf("the old registration after its update read as %v", reg.Object)
+	}
 	if _, err := admin.Resource(grantsGVR).Namespace(ns).Get(ctx, "namespaces", metav1.GetOptions{}); err != nil {
 		t.Fatalf("old grant: %v", err)
 	}

@@ -29,7 +29,6 @@ func (p StorageProvider) GroupName() string { return p.Group.Version.Group }
 func (p StorageProvider) NewRESTStorage(resources serverstorage.APIResourceConfigSource, optsGetter generic.RESTOptionsGetter) (genericapiserver.APIGroupInfo, error) {
 	g := p.Group
 	info := genericapiserver.NewDefaultAPIGroupInfo(g.Version.Group, legacyscheme.Scheme, legacyscheme.ParameterCodec, legacyscheme.Codecs)
-	info.NegotiatedSerializer = withoutProtobuf{legacyscheme.Codecs}
 	storage := map[string]rest.Storage{}
 	for _, k := range g.Kinds {
 		if !resources.ResourceEnabled(g.Version.WithResource(k.Resource)) {
@@ -51,19 +50,4 @@ func (p StorageProvider) NewRESTStorage(resources serverstorage.APIResourceConfi
 		info.VersionedResourcesStorageMap[g.Version.Version] = storage
 	}
 	return info, nil
-}
-
-// withoutProtobuf offers every encoding but protobuf, which the groups' types
-// do not have: a client asking for protobuf first is answered in the JSON it
-// also accepts, as for a custom resource.
-type withoutProtobuf struct{ runtime.NegotiatedSerializer }
-
-func (w withoutProtobuf) SupportedMediaTypes() []runtime.SerializerInfo {
-	var out []runtime.SerializerInfo
-	for _, s := range w.NegotiatedSerializer.SupportedMediaTypes() {
-		if s.MediaType != runtime.ContentTypeProtobuf {
-			out = append(out, s)
-		}
-	}
-	return out
 }

@@ -70,7 +70,8 @@ func UpgradeLayout(ctx context.Context, keys keyranges.Store, storagePrefix stri
 }
 
 // keepNameAsID records on one stored Project that its storage id is its name.
-// Projects are custom resources, stored as JSON.
+// A data directory of the layout before storage ids was written while
+// Projects were custom resources: they are stored as JSON.
 func keepNameAsID(ctx context.Context, keys keyranges.Store, key string, value []byte, revision int64) (bool, error) {
 	for {
 		var obj map[string]any

@@ -50,10 +50,10 @@ type ConsumerType struct {
 	// APIGroup of the consumer kind.
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
-	APIGroup string `json:"apiGroup"`
+	APIGroup string `json:"apiGroup" protobuf:"bytes,1,opt,name=apiGroup"`
 	// Kind of the consumer.
 	// +kubebuilder:validation:Required
-	Kind string `json:"kind"`
+	Kind string `json:"kind" protobuf:"bytes,2,opt,name=kind"`
 }
 
 // ClaimingResource is a kind whose objects may claim a registered resource.
@@ -61,64 +61,64 @@ type ClaimingResource struct {
 	// APIGroup of the kind; empty for the core group.
 	// +kubebuilder:validation:Pattern=`^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	// +optional
-	APIGroup string `json:"apiGroup,omitempty"`
+	APIGroup string `json:"apiGroup,omitempty" protobuf:"bytes,1,opt,name=apiGroup"`
 	// Kind of the claiming objects.
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	Kind string `json:"kind"`
+	Kind string `json:"kind" protobuf:"bytes,2,opt,name=kind"`
 }
 
 // ResourceRegistrationSpec says what is measured, in which unit, charged to whom.
 type ResourceRegistrationSpec struct {
 	// ConsumerType receives grants and is charged by claims. Immutable.
 	// +kubebuilder:validation:Required
-	ConsumerType ConsumerType `json:"consumerType"`
+	ConsumerType ConsumerType `json:"consumerType" protobuf:"bytes,1,opt,name=consumerType"`
 	// Type is Entity, Allocation or Feature. Immutable.
 	// +kubebuilder:validation:Enum=Entity;Allocation;Feature
 	// +kubebuilder:validation:Required
-	Type string `json:"type"`
+	Type string `json:"type" protobuf:"bytes,2,opt,name=type"`
 	// ResourceType names the measured resource, e.g.
 	// "resourcemanager.miloapis.com/projects". Immutable.
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	ResourceType string `json:"resourceType"`
+	ResourceType string `json:"resourceType" protobuf:"bytes,3,opt,name=resourceType"`
 	// Description for people.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=500
 	// +optional
-	Description string `json:"description,omitempty"`
+	Description string `json:"description,omitempty" protobuf:"bytes,4,opt,name=description"`
 	// BaseUnit is the unit amounts are counted in ("project", "byte").
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=50
-	BaseUnit string `json:"baseUnit"`
+	BaseUnit string `json:"baseUnit" protobuf:"bytes,5,opt,name=baseUnit"`
 	// DisplayUnit is the unit shown to people ("GiB").
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=50
-	DisplayUnit string `json:"displayUnit"`
+	DisplayUnit string `json:"displayUnit" protobuf:"bytes,6,opt,name=displayUnit"`
 	// UnitConversionFactor: display value = base value / factor.
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:Minimum=1
-	UnitConversionFactor int64 `json:"unitConversionFactor"`
+	UnitConversionFactor int64 `json:"unitConversionFactor" protobuf:"varint,7,opt,name=unitConversionFactor"`
 	// ClaimingResources are the kinds whose objects may claim this resource.
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=20
-	ClaimingResources []ClaimingResource `json:"claimingResources"`
+	ClaimingResources []ClaimingResource `json:"claimingResources" protobuf:"bytes,8,rep,name=claimingResources"`
 }
 
 // ResourceRegistrationStatus says whether the registration is in effect.
 type ResourceRegistrationStatus struct {
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// Conditions: Active.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,2,rep,name=conditions"`
 }
 
 // ResourceRegistration makes a resource quota-able: grants allow it to
@@ -139,46 +139,46 @@ type ResourceRegistrationStatus struct {
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec) || self.spec.type == oldSelf.spec.type",message="spec.type is immutable"
 type ResourceRegistration struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 	// +kubebuilder:validation:Required
-	Spec   ResourceRegistrationSpec   `json:"spec"`
-	Status ResourceRegistrationStatus `json:"status,omitempty"`
+	Spec   ResourceRegistrationSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status ResourceRegistrationStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // ResourceRegistrationList is a list of ResourceRegistrations.
 // +kubebuilder:object:root=true
 type ResourceRegistrationList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []ResourceRegistration `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []ResourceRegistration `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // ConsumerRef names one consumer.
 type ConsumerRef struct {
 	// APIGroup of the consumer; resourcemanager.miloapis.com in Milo.
 	// +optional
-	APIGroup string `json:"apiGroup,omitempty"`
+	APIGroup string `json:"apiGroup,omitempty" protobuf:"bytes,1,opt,name=apiGroup"`
 	// Kind of the consumer: Organization or Project.
 	// +kubebuilder:validation:Required
-	Kind string `json:"kind"`
+	Kind string `json:"kind" protobuf:"bytes,2,opt,name=kind"`
 	// Name of the consumer.
 	// +kubebuilder:validation:Required
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,3,opt,name=name"`
 	// Namespace of a namespaced consumer; empty for Organizations and Projects.
 	// +optional
-	Namespace string `json:"namespace,omitempty"`
+	Namespace string `json:"namespace,omitempty" protobuf:"bytes,4,opt,name=namespace"`
 }
 
 // UnversionedObjectReference names an object by group, kind, namespace and name.
 type UnversionedObjectReference struct {
 	// +optional
-	APIGroup string `json:"apiGroup,omitempty"`
+	APIGroup string `json:"apiGroup,omitempty" protobuf:"bytes,1,opt,name=apiGroup"`
 	// +kubebuilder:validation:Required
-	Kind string `json:"kind"`
+	Kind string `json:"kind" protobuf:"bytes,2,opt,name=kind"`
 	// +kubebuilder:validation:Required
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,3,opt,name=name"`
 	// +optional
-	Namespace string `json:"namespace,omitempty"`
+	Namespace string `json:"namespace,omitempty" protobuf:"bytes,4,opt,name=namespace"`
 }
 
 // Bucket is one amount of an allowance.
@@ -186,39 +186,39 @@ type Bucket struct {
 	// Amount in the registration's base unit.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Required
-	Amount int64 `json:"amount"`
+	Amount int64 `json:"amount" protobuf:"varint,1,opt,name=amount"`
 }
 
 // Allowance is what a grant allows of one resource type: the sum of its buckets.
 type Allowance struct {
 	// ResourceType of a registration.
 	// +kubebuilder:validation:Required
-	ResourceType string `json:"resourceType"`
+	ResourceType string `json:"resourceType" protobuf:"bytes,1,opt,name=resourceType"`
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinItems=1
-	Buckets []Bucket `json:"buckets"`
+	Buckets []Bucket `json:"buckets" protobuf:"bytes,2,rep,name=buckets"`
 }
 
 // ResourceGrantSpec allows a consumer amounts of resource types.
 type ResourceGrantSpec struct {
 	// ConsumerRef receives the allowances.
 	// +kubebuilder:validation:Required
-	ConsumerRef ConsumerRef `json:"consumerRef"`
+	ConsumerRef ConsumerRef `json:"consumerRef" protobuf:"bytes,1,opt,name=consumerRef"`
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=20
-	Allowances []Allowance `json:"allowances"`
+	Allowances []Allowance `json:"allowances" protobuf:"bytes,2,rep,name=allowances"`
 }
 
 // ResourceGrantStatus says whether the grant counts.
 type ResourceGrantStatus struct {
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// Conditions: Active.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,2,rep,name=conditions"`
 }
 
 // ResourceGrant allows a consumer amounts of registered resources. Grants of
@@ -237,82 +237,82 @@ type ResourceGrantStatus struct {
 // +kubebuilder:selectablefield:JSONPath=`.spec.consumerRef.name`
 type ResourceGrant struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 	// +kubebuilder:validation:Required
-	Spec   ResourceGrantSpec   `json:"spec"`
-	Status ResourceGrantStatus `json:"status,omitempty"`
+	Spec   ResourceGrantSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status ResourceGrantStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // ResourceGrantList is a list of ResourceGrants.
 // +kubebuilder:object:root=true
 type ResourceGrantList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []ResourceGrant `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []ResourceGrant `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // ResourceRequest is an amount of one resource type.
 type ResourceRequest struct {
 	// +kubebuilder:validation:Required
-	ResourceType string `json:"resourceType"`
+	ResourceType string `json:"resourceType" protobuf:"bytes,1,opt,name=resourceType"`
 	// Amount in the registration's base unit.
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Required
-	Amount int64 `json:"amount"`
+	Amount int64 `json:"amount" protobuf:"varint,2,opt,name=amount"`
 }
 
 // ResourceClaimSpec is what one object uses of its consumer's allowances.
 type ResourceClaimSpec struct {
 	// ConsumerRef is charged.
 	// +optional
-	ConsumerRef ConsumerRef `json:"consumerRef,omitempty"`
+	ConsumerRef ConsumerRef `json:"consumerRef,omitempty" protobuf:"bytes,1,opt,name=consumerRef"`
 	// Requests are granted all together or not at all.
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=20
 	// +listType=map
 	// +listMapKey=resourceType
-	Requests []ResourceRequest `json:"requests"`
+	Requests []ResourceRequest `json:"requests" protobuf:"bytes,2,rep,name=requests"`
 	// ResourceRef is the object the claim is for.
 	// +optional
-	ResourceRef *UnversionedObjectReference `json:"resourceRef,omitempty"`
+	ResourceRef *UnversionedObjectReference `json:"resourceRef,omitempty" protobuf:"bytes,3,opt,name=resourceRef"`
 }
 
 // ResourceClaimAllocationStatus is the outcome of one request.
 type ResourceClaimAllocationStatus struct {
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinLength=1
-	ResourceType string `json:"resourceType"`
+	ResourceType string `json:"resourceType" protobuf:"bytes,1,opt,name=resourceType"`
 	// +kubebuilder:validation:Enum=Granted;Denied;Pending
 	// +kubebuilder:validation:Required
-	Status string `json:"status"`
+	Status string `json:"status" protobuf:"bytes,2,opt,name=status"`
 	// +optional
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty" protobuf:"bytes,3,opt,name=reason"`
 	// +optional
-	Message string `json:"message,omitempty"`
+	Message string `json:"message,omitempty" protobuf:"bytes,4,opt,name=message"`
 	// +kubebuilder:validation:Minimum=0
 	// +optional
-	AllocatedAmount int64 `json:"allocatedAmount,omitempty"`
+	AllocatedAmount int64 `json:"allocatedAmount,omitempty" protobuf:"varint,5,opt,name=allocatedAmount"`
 	// AllocatingBucket is the name of the bucket charged.
 	// +optional
-	AllocatingBucket string `json:"allocatingBucket,omitempty"`
+	AllocatingBucket string `json:"allocatingBucket,omitempty" protobuf:"bytes,6,opt,name=allocatingBucket"`
 	// +kubebuilder:validation:Required
-	LastTransitionTime metav1.Time `json:"lastTransitionTime"`
+	LastTransitionTime metav1.Time `json:"lastTransitionTime" protobuf:"bytes,7,opt,name=lastTransitionTime"`
 }
 
 // ResourceClaimStatus says whether the claim was granted.
 type ResourceClaimStatus struct {
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// +listType=map
 	// +listMapKey=resourceType
 	// +optional
-	Allocations []ResourceClaimAllocationStatus `json:"allocations,omitempty"`
+	Allocations []ResourceClaimAllocationStatus `json:"allocations,omitempty" protobuf:"bytes,2,rep,name=allocations"`
 	// Conditions: Granted.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,3,rep,name=conditions"`
 }
 
 // ResourceClaim is what one object uses of its consumer's allowances. The
@@ -337,62 +337,62 @@ type ResourceClaimStatus struct {
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec) || self.spec == oldSelf.spec",message="spec is immutable"
 type ResourceClaim struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 	// +kubebuilder:validation:Required
-	Spec   ResourceClaimSpec   `json:"spec"`
-	Status ResourceClaimStatus `json:"status,omitempty"`
+	Spec   ResourceClaimSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status ResourceClaimStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // ResourceClaimList is a list of ResourceClaims.
 // +kubebuilder:object:root=true
 type ResourceClaimList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []ResourceClaim `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []ResourceClaim `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // ContributingGrantRef is a grant that adds to a bucket's limit.
 type ContributingGrantRef struct {
 	// +kubebuilder:validation:Required
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 	// +kubebuilder:validation:Required
-	LastObservedGeneration int64 `json:"lastObservedGeneration"`
+	LastObservedGeneration int64 `json:"lastObservedGeneration" protobuf:"varint,2,opt,name=lastObservedGeneration"`
 	// +kubebuilder:validation:Minimum=0
 	// +kubebuilder:validation:Required
-	Amount int64 `json:"amount"`
+	Amount int64 `json:"amount" protobuf:"varint,3,opt,name=amount"`
 }
 
 // AllowanceBucketSpec names the consumer and resource type a bucket totals.
 type AllowanceBucketSpec struct {
 	// +kubebuilder:validation:Required
-	ConsumerRef ConsumerRef `json:"consumerRef"`
+	ConsumerRef ConsumerRef `json:"consumerRef" protobuf:"bytes,1,opt,name=consumerRef"`
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
-	ResourceType string `json:"resourceType"`
+	ResourceType string `json:"resourceType" protobuf:"bytes,2,opt,name=resourceType"`
 }
 
 // AllowanceBucketStatus is the consumer's limit and use of the resource type.
 type AllowanceBucketStatus struct {
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// Limit is the sum of the consumer's active grants.
 	// +kubebuilder:validation:Minimum=0
-	Limit int64 `json:"limit"`
+	Limit int64 `json:"limit" protobuf:"varint,2,opt,name=limit"`
 	// Allocated is the sum of the consumer's granted claims.
 	// +kubebuilder:validation:Minimum=0
-	Allocated int64 `json:"allocated"`
+	Allocated int64 `json:"allocated" protobuf:"varint,3,opt,name=allocated"`
 	// Available is Limit - Allocated, never below 0.
 	// +kubebuilder:validation:Minimum=0
-	Available int64 `json:"available"`
+	Available int64 `json:"available" protobuf:"varint,4,opt,name=available"`
 	// +kubebuilder:validation:Minimum=0
-	ClaimCount int32 `json:"claimCount"`
+	ClaimCount int32 `json:"claimCount" protobuf:"varint,5,opt,name=claimCount"`
 	// +kubebuilder:validation:Minimum=0
-	GrantCount int32 `json:"grantCount"`
+	GrantCount int32 `json:"grantCount" protobuf:"varint,6,opt,name=grantCount"`
 	// +optional
-	ContributingGrantRefs []ContributingGrantRef `json:"contributingGrantRefs,omitempty"`
+	ContributingGrantRefs []ContributingGrantRef `json:"contributingGrantRefs,omitempty" protobuf:"bytes,7,rep,name=contributingGrantRefs"`
 	// +optional
-	LastReconciliation *metav1.Time `json:"lastReconciliation,omitempty"`
+	LastReconciliation *metav1.Time `json:"lastReconciliation,omitempty" protobuf:"bytes,8,opt,name=lastReconciliation"`
 }
 
 // AllowanceBucket is one consumer's limit and use of one resource type,
@@ -414,18 +414,18 @@ type AllowanceBucketStatus struct {
 // +kubebuilder:selectablefield:JSONPath=`.spec.resourceType`
 type AllowanceBucket struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 	// +kubebuilder:validation:Required
-	Spec   AllowanceBucketSpec   `json:"spec"`
-	Status AllowanceBucketStatus `json:"status,omitempty"`
+	Spec   AllowanceBucketSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status AllowanceBucketStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // AllowanceBucketList is a list of AllowanceBuckets.
 // +kubebuilder:object:root=true
 type AllowanceBucketList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []AllowanceBucket `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []AllowanceBucket `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // ConditionExpression is a CEL expression that must be true.
@@ -434,28 +434,28 @@ type ConditionExpression struct {
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=1024
-	Expression string `json:"expression"`
+	Expression string `json:"expression" protobuf:"bytes,1,opt,name=expression"`
 	// Message for people.
 	// +kubebuilder:validation:MaxLength=256
 	// +optional
-	Message string `json:"message,omitempty"`
+	Message string `json:"message,omitempty" protobuf:"bytes,2,opt,name=message"`
 }
 
 // ObjectMetaTemplate is the metadata of a created object; string values may
 // hold CEL expressions in {{ }}.
 type ObjectMetaTemplate struct {
 	// +optional
-	Name string `json:"name,omitempty"`
+	Name string `json:"name,omitempty" protobuf:"bytes,1,opt,name=name"`
 	// +optional
-	GenerateName string `json:"generateName,omitempty"`
+	GenerateName string `json:"generateName,omitempty" protobuf:"bytes,2,opt,name=generateName"`
 	// +optional
-	Namespace string `json:"namespace,omitempty"`
+	Namespace string `json:"namespace,omitempty" protobuf:"bytes,3,opt,name=namespace"`
 	// Labels, literal.
 	// +optional
-	Labels map[string]string `json:"labels,omitempty"`
+	Labels map[string]string `json:"labels,omitempty" protobuf:"bytes,4,rep,name=labels"`
 	// Annotations; values may hold {{ }} expressions.
 	// +optional
-	Annotations map[string]string `json:"annotations,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty" protobuf:"bytes,5,rep,name=annotations"`
 }
 
 // ClaimTriggerResource is the kind whose creation triggers a claim.
@@ -463,58 +463,58 @@ type ClaimTriggerResource struct {
 	// APIVersion, "group/version" or "v1".
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:Pattern=`^(v[0-9]+((alpha|beta)[0-9]*)?|[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/v[0-9]+((alpha|beta)[0-9]*)?)$`
-	APIVersion string `json:"apiVersion"`
+	APIVersion string `json:"apiVersion" protobuf:"bytes,1,opt,name=apiVersion"`
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinLength=1
-	Kind string `json:"kind"`
+	Kind string `json:"kind" protobuf:"bytes,2,opt,name=kind"`
 }
 
 // ClaimTriggerSpec is the kind and the conditions that trigger a claim.
 type ClaimTriggerSpec struct {
 	// +kubebuilder:validation:Required
-	Resource ClaimTriggerResource `json:"resource"`
+	Resource ClaimTriggerResource `json:"resource" protobuf:"bytes,1,opt,name=resource"`
 	// Constraints must all be true.
 	// +kubebuilder:validation:MaxItems=10
 	// +optional
-	Constraints []ConditionExpression `json:"constraints,omitempty"`
+	Constraints []ConditionExpression `json:"constraints,omitempty" protobuf:"bytes,2,rep,name=constraints"`
 }
 
 // ResourceClaimTemplate is the claim a policy creates.
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.resourceRef)",message="resourceRef field is automatically populated and cannot be set in template"
 type ResourceClaimTemplate struct {
 	// +kubebuilder:validation:Required
-	Metadata ObjectMetaTemplate `json:"metadata"`
+	Metadata ObjectMetaTemplate `json:"metadata" protobuf:"bytes,1,opt,name=metadata"`
 	// +kubebuilder:validation:Required
-	Spec ResourceClaimSpec `json:"spec"`
+	Spec ResourceClaimSpec `json:"spec" protobuf:"bytes,2,opt,name=spec"`
 }
 
 // ClaimTargetSpec is what a policy creates.
 type ClaimTargetSpec struct {
 	// +kubebuilder:validation:Required
-	ResourceClaimTemplate ResourceClaimTemplate `json:"resourceClaimTemplate"`
+	ResourceClaimTemplate ResourceClaimTemplate `json:"resourceClaimTemplate" protobuf:"bytes,1,opt,name=resourceClaimTemplate"`
 }
 
 // ClaimCreationPolicySpec: which creations claim what.
 type ClaimCreationPolicySpec struct {
 	// +kubebuilder:validation:Required
-	Trigger ClaimTriggerSpec `json:"trigger"`
+	Trigger ClaimTriggerSpec `json:"trigger" protobuf:"bytes,1,opt,name=trigger"`
 	// +kubebuilder:validation:Required
-	Target ClaimTargetSpec `json:"target"`
+	Target ClaimTargetSpec `json:"target" protobuf:"bytes,2,opt,name=target"`
 	// Disabled policies create no claims.
 	// +kubebuilder:default=false
 	// +optional
-	Disabled *bool `json:"disabled,omitempty"`
+	Disabled *bool `json:"disabled,omitempty" protobuf:"varint,3,opt,name=disabled"`
 }
 
 // ClaimCreationPolicyStatus says whether the policy is applied.
 type ClaimCreationPolicyStatus struct {
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// Conditions: Ready.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,2,rep,name=conditions"`
 }
 
 // ClaimCreationPolicy makes the creation of matching objects claim quota, at
@@ -531,39 +531,39 @@ type ClaimCreationPolicyStatus struct {
 // +kubebuilder:selectablefield:JSONPath=`.spec.trigger.resource.apiVersion`
 type ClaimCreationPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 	// +kubebuilder:validation:Required
-	Spec   ClaimCreationPolicySpec   `json:"spec"`
-	Status ClaimCreationPolicyStatus `json:"status,omitempty"`
+	Spec   ClaimCreationPolicySpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status ClaimCreationPolicyStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // ClaimCreationPolicyList is a list of ClaimCreationPolicies.
 // +kubebuilder:object:root=true
 type ClaimCreationPolicyList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []ClaimCreationPolicy `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []ClaimCreationPolicy `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // GrantTriggerResource is the kind whose objects get grants.
 type GrantTriggerResource struct {
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*\/)?v[0-9]+((alpha|beta)[0-9]*)?$`
-	APIVersion string `json:"apiVersion"`
+	APIVersion string `json:"apiVersion" protobuf:"bytes,1,opt,name=apiVersion"`
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +kubebuilder:validation:Pattern=`^[A-Z][a-zA-Z0-9]*$`
-	Kind string `json:"kind"`
+	Kind string `json:"kind" protobuf:"bytes,2,opt,name=kind"`
 }
 
 // GrantTriggerSpec is the kind and conditions that trigger a grant.
 type GrantTriggerSpec struct {
 	// +kubebuilder:validation:Required
-	Resource GrantTriggerResource `json:"resource"`
+	Resource GrantTriggerResource `json:"resource" protobuf:"bytes,1,opt,name=resource"`
 	// +kubebuilder:validation:MaxItems=10
 	// +optional
-	Constraints []ConditionExpression `json:"constraints,omitempty"`
+	Constraints []ConditionExpression `json:"constraints,omitempty" protobuf:"bytes,2,rep,name=constraints"`
 }
 
 // GrantParentContextSpec would place grants in another control plane;
@@ -571,53 +571,53 @@ type GrantTriggerSpec struct {
 type GrantParentContextSpec struct {
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MaxLength=253
-	APIGroup string `json:"apiGroup"`
+	APIGroup string `json:"apiGroup" protobuf:"bytes,1,opt,name=apiGroup"`
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
-	Kind string `json:"kind"`
+	Kind string `json:"kind" protobuf:"bytes,2,opt,name=kind"`
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
-	NameExpression string `json:"nameExpression"`
+	NameExpression string `json:"nameExpression" protobuf:"bytes,3,opt,name=nameExpression"`
 }
 
 // ResourceGrantTemplate is the grant a policy creates.
 type ResourceGrantTemplate struct {
 	// +kubebuilder:validation:Required
-	Metadata ObjectMetaTemplate `json:"metadata"`
+	Metadata ObjectMetaTemplate `json:"metadata" protobuf:"bytes,1,opt,name=metadata"`
 	// +kubebuilder:validation:Required
-	Spec ResourceGrantSpec `json:"spec"`
+	Spec ResourceGrantSpec `json:"spec" protobuf:"bytes,2,opt,name=spec"`
 }
 
 // GrantTargetSpec is what a grant policy creates.
 type GrantTargetSpec struct {
 	// +optional
-	ParentContext *GrantParentContextSpec `json:"parentContext,omitempty"`
+	ParentContext *GrantParentContextSpec `json:"parentContext,omitempty" protobuf:"bytes,1,opt,name=parentContext"`
 	// +kubebuilder:validation:Required
-	ResourceGrantTemplate ResourceGrantTemplate `json:"resourceGrantTemplate"`
+	ResourceGrantTemplate ResourceGrantTemplate `json:"resourceGrantTemplate" protobuf:"bytes,2,opt,name=resourceGrantTemplate"`
 }
 
 // GrantCreationPolicySpec: which consumers get which grants.
 type GrantCreationPolicySpec struct {
 	// +kubebuilder:validation:Required
-	Trigger GrantTriggerSpec `json:"trigger"`
+	Trigger GrantTriggerSpec `json:"trigger" protobuf:"bytes,1,opt,name=trigger"`
 	// +kubebuilder:validation:Required
-	Target GrantTargetSpec `json:"target"`
+	Target GrantTargetSpec `json:"target" protobuf:"bytes,2,opt,name=target"`
 	// +kubebuilder:default=false
 	// +optional
-	Disabled *bool `json:"disabled,omitempty"`
+	Disabled *bool `json:"disabled,omitempty" protobuf:"varint,3,opt,name=disabled"`
 }
 
 // GrantCreationPolicyStatus says whether the policy is applied.
 type GrantCreationPolicyStatus struct {
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// Conditions: Ready.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,2,rep,name=conditions"`
 }
 
 // GrantCreationPolicy gives consumers a grant when they are created (and,
@@ -634,16 +634,16 @@ type GrantCreationPolicyStatus struct {
 // +kubebuilder:selectablefield:JSONPath=`.spec.trigger.resource.apiVersion`
 type GrantCreationPolicy struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 	// +kubebuilder:validation:Required
-	Spec   GrantCreationPolicySpec   `json:"spec"`
-	Status GrantCreationPolicyStatus `json:"status,omitempty"`
+	Spec   GrantCreationPolicySpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status GrantCreationPolicyStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // GrantCreationPolicyList is a list of GrantCreationPolicies.
 // +kubebuilder:object:root=true
 type GrantCreationPolicyList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []GrantCreationPolicy `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []GrantCreationPolicy `json:"items" protobuf:"bytes,2,rep,name=items"`
 }

@@ -43,32 +43,32 @@ const (
 // ProjectReference names a Project.
 type ProjectReference struct {
 	// +kubebuilder:validation:Required
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 }
 
 // ProjectSuspensionSpec is which project is suspended, why and by whom.
 type ProjectSuspensionSpec struct {
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="projectRef is immutable"
-	ProjectRef ProjectReference `json:"projectRef"`
+	ProjectRef ProjectReference `json:"projectRef" protobuf:"bytes,1,opt,name=projectRef"`
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="reason is immutable"
-	Reason ProjectSuspensionReason `json:"reason"`
+	Reason ProjectSuspensionReason `json:"reason" protobuf:"bytes,2,opt,name=reason,casttype=ProjectSuspensionReason"`
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="reinstateAuthority is immutable"
-	ReinstateAuthority ProjectSuspensionReinstateAuthority `json:"reinstateAuthority"`
+	ReinstateAuthority ProjectSuspensionReinstateAuthority `json:"reinstateAuthority" protobuf:"bytes,3,opt,name=reinstateAuthority,casttype=ProjectSuspensionReinstateAuthority"`
 	// RequestedBy names the operator or system that asked for it.
 	// +kubebuilder:validation:Required
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="requestedBy is immutable"
-	RequestedBy string `json:"requestedBy"`
+	RequestedBy string `json:"requestedBy" protobuf:"bytes,4,opt,name=requestedBy"`
 	// +optional
-	Description string `json:"description,omitempty"`
+	Description string `json:"description,omitempty" protobuf:"bytes,5,opt,name=description"`
 }
 
 // ProjectSuspensionStatus is whether the suspension is in effect.
 type ProjectSuspensionStatus struct {
 	// +optional
-	Phase ProjectSuspensionPhase `json:"phase,omitempty"`
+	Phase ProjectSuspensionPhase `json:"phase,omitempty" protobuf:"bytes,1,opt,name=phase,casttype=ProjectSuspensionPhase"`
 }
 
 // ProjectSuspension suspends a project: while it exists, the project's
@@ -84,16 +84,16 @@ type ProjectSuspensionStatus struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ProjectSuspension struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 	// +kubebuilder:validation:Required
-	Spec   ProjectSuspensionSpec   `json:"spec"`
-	Status ProjectSuspensionStatus `json:"status,omitempty"`
+	Spec   ProjectSuspensionSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status ProjectSuspensionStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // ProjectSuspensionList is a list of ProjectSuspensions.
 // +kubebuilder:object:root=true
 type ProjectSuspensionList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []ProjectSuspension `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []ProjectSuspension `json:"items" protobuf:"bytes,2,rep,name=items"`
 }

@@ -44,13 +44,13 @@ const (
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="organization names are DNS labels: lower-case letters, digits and '-', starting and ending with a letter or digit"
 type Organization struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// +kubebuilder:default={}
 	// +default={}
 	// +optional
-	Spec   OrganizationSpec   `json:"spec,omitempty"`
-	Status OrganizationStatus `json:"status,omitempty"`
+	Spec   OrganizationSpec   `json:"spec,omitempty" protobuf:"bytes,2,opt,name=spec"`
+	Status OrganizationStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // OrganizationSpec is what the owner of an Organization chooses.
@@ -60,28 +60,28 @@ type OrganizationSpec struct {
 	// +default="Standard"
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="type is immutable"
 	// +optional
-	Type OrganizationType `json:"type,omitempty"`
+	Type OrganizationType `json:"type,omitempty" protobuf:"bytes,1,opt,name=type,casttype=OrganizationType"`
 }
 
 // OrganizationStatus is what the server observed about an Organization.
 type OrganizationStatus struct {
 	// ObservedGeneration is the generation the conditions describe.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// Conditions: Ready is true once the organization's namespace exists;
 	// ResourceCleanup, while it is being deleted, says what the deletion waits for.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,2,rep,name=conditions"`
 }
 
 // OrganizationList is a list of Organizations.
 // +kubebuilder:object:root=true
 type OrganizationList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Organization `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []Organization `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // ParentKind is the kind of the object a Folder or Project hangs under.
@@ -100,12 +100,12 @@ const (
 type ParentReference struct {
 	// Kind is Organization or Folder.
 	// +required
-	Kind ParentKind `json:"kind"`
+	Kind ParentKind `json:"kind" protobuf:"bytes,1,opt,name=kind,casttype=ParentKind"`
 	// Name of the Organization or Folder.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=63
 	// +required
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,2,opt,name=name"`
 }
 
 // Folder groups Projects and other Folders inside one Organization. Access granted
@@ -122,10 +122,10 @@ type ParentReference struct {
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="folder names are DNS labels: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
 type Folder struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Spec   FolderSpec   `json:"spec"`
-	Status FolderStatus `json:"status,omitempty"`
+	Spec   FolderSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status FolderStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // FolderSpec places a Folder in the hierarchy.
@@ -133,28 +133,28 @@ type FolderSpec struct {
 	// ParentRef is the Organization or Folder this Folder lives in. It may change to
 	// another parent in the same Organization (a move); cycles are refused.
 	// +required
-	ParentRef ParentReference `json:"parentRef"`
+	ParentRef ParentReference `json:"parentRef" protobuf:"bytes,1,opt,name=parentRef"`
 }
 
 // FolderStatus is what the server observed about a Folder.
 type FolderStatus struct {
 	// ObservedGeneration is the generation the conditions describe.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// Conditions: Ready is true when the parent chain up to the Organization is valid;
 	// ResourceCleanup, while it is being deleted, says what the deletion waits for.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,2,rep,name=conditions"`
 }
 
 // FolderList is a list of Folders.
 // +kubebuilder:object:root=true
 type FolderList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Folder `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []Folder `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // Project is one isolated, Kubernetes-compatible control plane. Its contents are
@@ -171,63 +171,63 @@ type FolderList struct {
 // +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="project names are DNS labels: at most 63 lower-case letters, digits and '-', starting and ending with a letter or digit"
 type Project struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Spec   ProjectSpec   `json:"spec"`
-	Status ProjectStatus `json:"status,omitempty"`
+	Spec   ProjectSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status ProjectStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // ProjectSpec places a Project in the hierarchy.
 type ProjectSpec struct {
 	// OwnerRef is the Organization or Folder that owns this Project.
 	// +required
-	OwnerRef ParentReference `json:"ownerRef"`
+	OwnerRef ParentReference `json:"ownerRef" protobuf:"bytes,1,opt,name=ownerRef"`
 }
 
 // ProjectStatus is what the server observed about a Project.
 type ProjectStatus struct {
 	// ObservedGeneration is the generation the conditions describe.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// Conditions: Ready (the control plane is initialized) and, while the project is
 	// being deleted, ResourceCleanup with the progress of the cleanup.
 	// +listType=map
 	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,2,rep,name=conditions"`
 }
 
 // ProjectList is a list of Projects.
 // +kubebuilder:object:root=true
 type ProjectList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Project `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []Project `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // OrganizationReference names an Organization.
 type OrganizationReference struct {
 	// +kubebuilder:validation:MinLength=1
 	// +required
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 }
 
 // UserReference names a User.
 type UserReference struct {
 	// +kubebuilder:validation:MinLength=1
 	// +required
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 }
 
 // RoleReference names an iam.miloapis.com Role.
 type RoleReference struct {
 	// +kubebuilder:validation:MinLength=1
 	// +required
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 	// Namespace of the Role: milo-system for platform roles, organization-{org}
 	// for the organization's own roles. Empty means the membership's namespace.
 	// +optional
-	Namespace string `json:"namespace,omitempty"`
+	Namespace string `json:"namespace,omitempty" protobuf:"bytes,2,opt,name=namespace"`
 }
 
 // OrganizationMembership makes a User a member of an Organization with some roles.
@@ -242,10 +242,10 @@ type RoleReference struct {
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type OrganizationMembership struct {
 	metav1.TypeMeta   `json:",inline"`
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
-	Spec   OrganizationMembershipSpec   `json:"spec"`
-	Status OrganizationMembershipStatus `json:"status,omitempty"`
+	Spec   OrganizationMembershipSpec   `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	Status OrganizationMembershipStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // OrganizationMembershipSpec says who is a member of which Organization, with which roles.
@@ -253,52 +253,52 @@ type OrganizationMembershipSpec struct {
 	// OrganizationRef is the Organization; it cannot change.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="organizationRef is immutable"
 	// +required
-	OrganizationRef OrganizationReference `json:"organizationRef"`
+	OrganizationRef OrganizationReference `json:"organizationRef" protobuf:"bytes,1,opt,name=organizationRef"`
 	// UserRef is the member; it cannot change.
 	// +kubebuilder:validation:XValidation:rule="self == oldSelf",message="userRef is immutable"
 	// +required
-	UserRef UserReference `json:"userRef"`
+	UserRef UserReference `json:"userRef" protobuf:"bytes,2,opt,name=userRef"`
 	// Roles granted to the member on the Organization; each becomes a PolicyBinding.
 	// +listType=atomic
 	// +optional
-	Roles []RoleReference `json:"roles,omitempty"`
+	Roles []RoleReference `json:"roles,omitempty" protobuf:"bytes,3,rep,name=roles"`
 }
 
 // AppliedRole reports one role of a membership and the binding that grants it.
 type AppliedRole struct {
 	// Name and Namespace of the Role.
-	Name      string `json:"name"`
-	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name" protobuf:"bytes,1,opt,name=name"`
+	Namespace string `json:"namespace,omitempty" protobuf:"bytes,2,opt,name=namespace"`
 	// PolicyBindingName is the PolicyBinding created for this role, once it exists.
 	// +optional
-	PolicyBindingName string `json:"policyBindingName,omitempty"`
+	PolicyBindingName string `json:"policyBindingName,omitempty" protobuf:"bytes,3,opt,name=policyBindingName"`
 	// Status is Applied or Pending; Message explains Pending.
 	// +kubebuilder:validation:Enum=Applied;Pending
 	// +optional
-	Status string `json:"status,omitempty"`
+	Status string `json:"status,omitempty" protobuf:"bytes,4,opt,name=status"`
 	// +optional
-	Message string `json:"message,omitempty"`
+	Message string `json:"message,omitempty" protobuf:"bytes,5,opt,name=message"`
 }
 
 // OrganizationMembershipStatus is what the server observed about a membership.
 type OrganizationMembershipStatus struct {
 	// ObservedGeneration is the generation the status describes.
 	// +optional
-	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
 	// AppliedRoles lists each role and whether its PolicyBinding is in place.
 	// +listType=atomic
 	// +optional
-	AppliedRoles []AppliedRole `json:"appliedRoles,omitempty"`
+	AppliedRoles []AppliedRole `json:"appliedRoles,omitempty" protobuf:"bytes,2,rep,name=appliedRoles"`
 	// +listType=map
 	// +listMapKey=type
 	// +optional
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,3,rep,name=conditions"`
 }
 
 // OrganizationMembershipList is a list of OrganizationMemberships.
 // +kubebuilder:object:root=true
 type OrganizationMembershipList struct {
 	metav1.TypeMeta `json:",inline"`
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []OrganizationMembership `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []OrganizationMembership `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
