@@ -3,9 +3,9 @@
 # go-to-protobuf, as Kubernetes generates its own: generated.proto and
 # generated.pb.go beside each package's types, and the protobuf tag of each
 # field written into its types. It needs protoc (Debian: protobuf-compiler);
-# without it, it says so and changes nothing. The round-trip test of each
-# package (pkg/registry/typedgroup) checks the committed code against the
-# types whether or not protoc is here.
+# without it, it says so and changes nothing. The round-trip test of the
+# types (pkg/apis/roundtrip_test.go) checks the committed code against them
+# whether or not protoc is here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -125,8 +125,8 @@ func controllerManagerConfig(path, kubeContext string) (*rest.Config, error) {
 	// them: a kubeconfig asks for JSON, which the controllers' informers
 	// decode several times slower, and which the server encodes once more
 	// for these watches where its other watchers share one protobuf
-	// encoding of each event. Kinds without protobuf (Milo's own, custom
-	// resources) are answered in JSON; request bodies stay JSON.
+	// encoding of each event. So are Milo's typed groups; custom resources,
+	// which have no protobuf, are answered in JSON. Request bodies stay JSON.
 	config.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	return config, nil
 }

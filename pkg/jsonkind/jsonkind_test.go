@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/runtime/serializer/json"
+	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
 
 	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 )
@@ -174,6 +175,35 @@ func TestCodecFactoryDecodesAsUpstream(t *testing.T) {
 	}
 }
 
+// TestUniversalDeserializerReadsJSONWithTheFactorysReader: a storage that
+// writes protobuf reads what was stored as JSON with the universal
+// deserializer, which must read JSON as the factory's JSON serializer does,
+// and protobuf too.
+func TestUniversalDeserializerReadsJSONWithTheFactorysReader(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := corev1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	universal := NewCodecFactory(scheme).UniversalDeserializer()
+	// Upstream's reader takes the last kind; MetaFactory the first.
+	repeated := []byte(`{"kind":"ConfigMap","apiVersion":"v1","metadata":{"name":"c"},"kind":"Secret"}`)
+	if obj, _, err := universal.Decode(repeated, nil, nil); err != nil {
+		t.Fatal(err)
+	} else if _, ok := obj.(*corev1.ConfigMap); !ok {
+		t.Errorf("JSON read into %T, not by MetaFactory", obj)
+	}
+	var stored bytes.Buffer
+	cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"}, ObjectMeta: metav1.ObjectMeta{Name: "p"}, Data: map[string]string{"k": "v"}}
+	if err := protobuf.NewSerializer(scheme, scheme).Encode(cm, &stored); err != nil {
+		t.Fatal(err)
+	}
+	if obj, _, err := universal.Decode(stored.Bytes(), nil, nil); err != nil {
+		t.Fatal(err)
+	} else if got, ok := obj.(*corev1.ConfigMap); !ok || got.Name != "p" || got.Data["k"] != "v" {
+		t.Errorf("protobuf read as %#v", obj)
+	}
+}
+
 // BenchmarkInterpret compares reading a stored Project's apiVersion and
 // kind with the default's.
 func BenchmarkInterpret(b *testing.B) {
@@ -195,7 +225,8 @@ func BenchmarkInterpret(b *testing.B) {
 }
 
 // BenchmarkDecodeProject decodes a stored Project with upstream's JSON
-// serializer and with this package's: the sniffing's share of a decoding.
+// serializer and with this package's (the sniffing's share of a decoding),
+// and the same Project stored in protobuf, as the server now writes it.
 func BenchmarkDecodeProject(b *testing.B) {
 	scheme := runtime.NewScheme()
 	if err := resourcemanagerv1alpha1.AddToScheme(scheme); err != nil {
@@ -209,14 +240,26 @@ func BenchmarkDecodeProject(b *testing.B) {
 		`"fieldsV1":{"f:spec":{"f:ownerRef":{"f:kind":{},"f:name":{}}}}}]},"spec":{"ownerRef":{"kind":"Organization","name":"bench"}},` +
 		`"status":{"conditions":[{"type":"Ready","status":"True","observedGeneration":1,"lastTransitionTime":"2026-11-28T18:00:24Z",` +
 		`"reason":"ControlPlaneReady","message":"the project's control plane is initialized with namespaces default, kube-system"}],"observedGeneration":1}}`)
+	decode := func(b *testing.B, s runtime.Serializer, doc []byte) {
+		for b.Loop() {
+			if _, _, err := s.Decode(doc, nil, nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
 	for name, ns := range map[string]runtime.NegotiatedSerializer{"default": serializer.NewCodecFactory(scheme), "jsonkind": NewCodecFactory(scheme)} {
 		info, _ := runtime.SerializerInfoForMediaType(ns.SupportedMediaTypes(), runtime.ContentTypeJSON)
-		b.Run(name, func(b *testing.B) {
-			for b.Loop() {
-				if _, _, err := info.Serializer.Decode(doc, nil, nil); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		b.Run(name, func(b *testing.B) { decode(b, info.Serializer, doc) })
 	}
+	info, _ := runtime.SerializerInfoForMediaType(serializer.NewCodecFactory(scheme).SupportedMediaTypes(), runtime.ContentTypeJSON)
+	project, _, err := info.Serializer.Decode(doc, nil, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pb := protobuf.NewSerializer(scheme, scheme)
+	var stored bytes.Buffer
+	if err := pb.Encode(project, &stored); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("protobuf", func(b *testing.B) { decode(b, pb, stored.Bytes()) })
 }

@@ -125,7 +125,8 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	// The kinds served from typed storage are stored under the keys they had
 	// as custom resources, written in protobuf (or JSON, as asked) and read in
 	// either. The kind of one stored as JSON is read from the first bytes
-	// Milo wrote, not by a scan of every object read.
+	// Milo wrote, not by a scan of every object read (jsonkind's
+	// UniversalDeserializer, the storage's reader of what it did not write).
 	typedCodecs := jsonkind.NewCodecFactory(legacyscheme.Scheme)
 	for _, gr := range registry.Resources() {
 		storageFactory.SetResourceEtcdPrefix(gr, typedgroup.KeyPrefix(gr))

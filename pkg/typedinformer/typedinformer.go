@@ -1,5 +1,6 @@
 // Package typedinformer makes shared informers that hold Milo's own kinds
-// as their Go types, read over JSON from the server's API.
+// as their Go types, read from the server's API (in protobuf) or, in the
+// server, from its storage in-process.
 //
 // Milo's kinds have no generated clientsets, and a dynamic informer holds
 // each object as an unstructured tree of maps: about three times the bytes

@@ -69,11 +69,20 @@ func UpgradeLayout(ctx context.Context, keys keyranges.Store, storagePrefix stri
 	return nil
 }
 
+// protobufPrefix starts every object the apiserver stores in protobuf.
+var protobufPrefix = []byte("k8s\x00")
+
 // keepNameAsID records on one stored Project that its storage id is its name.
 // A data directory of the layout before storage ids was written while
 // Projects were custom resources: they are stored as JSON.
 func keepNameAsID(ctx context.Context, keys keyranges.Store, key string, value []byte, revision int64) (bool, error) {
 	for {
+		if bytes.HasPrefix(value, protobufPrefix) {
+			// Written by a server of this layout (in protobuf), which
+			// gives every Project its storage id: another server ran
+			// the upgrade first and serves already.
+			return false, nil
+		}
 		var obj map[string]any
 		dec := json.NewDecoder(bytes.NewReader(value))
 		dec.UseNumber() // numbers come back exactly as they were
