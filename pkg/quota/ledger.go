@@ -66,6 +66,7 @@ type registration struct {
 
 type grant struct {
 	namespace, name string
+	uid             string
 	generation      int64
 	consumer        Consumer
 	allowances      map[string]int64 // by resource type
@@ -280,7 +281,7 @@ func Key(namespace, name string) string { return namespace + "/" + name }
 
 // SetGrant records g.
 func (l *Ledger) SetGrant(g *quotav1alpha1.ResourceGrant) {
-	ng := &grant{namespace: g.Namespace, name: g.Name, generation: g.Generation,
+	ng := &grant{namespace: g.Namespace, name: g.Name, uid: string(g.UID), generation: g.Generation,
 		consumer: Consumer{Kind: g.Spec.ConsumerRef.Kind, Name: g.Spec.ConsumerRef.Name}, allowances: map[string]int64{}}
 	for _, a := range g.Spec.Allowances {
 		for _, b := range a.Buckets {

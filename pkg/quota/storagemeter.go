@@ -3,6 +3,8 @@ package quota
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -40,6 +42,10 @@ type StorageMeter struct {
 	load   UsageLoader
 	// idOf returns a project's storage id, "" when the project is not known.
 	idOf func(name string) string
+	// count, when set, counts a project's objects into its usage tally
+	// (tenantstorage.CountUsage): its objects are then counted in storage,
+	// by the transactions of every replica (see CountInStorage).
+	count UsageCounter
 
 	mu       sync.RWMutex
 	projects map[string]*meteredProject // by project name
@@ -56,6 +62,16 @@ type meteredProject struct {
 	// storage and kept current since; set under writes held exclusively,
 	// cleared by anyone (an invalidation, bytes no longer metered).
 	objects, bytes atomic.Bool
+
+	// The project's usage tally, where objects are counted in storage.
+	tallyMu sync.Mutex
+	// epoch is the tally's epoch the server knows of ("": none), tally
+	// what it last knew the tally to hold.
+	epoch string
+	tally tenantstorage.Tally
+	// recount says the tally must be counted again before it is trusted:
+	// objects were removed behind the storage layer's back.
+	recount atomic.Bool
 }
 
 // NewStorageMeter returns a meter charging ledger; load reads a project's
@@ -67,6 +83,23 @@ func NewStorageMeter(ledger *Ledger, load UsageLoader, idOf func(name string) st
 }
 
 var _ tenantstorage.Meter = (*StorageMeter)(nil)
+
+// UsageCounter counts the objects of the project with storage id projectID
+// directly in storage and writes the count into the usage tally at key
+// (see tenantstorage.CountUsage), returning it as written.
+type UsageCounter func(ctx context.Context, projectID, key string) (tenantstorage.Tally, error)
+
+// CountInStorage makes the meter count each project's objects in storage
+// (on etcd), where every replica of the server moves the count in the
+// transactions that create and delete the objects, so that replicas
+// sharing the storage cannot together store more than a project's limit.
+// Without it each replica counts the writes it serves. Call it before the
+// meter is used.
+func (m *StorageMeter) CountInStorage(count UsageCounter) {
+	if m != nil {
+		m.count = count
+	}
+}
 
 // Begin implements tenantstorage.Meter.
 func (m *StorageMeter) Begin(ctx context.Context, t tenancy.Tenant, release bool) (tenantstorage.MeteredWrite, error) {
@@ -85,7 +118,13 @@ func (m *StorageMeter) Begin(ctx context.Context, t tenancy.Tenant, release bool
 	}
 	// A release charges only what was read from storage: what was not is
 	// read later, without the freed object.
-	return &meteredWrite{ledger: m.ledger, p: p, consumer: c, objects: p.objects.Load(), sizes: bytes && p.bytes.Load()}, nil
+	w := &meteredWrite{ctx: ctx, m: m, ledger: m.ledger, p: p, consumer: c, objects: p.objects.Load(), sizes: bytes && p.bytes.Load()}
+	if m.count != nil && objects {
+		// Every write moves the tally, a release too, whether or not this
+		// server has read it yet: the tally is every replica's.
+		w.epoch = m.ledger.objectsEpoch(c)
+	}
+	return w, nil
 }
 
 // Ensure reads the named project's usage from storage if it is metered
@@ -196,11 +235,14 @@ func (m *StorageMeter) Invalidate() {
 	for _, p := range m.projects {
 		p.objects.Store(false)
 		p.bytes.Store(false)
+		p.recount.Store(true)
 	}
 }
 
 // meteredWrite is one write of a metered project, holding its writes shared.
 type meteredWrite struct {
+	ctx      context.Context
+	m        *StorageMeter
 	ledger   *Ledger
 	p        *meteredProject
 	consumer Consumer
@@ -208,12 +250,17 @@ type meteredWrite struct {
 	objects, sizes bool
 	charged        Usage
 	ended          bool
+	// epoch is the usage tally's, when the project's objects are counted
+	// in storage: they are then charged through it, not by Charge.
+	epoch string
 }
+
+var _ tenantstorage.TalliedWrite = (*meteredWrite)(nil)
 
 func (w *meteredWrite) Sizes() bool { return w.sizes }
 
 func (w *meteredWrite) Charge(objects, bytes int64, refusable bool) error {
-	if !w.objects {
+	if !w.objects || w.epoch != "" {
 		objects = 0
 	}
 	if !w.sizes {
@@ -308,4 +355,116 @@ func (l *Ledger) addMeteredLocked(k BucketKey, delta int64) {
 		delete(counts, k.Consumer)
 	}
 	l.notify(k)
+}
+
+// ObjectsTally implements tenantstorage.TalliedWrite.
+func (w *meteredWrite) ObjectsTally() string {
+	if w.epoch == "" {
+		return ""
+	}
+	return tenantstorage.UsageTallyKey(w.p.id, w.epoch)
+}
+
+// Learn implements tenantstorage.TalliedWrite: what the tally holds,
+// kept when it is newer than what the server knew, becomes the project's
+// count of objects in its bucket.
+func (w *meteredWrite) Learn(now tenantstorage.Tally) {
+	p := w.p
+	p.tallyMu.Lock()
+	if p.epoch == w.epoch && now.Revision <= p.tally.Revision {
+		p.tallyMu.Unlock()
+		return
+	}
+	p.epoch, p.tally = w.epoch, now
+	p.tallyMu.Unlock()
+	w.ledger.setMeteredObjects(w.consumer, now.Value)
+}
+
+// Guard implements tenantstorage.TalliedWrite.
+func (w *meteredWrite) Guard(refusable bool) tenantstorage.TallyGuard {
+	return &usageGuard{w: w, refusable: refusable}
+}
+
+// usageGuard keeps a project's usage tally for one create of an object:
+// it expects the tally as the server last knew it, and when that fits the
+// limit the create is stored with the tally one more; otherwise, and when
+// the tally moved, it decides from what the tally holds.
+type usageGuard struct {
+	w         *meteredWrite
+	refusable bool
+	expected  tenantstorage.Tally
+}
+
+func (g *usageGuard) Expect() []tenantstorage.Tally {
+	w, p := g.w, g.w.p
+	p.tallyMu.Lock()
+	t := tenantstorage.Tally{Key: w.ObjectsTally(), Revision: p.tally.Revision, Value: p.tally.Value, Add: 1, Keep: true}
+	known := p.epoch == w.epoch && !p.recount.Load()
+	p.tallyMu.Unlock()
+	if !known || (g.refusable && w.ledger.objectsExceeded(w.consumer, t.Value) != nil) {
+		// Unknown, or full as last known: a revision no key has makes the
+		// transaction read what the tally holds, for Moved to decide.
+		t.Revision = -1
+	}
+	g.expected = t
+	return []tenantstorage.Tally{t}
+}
+
+func (g *usageGuard) Moved(now []tenantstorage.Tally) error {
+	w := g.w
+	t := now[0]
+	if t.Revision == 0 || w.p.recount.Swap(false) {
+		// Not counted in this epoch yet (or to be counted again): count.
+		counted, err := w.m.count(w.ctx, w.p.id, t.Key)
+		if err != nil {
+			return apierrors.NewServiceUnavailable(fmt.Sprintf("counting what project %s stores, for its quota: %v", w.consumer.Name, err))
+		}
+		t = counted
+	}
+	w.Learn(t)
+	if g.refusable {
+		if e := w.ledger.objectsExceeded(w.consumer, t.Value); e != nil {
+			return tenantstorage.Refused{Err: e}
+		}
+	}
+	return nil
+}
+
+func (g *usageGuard) Stored(revision int64) {
+	g.w.Learn(tenantstorage.Tally{Key: g.expected.Key, Revision: revision, Value: g.expected.Value + 1, Keep: true})
+}
+
+// objectsEpoch names the grants that limit c's objects: their uids and
+// generations. A usage tally is counted anew when it changes.
+func (l *Ledger) objectsEpoch(c Consumer) string {
+	l.mu.RLock()
+	_, grants := l.limitLocked(BucketKey{c, ObjectsPerProject})
+	h := fnv.New64a()
+	for _, g := range grants {
+		fmt.Fprintf(h, "%s/%d;", g.uid, g.generation)
+	}
+	l.mu.RUnlock()
+	return strconv.FormatUint(h.Sum64(), 16)
+}
+
+// objectsExceeded returns the refusal of one more object for c, with used
+// stored, or nil when it fits (or nothing limits c's objects).
+func (l *Ledger) objectsExceeded(c Consumer, used int64) *Exceeded {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	k := BucketKey{c, ObjectsPerProject}
+	limit, grants := l.limitLocked(k)
+	if len(grants) == 0 || used+1 <= limit {
+		return nil
+	}
+	reg, _ := l.validTypeLocked(ObjectsPerProject, c.Kind)
+	return &Exceeded{Bucket: k, Limit: limit, Used: used, Amount: 1, Unit: reg.baseUnit()}
+}
+
+// setMeteredObjects sets c's stored objects to n, as counted in storage.
+func (l *Ledger) setMeteredObjects(c Consumer, n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := BucketKey{c, ObjectsPerProject}
+	l.addMeteredLocked(k, n-l.allocatedLocked(k))
 }

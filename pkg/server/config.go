@@ -236,6 +236,18 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 			objects, size, err := tenantstorage.StoredUsage(ctx, keys, prefixes, projectID, bytes, own...)
 			return quota.Usage{Objects: objects, Bytes: size}, err
 		}, func(name string) string { return c.Hierarchy.CachedProjectID(name) })
+		if c.Joints != nil {
+			// On etcd a metered project's objects are counted in storage, by
+			// every replica's creates and deletes.
+			c.Prefixes.KeepUsageTallies(storagePrefix)
+			c.Usage.CountInStorage(func(ctx context.Context, projectID, key string) (tenantstorage.Tally, error) {
+				var own []string
+				if c.ProjectCRDs != nil {
+					own = c.ProjectCRDs.KeyPrefixes(projectID, storagePrefix)
+				}
+				return tenantstorage.CountUsage(ctx, etcdClient, c.Prefixes, storagePrefix, projectID, key, own...)
+			})
+		}
 	}
 	makeStorageTenantKeyed(c, c.Prefixes)
 	if opts.ProjectCRDs {

@@ -147,6 +147,10 @@ type Tally struct {
 	Revision, Value int64
 	// Add is what a write adds to the tally (negative to take away).
 	Add int64
+	// Keep says the tally is kept at zero rather than deleted, and that
+	// its absence is not a count of zero: a usage tally is absent until a
+	// count writes it, so a delete finding it absent leaves it so.
+	Keep bool
 }
 
 // TallyGuard keeps the tallies a create moves with its object, each under a
@@ -304,6 +308,9 @@ func (j *Joint) take(obj runtime.Object) ([]Companion, TallyGuard, error) {
 // nothing. The request may try again (the server retries a create too
 // large to store without its managed fields): its admission may add anew.
 func (j *Joint) failed() {
+	if j == nil {
+		return
+	}
 	j.mu.Lock()
 	release := j.release
 	if j.state == taken {
@@ -424,7 +431,8 @@ func (j *Joints) companionOps(ctx context.Context, companions []Companion) ([]cl
 
 // jointCreate stores obj at key (its tenant's) with companions, in one
 // transaction that requires every key to be new and moves the tallies
-// guard keeps; it answers as the etcd store's Create does.
+// guard keeps; it answers as the etcd store's Create does. j is nil for a
+// create with no companions, moving its project's usage tally only.
 func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Object, companions []Companion, j *Joint, guard TallyGuard) error {
 	full := s.etcdKey(key)
 	ifs, thens, err := s.joints.companionOps(ctx, companions)
@@ -439,7 +447,7 @@ func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Ob
 	}
 	ifs = append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", 0)}, ifs...)
 	thens = append([]clientv3.Op{clientv3.OpPut(full, string(data))}, thens...)
-	if j.together != nil {
+	if j != nil && j.together != nil {
 		j.together()
 	}
 	resp, refused, err := s.commitTallied(ctx, guard, ifs, thens, clientv3.OpGet(full, clientv3.WithCountOnly()))
@@ -534,9 +542,12 @@ func (s *store) tallyOps(tallies []Tally) (ifs []clientv3.Cmp, thens, reads []cl
 	for _, t := range tallies {
 		k := s.etcdKey(t.Key)
 		ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(k), "=", t.Revision))
-		if v := t.Value + t.Add; v > 0 {
+		switch v := t.Value + t.Add; {
+		case t.Keep && t.Revision == 0 && t.Add <= 0:
+			// Absent: not counted yet, nothing to take from.
+		case v > 0 || (t.Keep && v == 0):
 			thens = append(thens, clientv3.OpPut(k, strconv.FormatInt(v, 10)))
-		} else {
+		default:
 			thens = append(thens, clientv3.OpDelete(k))
 		}
 		reads = append(reads, clientv3.OpGet(k))
@@ -550,7 +561,7 @@ func talliesRead(tallies []Tally, resps []*etcdserverpb.ResponseOp) ([]Tally, bo
 	now := make([]Tally, len(tallies))
 	moved := false
 	for i, t := range tallies {
-		now[i] = Tally{Key: t.Key}
+		now[i] = Tally{Key: t.Key, Keep: t.Keep}
 		if i < len(resps) {
 			if r := resps[i].GetResponseRange(); r != nil && len(r.Kvs) > 0 {
 				v, err := strconv.ParseInt(string(r.Kvs[0].Value), 10, 64)
@@ -630,9 +641,10 @@ const recountPage = 500
 // talliedDelete deletes an object counted in tallies and takes what it
 // holds (of) from them, in one transaction, on the condition that neither
 // the object nor the tallies changed since they were read; it answers as
-// the etcd store's Delete does.
+// the etcd store's Delete does. done, if set, is told the tallies as the
+// delete left them.
 func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
-	validateDeletion storage.ValidateObjectFunc, of func(runtime.Object) []Tally) error {
+	validateDeletion storage.ValidateObjectFunc, of func(runtime.Object) []Tally, done func([]Tally)) error {
 	full := s.etcdKey(key)
 	for round := 1; ; round++ {
 		got, err := s.joints.kv.Get(ctx, full)
@@ -677,6 +689,19 @@ func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Objec
 			return err
 		}
 		if resp.Succeeded {
+			if done != nil {
+				for i := range now {
+					switch v := now[i].Value + now[i].Add; {
+					case now[i].Keep && now[i].Revision == 0:
+					case v > 0 || now[i].Keep:
+						now[i].Revision, now[i].Value = resp.Header.Revision, v
+					default:
+						now[i].Revision, now[i].Value = 0, 0
+					}
+					now[i].Add = 0
+				}
+				done(now)
+			}
 			return s.decoder.Decode(plain, out, resp.Header.Revision)
 		}
 		if round == maxTallyRounds {

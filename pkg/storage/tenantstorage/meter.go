@@ -47,6 +47,7 @@ type MeteredWrite interface {
 // Events expire on their own (an etcd lease), unseen by this layer.
 var unmetered = map[schema.GroupResource]bool{
 	{Resource: "events"}: true, {Group: "events.k8s.io", Resource: "events"}: true,
+	usageResource: true,
 }
 
 // begin starts a metered write for the tenant of ctx, or returns nil.
@@ -147,7 +148,11 @@ func (s *store) meteredCreate(ctx context.Context, w MeteredWrite, key string, o
 	if err := w.Charge(1, size, refusable(ctx, nil, obj)); err != nil {
 		return s.refused(key, err)
 	}
-	err = s.create(ctx, key, obj, out, ttl)
+	var usage TallyGuard
+	if tw, tally := s.objectsTally(w); tally != "" {
+		usage = tw.Guard(refusable(ctx, nil, obj))
+	}
+	err = s.create(ctx, key, obj, out, ttl, usage)
 	stored = err == nil
-	return err
+	return s.asRefusal(key, err)
 }

@@ -268,19 +268,24 @@ func (s *store) Create(ctx context.Context, key string, obj, out runtime.Object,
 	if w != nil {
 		return s.meteredCreate(ctx, w, k, obj, out, ttl)
 	}
-	return s.create(ctx, k, obj, out, ttl)
+	return s.create(ctx, k, obj, out, ttl, nil)
 }
 
 // create stores obj at k (its tenant's key), with the companions the
-// request's Joint holds for it.
-func (s *store) create(ctx context.Context, k string, obj, out runtime.Object, ttl uint64) error {
+// request's Joint holds for it; usage, if not nil, guards its project's
+// usage tally, which the create moves too.
+func (s *store) create(ctx context.Context, k string, obj, out runtime.Object, ttl uint64, usage TallyGuard) error {
 	if s.joints.reaches(s.resource) {
 		j := JointFrom(ctx)
 		companions, guard, err := j.take(obj)
 		if err != nil {
 			return err
 		}
-		if companions != nil {
+		if companions == nil {
+			j = nil // nothing held for this object: no release to make
+		}
+		guard = bothGuards(guard, usage)
+		if companions != nil || guard != nil {
 			if ttl == 0 {
 				return s.jointCreate(ctx, k, obj, out, companions, j, guard)
 			}
@@ -302,7 +307,7 @@ func (s *store) Delete(ctx context.Context, key string, out runtime.Object, prec
 		// Platform objects (quota claims): never metered. An object that
 		// cannot be read (the unsafe deletion of a corrupt one) is deleted
 		// as upstream does, its tallies left as they are.
-		return s.talliedDelete(ctx, k, out, preconditions, validateDeletion, of)
+		return s.talliedDelete(ctx, k, out, preconditions, validateDeletion, of, nil)
 	}
 	// A delete only frees: it never waits for the project's usage to be
 	// read, so a project can always be cleaned up.
@@ -315,7 +320,12 @@ func (s *store) Delete(ctx context.Context, key string, out runtime.Object, prec
 	}
 	stored := false
 	defer func() { w.End(stored) }()
-	if err := s.Interface.Delete(ctx, k, out, preconditions, validateDeletion, cachedExistingObject, opts); err != nil {
+	if tw, tally := s.objectsTally(w); tally != "" && !opts.IgnoreStoreReadError {
+		err = s.meteredDelete(ctx, tw, tally, k, out, preconditions, validateDeletion)
+	} else {
+		err = s.Interface.Delete(ctx, k, out, preconditions, validateDeletion, cachedExistingObject, opts)
+	}
+	if err != nil {
 		return err
 	}
 	var size int64
@@ -372,7 +382,14 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 	// the admission an attempt runs (which may itself write in the
 	// project) never runs while the write holds it.
 	var w MeteredWrite
+	// undo takes back an object counted ahead in the project's usage
+	// tally, for an attempt that would create one.
+	var undo func()
 	end := func(stored bool) {
+		if undo != nil && !stored {
+			undo()
+		}
+		undo = nil
 		if w != nil {
 			w.End(stored)
 			w = nil
@@ -408,6 +425,11 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 			}
 			if err := w.Charge(objects, bytes, refusable(ctx, old, out)); err != nil {
 				return nil, nil, s.refused(key, err)
+			}
+			if tw, tally := s.objectsTally(w); tally != "" && objects == 1 {
+				if undo, err = s.reserveObject(ctx, tw, refusable(ctx, old, out)); err != nil {
+					return nil, nil, s.asRefusal(key, err)
+				}
 			}
 		}
 		return out, ttl, nil

@@ -1,0 +1,260 @@
+package tenantstorage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"strconv"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/storage"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// A project whose objects a quota limits has, on etcd, an object count in
+// storage: its usage tally, which every replica of the server reads and
+// moves in the transactions that create and delete the project's objects,
+// so that two replicas cannot both store the last object the limit allows.
+// Each replica deciding from counts of its own would let a project store
+// as many times its limit as there are replicas.
+//
+// The tally's key names an epoch, chosen by the meter (it changes when the
+// grants that set the limit change): a tally is kept right only while
+// every replica meters the project, so a new epoch starts from a new count.
+
+// usagePrefix is where usage tallies are kept under the storage prefix,
+// one range per project (…/<storage id>/), which the project's purge
+// deletes with its objects.
+const usagePrefix = "_milo/quota-usage"
+
+// usageResource is the pseudo-resource Prefixes records the usage tallies'
+// prefix under: unmetered, so counts of a project's objects skip it.
+var usageResource = schema.GroupResource{Group: "quota.miloapis.com", Resource: "-usage-tallies"}
+
+// KeepUsageTallies records the usage tallies' key prefix among the
+// resources' prefixes, so that a project's purge deletes its tallies.
+func (p *Prefixes) KeepUsageTallies(storagePrefix string) {
+	p.add(storagePrefix, usagePrefix, usageResource)
+}
+
+// UsageTallyKey is where the objects of the project with storage id
+// projectID are counted in epoch, under the storage prefix.
+func UsageTallyKey(projectID, epoch string) string {
+	return usagePrefix + "/" + projectID + "/objects-" + epoch
+}
+
+// Refused is a write refused because the project's limit cannot hold it.
+type Refused struct{ Err error }
+
+func (r Refused) Error() string { return r.Err.Error() }
+func (r Refused) Unwrap() error { return r.Err }
+
+// TalliedWrite is a MeteredWrite of a project whose objects are counted in
+// a usage tally: its creates and deletes move the tally in their own
+// transactions.
+type TalliedWrite interface {
+	MeteredWrite
+	// ObjectsTally is the tally's key; "" when the project's objects are
+	// not counted in storage.
+	ObjectsTally() string
+	// Guard is the guard of the tally for one create: refusable says
+	// growth past the limit is refused (with a Refused). Moved may count
+	// the project again, when the tally is gone (another epoch's count
+	// replaced it).
+	Guard(refusable bool) TallyGuard
+	// Learn tells the write what the tally holds at a revision (after a
+	// delete moved it).
+	Learn(now Tally)
+}
+
+// objectsTally returns w's tally key when w is a write of a project whose
+// objects are counted in storage this store's transactions reach.
+func (s *store) objectsTally(w MeteredWrite) (TalliedWrite, string) {
+	tw, ok := w.(TalliedWrite)
+	if !ok || !s.joints.reaches(s.resource) {
+		return nil, ""
+	}
+	key := tw.ObjectsTally()
+	if key == "" {
+		return nil, ""
+	}
+	return tw, key
+}
+
+// CountUsage counts, directly in storage, the objects of the project with
+// storage id projectID and writes the count into the tally at key (a
+// UsageTallyKey), deleting its tallies of other epochs. The write is on
+// the condition that neither the tally nor any key of the project's
+// ranges was written since the count's revision, so a create stored
+// meanwhile, by any replica, makes it count again. A delete made meanwhile
+// by a server not moving the tally is counted, leaving the tally one too
+// high rather than too low. more are further resource prefixes (a
+// project's own CRDs'). It returns the tally as written.
+func CountUsage(ctx context.Context, kv clientv3.KV, prefixes *Prefixes, storagePrefix, projectID, key string, more ...string) (Tally, error) {
+	if !tenancy.ValidProjectID(projectID) {
+		return Tally{}, fmt.Errorf("usage: %q is not a project storage id", projectID)
+	}
+	ranges := prefixes.projectRanges(projectID, prefixes.unmeteredPrefixes(), more)
+	base := path.Join("/", storagePrefix) + "/"
+	full := base + key
+	own := base + usagePrefix + "/" + projectID + "/"
+	for range maxTallyRounds {
+		// One read of the tally and of every range's count, at one revision.
+		var revision, count, was int64
+		for batch := range slices.Chunk(append([]string{full}, ranges...), txnLimit) {
+			ops := make([]clientv3.Op, 0, len(batch))
+			for _, r := range batch {
+				if r == full {
+					ops = append(ops, clientv3.OpGet(full))
+					continue
+				}
+				opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}
+				if revision != 0 {
+					opts = append(opts, clientv3.WithRev(revision))
+				}
+				ops = append(ops, clientv3.OpGet(r, opts...))
+			}
+			resp, err := kv.Txn(ctx).Then(ops...).Commit()
+			if err != nil {
+				return Tally{}, fmt.Errorf("counting the objects of project %s: %w", projectID, err)
+			}
+			if revision == 0 {
+				revision = resp.Header.Revision
+			}
+			for i, r := range resp.Responses {
+				rr := r.GetResponseRange()
+				if batch[i] == full {
+					if len(rr.Kvs) > 0 {
+						was = rr.Kvs[0].ModRevision
+					}
+					continue
+				}
+				count += rr.Count
+			}
+		}
+		// The write, unless something was written since. etcd bounds the
+		// compares of one transaction: past that, only the first ranges
+		// are compared (a project with more resources than etcd compares
+		// at once).
+		ifs := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", was)}
+		for _, r := range ranges[:min(len(ranges), txnLimit-1)] {
+			ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(r), "<", revision+1).WithPrefix())
+		}
+		thens := []clientv3.Op{
+			clientv3.OpDelete(own, clientv3.WithRange(full)),
+			clientv3.OpPut(full, strconv.FormatInt(count, 10)),
+			clientv3.OpDelete(full+"\x00", clientv3.WithRange(clientv3.GetPrefixRangeEnd(own))),
+		}
+		resp, err := kv.Txn(ctx).If(ifs...).Then(thens...).Commit()
+		if err != nil {
+			return Tally{}, fmt.Errorf("writing the object count of project %s: %w", projectID, err)
+		}
+		if resp.Succeeded {
+			return Tally{Key: key, Revision: resp.Header.Revision, Value: count, Keep: true}, nil
+		}
+	}
+	return Tally{}, apierrors.NewTooManyRequests(fmt.Sprintf("the objects of project %s changed at each count: retry", projectID), 1)
+}
+
+// txnLimit stays below etcd's default limit of operations (and of
+// compares) per transaction, 128.
+const txnLimit = 100
+
+// meteredDelete deletes an object of a project whose objects tw's tally
+// counts, and takes one from the tally in the same transaction.
+func (s *store) meteredDelete(ctx context.Context, tw TalliedWrite, tally, key string, out runtime.Object, preconditions *storage.Preconditions,
+	validateDeletion storage.ValidateObjectFunc) error {
+	return s.talliedDelete(ctx, key, out, preconditions, validateDeletion, func(runtime.Object) []Tally {
+		return []Tally{{Key: tally, Add: 1, Keep: true}}
+	}, func(now []Tally) { tw.Learn(now[0]) })
+}
+
+// reserveObject adds one object to tw's tally ahead of a write that may
+// create one (an update that creates): it returns what undoes it. A
+// server stopped between the two leaves the tally one too high.
+func (s *store) reserveObject(ctx context.Context, tw TalliedWrite, refusable bool) (undo func(), err error) {
+	g := tw.Guard(refusable)
+	if _, refused, err := s.commitTallied(ctx, g, nil, nil); err != nil {
+		if refused {
+			return nil, err
+		}
+		return nil, fmt.Errorf("counting the object in its project's quota: %w", err)
+	}
+	return func() {
+		ctx := context.WithoutCancel(ctx)
+		for range maxTallyRounds {
+			_, _, reads := s.tallyOps([]Tally{{Key: tw.ObjectsTally(), Keep: true}})
+			read, err := s.joints.kv.Txn(ctx).Then(reads...).Commit()
+			if err != nil {
+				return
+			}
+			now, _, err := talliesRead([]Tally{{Key: tw.ObjectsTally(), Keep: true}}, read.Responses)
+			if err != nil {
+				return
+			}
+			now[0].Add = -1
+			ifs, thens, _ := s.tallyOps(now)
+			resp, err := s.joints.kv.Txn(ctx).If(ifs...).Then(thens...).Commit()
+			if err != nil {
+				return
+			}
+			if resp.Succeeded {
+				now[0].Revision, now[0].Value, now[0].Add = resp.Header.Revision, now[0].Value-1, 0
+				tw.Learn(now[0])
+				return
+			}
+		}
+	}, nil
+}
+
+// asRefusal makes a guard's refusal the request's answer.
+func (s *store) asRefusal(key string, err error) error {
+	var r Refused
+	if errors.As(err, &r) {
+		return s.refused(key, r.Err)
+	}
+	return err
+}
+
+// bothGuards is a guard of a's tallies and b's, either nil.
+func bothGuards(a, b TallyGuard) TallyGuard {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	}
+	return &pairedGuards{a: a, b: b}
+}
+
+// pairedGuards keeps two guards' tallies in one transaction: a create's
+// quota claims' and its project's usage.
+type pairedGuards struct {
+	a, b TallyGuard
+	// n is how many tallies a expected last.
+	n int
+}
+
+func (p *pairedGuards) Expect() []Tally {
+	a := p.a.Expect()
+	p.n = len(a)
+	return append(a, p.b.Expect()...)
+}
+
+func (p *pairedGuards) Moved(now []Tally) error {
+	if err := p.a.Moved(now[:p.n]); err != nil {
+		return err
+	}
+	return p.b.Moved(now[p.n:])
+}
+
+func (p *pairedGuards) Stored(revision int64) {
+	p.a.Stored(revision)
+	p.b.Stored(revision)
+}

@@ -1,0 +1,269 @@
+package tenantstorage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+
+	"go.miloapis.com/milo/pkg/tenancy"
+)
+
+// replicaMeter is one replica's meter of a project whose objects are
+// counted in a usage tally: it decides from the tally as the quota
+// package's meter does (that meter's own logic is tested with it in the
+// e2e replicas test).
+type replicaMeter struct {
+	project  string
+	limit    int64
+	epoch    string
+	prefixes *Prefixes
+	mu       sync.Mutex
+	known    Tally
+	counts   int
+}
+
+func (m *replicaMeter) Begin(ctx context.Context, t tenancy.Tenant, _ bool) (MeteredWrite, error) {
+	if t.Name != m.project {
+		return nil, nil
+	}
+	return &replicaWrite{m: m, ctx: ctx}, nil
+}
+
+type replicaWrite struct {
+	m   *replicaMeter
+	ctx context.Context
+}
+
+func (w *replicaWrite) Sizes() bool                     { return false }
+func (w *replicaWrite) Charge(_, _ int64, _ bool) error { return nil }
+func (w *replicaWrite) End(bool)                        {}
+func (w *replicaWrite) ObjectsTally() string {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	return UsageTallyKey(idOf(w.m.project), w.m.epoch)
+}
+func (w *replicaWrite) Learn(now Tally) {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	if now.Key != w.m.known.Key || now.Revision > w.m.known.Revision {
+		w.m.known = now
+	}
+}
+func (w *replicaWrite) Guard(refusable bool) TallyGuard {
+	return &replicaGuard{w: w, refusable: refusable}
+}
+
+type replicaGuard struct {
+	w         *replicaWrite
+	refusable bool
+	expected  Tally
+}
+
+func (g *replicaGuard) Expect() []Tally {
+	m := g.w.m
+	key := g.w.ObjectsTally()
+	m.mu.Lock()
+	t := Tally{Key: key, Revision: m.known.Revision, Value: m.known.Value, Add: 1, Keep: true}
+	if m.known.Key != key || (g.refusable && t.Value+1 > m.limit) {
+		t.Revision = -1
+	}
+	m.mu.Unlock()
+	g.expected = t
+	return []Tally{t}
+}
+
+func (g *replicaGuard) Moved(now []Tally) error {
+	m := g.w.m
+	t := now[0]
+	if t.Revision == 0 {
+		counted, err := CountUsage(g.w.ctx, etcdClient, m.prefixes, "/registry", idOf(m.project), t.Key)
+		if err != nil {
+			return err
+		}
+		m.mu.Lock()
+		m.counts++
+		m.mu.Unlock()
+		t = counted
+	}
+	g.w.Learn(t)
+	if g.refusable && t.Value+1 > m.limit {
+		return Refused{Err: fmt.Errorf("over the limit of %d objects, %d stored", m.limit, t.Value)}
+	}
+	return nil
+}
+
+func (g *replicaGuard) Stored(revision int64) {
+	g.w.Learn(Tally{Key: g.expected.Key, Revision: revision, Value: g.expected.Value + 1, Keep: true})
+}
+
+// TestUsageTallyBoundsEveryReplica: two replicas' stores of one resource,
+// each metering a project from its own knowledge, store no more objects
+// than the project's limit between them: creates, deletes and updates that
+// create move one count in etcd, in their own transactions; a new epoch
+// counts the objects again and drops the old count; the project's purge
+// deletes its count.
+func TestUsageTallyBoundsEveryReplica(t *testing.T) {
+	const project = "usage"
+	m1 := &replicaMeter{project: project, limit: 5, epoch: "e1"}
+	m2 := &replicaMeter{project: project, limit: 5, epoch: "e1"}
+	s1, prefixes := newStorage(t, "usageobjects", Options{Meter: m1, Joints: NewJoints(etcdClient)})
+	s2, _ := newStorage(t, "usageobjects", Options{Meter: m2, Joints: NewJoints(etcdClient)})
+	plain, _ := newStorage(t, "usageobjects", Options{})
+	prefixes.KeepUsageTallies("/registry")
+	m1.prefixes, m2.prefixes = prefixes, prefixes
+	ctx := in(project)
+	stored := func() int64 {
+		t.Helper()
+		n, err := keyRanges.Count(context.Background(), "/registry/usageobjects/"+idOf(project)+"/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	tallyOf := func(epoch string) (int64, bool) {
+		t.Helper()
+		resp, err := etcdClient.Get(context.Background(), "/registry/"+UsageTallyKey(idOf(project), epoch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return 0, false
+		}
+		var v int64
+		if _, err := fmt.Sscan(string(resp.Kvs[0].Value), &v); err != nil {
+			t.Fatal(err)
+		}
+		return v, true
+	}
+	// Two objects stored before the project was metered.
+	create(t, plain, ctx, "/usageobjects", "ns", "before-1", "x")
+	create(t, plain, ctx, "/usageobjects", "ns", "before-2", "x")
+	create(t, plain, in("other"), "/usageobjects", "ns", "other", "x")
+
+	// Twenty creates at once, every other one through each replica: the
+	// first to find no tally counts what is stored; exactly three more fit.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var created, refused int
+	var other []error
+	for i := range 20 {
+		wg.Go(func() {
+			s := []storage.Interface{s1, s2}[i%2]
+			err := s.Create(ctx, fmt.Sprintf("/usageobjects/ns/burst-%d", i), configMap("ns", fmt.Sprintf("burst-%d", i), 10), &corev1.ConfigMap{}, 0)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				created++
+			case apierrors.IsForbidden(err):
+				refused++
+			default:
+				other = append(other, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(other) > 0 || created != 3 || refused != 17 {
+		t.Fatalf("20 creates through two replicas with 3 free: %d stored, %d refused, other errors %v", created, refused, other)
+	}
+	if n := stored(); n != 5 {
+		t.Fatalf("etcd holds %d of the project's objects, want 5", n)
+	}
+	if v, ok := tallyOf("e1"); !ok || v != 5 {
+		t.Fatalf("the tally holds %d (stored: %v), want 5", v, ok)
+	}
+	if m1.counts+m2.counts == 0 {
+		t.Fatal("nothing counted the objects stored before")
+	}
+
+	// A delete through one replica frees a unit the other takes.
+	if err := s2.Delete(ctx, "/usageobjects/ns/before-1", &corev1.ConfigMap{}, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := tallyOf("e1"); v != 4 {
+		t.Fatalf("after a delete the tally holds %d, want 4", v)
+	}
+	// An update that creates counts the object ahead of its write; one
+	// the limit cannot hold stores nothing and leaves the tally.
+	createByUpdate := func(s storage.Interface, name string) error {
+		return s.GuaranteedUpdate(ctx, "/usageobjects/ns/"+name, &corev1.ConfigMap{}, true, nil, func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
+			if res.ResourceVersion != 0 {
+				return nil, nil, errors.New("exists")
+			}
+			return configMap("ns", name, 10), nil, nil
+		}, nil)
+	}
+	if err := createByUpdate(s1, "applied"); err != nil {
+		t.Fatal(err)
+	}
+	if err := createByUpdate(s2, "applied-2"); !apierrors.IsForbidden(err) {
+		t.Fatalf("an update creating past the limit: %v", err)
+	}
+	if v, _ := tallyOf("e1"); v != 5 || stored() != 5 {
+		t.Fatalf("after an update that created and one refused the tally holds %d, etcd %d objects; want 5 and 5", v, stored())
+	}
+	// An update that fails after counting its object ahead gives it back.
+	if err := s1.Delete(ctx, "/usageobjects/ns/before-2", &corev1.ConfigMap{}, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	raced := false
+	err := s2.GuaranteedUpdate(ctx, "/usageobjects/ns/raced", &corev1.ConfigMap{}, true, nil, func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		if res.ResourceVersion != 0 {
+			return nil, nil, errors.New("exists")
+		}
+		if !raced { // another writer creates it first: this attempt fails, the next finds it
+			raced = true
+			create(t, plain, ctx, "/usageobjects", "ns", "raced", "x")
+		}
+		return configMap("ns", "raced", 10), nil, nil
+	}, nil)
+	if err == nil || !raced {
+		t.Fatalf("an update that lost its create to another writer: %v", err)
+	}
+	if v, _ := tallyOf("e1"); v != 4 || stored() != 5 {
+		t.Fatalf("after a failed update the tally holds %d, etcd %d objects; want 4 (given back) and 5 (one unmetered)", v, stored())
+	}
+
+	// A new epoch (the grants changed): counted again from what is stored,
+	// the old epoch's tally deleted.
+	for _, m := range []*replicaMeter{m1, m2} {
+		m.mu.Lock()
+		m.epoch, m.limit = "e2", 7
+		m.mu.Unlock()
+	}
+	create(t, plain, ctx, "/usageobjects", "ns", "unmetered-between", "x") // 6 stored
+	if err := s2.Create(ctx, "/usageobjects/ns/in-e2", configMap("ns", "in-e2", 10), &corev1.ConfigMap{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Create(ctx, "/usageobjects/ns/in-e2-b", configMap("ns", "in-e2-b", 10), &corev1.ConfigMap{}, 0); !apierrors.IsForbidden(err) {
+		t.Fatalf("the eighth object under a limit of 7: %v", err)
+	}
+	if v, ok := tallyOf("e2"); !ok || v != 7 {
+		t.Fatalf("the new epoch's tally holds %d, want 7", v)
+	}
+	if _, ok := tallyOf("e1"); ok {
+		t.Fatal("the old epoch's tally was kept")
+	}
+
+	// The project's purge takes its tally with its objects.
+	if _, err := Purge(context.Background(), keyRanges, prefixes, idOf(project)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tallyOf("e2"); ok || stored() != 0 {
+		t.Fatalf("after the purge: tally kept %v, %d objects", ok, stored())
+	}
+	// Counting skips the tallies themselves.
+	if _, err := CountUsage(context.Background(), etcdClient, prefixes, "/registry", idOf(project), UsageTallyKey(idOf(project), "e3")); err != nil {
+		t.Fatal(err)
+	}
+	if tally, err := CountUsage(context.Background(), etcdClient, prefixes, "/registry", idOf(project), UsageTallyKey(idOf(project), "e3")); err != nil || tally.Value != 0 {
+		t.Fatalf("counting a project that stores nothing, beside its tally: %d, %v", tally.Value, err)
+	}
+}
