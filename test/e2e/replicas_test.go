@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
@@ -164,7 +167,10 @@ func TestReplicasOnAnEtcdCluster(t *testing.T) {
 			}
 		},
 		after: func() { members[0].start(t) },
-		both:  quotaAcrossReplicas,
+		both: func(t *testing.T, r1, r2 *milo) {
+			quotaAcrossReplicas(t, r1, r2)
+			objectsAcrossReplicas(t, r1, r2)
+		},
 	})
 }
 
@@ -306,6 +312,155 @@ func quotaAcrossReplicas(t *testing.T, r1, r2 *milo) {
 		t.Fatalf("10 namespaces created through two replicas at once after 3 were deleted: %d stored, want 3", len(created))
 	}
 	bucketIs(t, buckets, project, "core/namespaces", 14, 14)
+}
+
+// objectsRefusal matches the refusal of an object past a project's
+// objects-per-project limit: its limit and the objects in use.
+var objectsRefusal = regexp.MustCompile(`resource type "` + regexp.QuoteMeta(quota.ObjectsPerProject) + `" of .*: limit (\d+) \S+, (\d+) in use`)
+
+// refusedObject returns the limit and use an objects-per-project refusal
+// names, or false when err is not one.
+func refusedObject(err error) (limit, used int64, ok bool) {
+	if !apierrors.IsForbidden(err) {
+		return 0, 0, false
+	}
+	m := objectsRefusal.FindStringSubmatch(err.Error())
+	if m == nil {
+		return 0, 0, false
+	}
+	limit, _ = strconv.ParseInt(m[1], 10, 64)
+	used, _ = strconv.ParseInt(m[2], 10, 64)
+	return limit, used, true
+}
+
+// objectsAcrossReplicas: a project's objects, limited by a grant of the
+// built-in objects-per-project type, are created through both replicas at
+// once, each metering the project on its own: the count both move in
+// etcd keeps what is stored at the limit; deletes through either replica
+// free exactly as many; a count made afresh from storage (a changed grant
+// starts a new one) finds exactly the limit stored.
+func objectsAcrossReplicas(t *testing.T, r1, r2 *milo) {
+	ctx := context.Background()
+	const project = "rep-objects"
+	r1.createProject(t, project)
+	r1.waitProjectReady(t, project)
+	ns := tenancy.OrganizationNamespace("acme")
+	grants := r1.dynamic(t).Resource(grantsGVR).Namespace(ns)
+	configMaps := func(r *milo) typedcorev1.ConfigMapInterface {
+		return r.projectKube(t, project).CoreV1().ConfigMaps("default")
+	}
+	replicas := []*milo{r1, r2}
+	n := 0
+	probe := func(r *milo) error {
+		n++
+		_, err := configMaps(r).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("probe-%d", n)}}, metav1.CreateOptions{})
+		return err
+	}
+	// setLimit grants the project limit objects (creating the grant, or
+	// changing it: a new count in storage).
+	setLimit := func(limit int64) {
+		t.Helper()
+		grant, err := grants.Get(ctx, "rep-objects", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = grants.Create(ctx, quotaObject("ResourceGrant", ns, "rep-objects", grantSpec("Project", project, quota.ObjectsPerProject, limit)), metav1.CreateOptions{})
+		} else if err == nil {
+			grant.Object["spec"] = grantSpec("Project", project, quota.ObjectsPerProject, limit)
+			_, err = grants.Update(ctx, grant, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Limit 0: every create is refused by a replica whose ledger holds the
+	// grant; the refusal says how many objects the project stores.
+	setLimit(0)
+	var inUse int64
+	for i, r := range replicas {
+		eventually(t, fmt.Sprintf("replica %d refuses objects past a limit of 0", i+1), func() error {
+			err := probe(r)
+			if limit, used, ok := refusedObject(err); ok && limit == 0 {
+				inUse = used
+				return nil
+			}
+			return fmt.Errorf("a create under a limit of 0: %v", err)
+		})
+	}
+	// Ten more: each replica stores once it holds the new limit.
+	limit := inUse + 10
+	setLimit(limit)
+	free := int64(10)
+	for i, r := range replicas {
+		eventually(t, fmt.Sprintf("replica %d stores under the new limit", i+1), func() error {
+			err := probe(r)
+			if err == nil {
+				free--
+			}
+			return err
+		})
+	}
+
+	// burst creates count ConfigMaps at once, every other one through each
+	// replica, and returns those created; every other answer must be the
+	// objects quota's refusal.
+	burst := func(prefix string, count int) []string {
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var created []string
+		var other []error
+		for i := range count {
+			wg.Go(func() {
+				name := fmt.Sprintf("%s-%d", prefix, i)
+				_, err := configMaps(replicas[i%2]).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+				mu.Lock()
+				defer mu.Unlock()
+				if err == nil {
+					created = append(created, name)
+				} else if _, _, ok := refusedObject(err); !ok {
+					other = append(other, err)
+				}
+			})
+		}
+		wg.Wait()
+		if len(other) > 0 {
+			t.Fatalf("%d ConfigMaps created through two replicas at once: unexpected errors %v", count, other)
+		}
+		return created
+	}
+	created := burst("burst", 50)
+	if int64(len(created)) > free {
+		t.Fatalf("50 ConfigMaps created through two replicas at once with %d free: %d stored", free, len(created))
+	}
+	// Three deleted, through either replica, free three.
+	for i, name := range created[:3] {
+		if err := configMaps(replicas[i%2]).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if again := burst("again", 10); len(again) != 3 {
+		t.Fatalf("10 ConfigMaps created through two replicas at once after 3 were deleted: %d stored, want 3", len(again))
+	}
+	// One more unit in a changed grant: the new count is made from what
+	// storage holds, so it finds the limit stored exactly (one unit free,
+	// taken by the first create of the new count) — not more, had the
+	// replicas stored past the limit, nor fewer.
+	setLimit(limit + 1)
+	took := 0
+	for i, r := range replicas {
+		eventually(t, fmt.Sprintf("replica %d counts afresh: the new limit, and all of it in use", i+1), func() error {
+			err := probe(r)
+			if err == nil {
+				took++
+				return errors.New("stored: the one free unit")
+			}
+			if l, used, ok := refusedObject(err); ok && l == limit+1 && used == limit+1 {
+				return nil
+			}
+			return fmt.Errorf("a create at the limit: %v", err)
+		})
+	}
+	if took != 1 {
+		t.Fatalf("after the limit was raised by one, %d creates were stored, want 1: storage held %d objects, not the limit", took, int(limit)+1-took)
+	}
 }
 
 // TestReplicasOnSQL runs, on PostgreSQL and on MySQL (MariaDB here), two
