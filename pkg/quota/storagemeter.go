@@ -47,13 +47,17 @@ type StorageMeter struct {
 	// by the transactions of every replica (see CountInStorage).
 	count UsageCounter
 
+	// follow, when set, watches every project's usage tally (see CountInStorage).
+	follow func(ctx context.Context, seen func(projectID, epoch string, now tenantstorage.Tally))
+
 	mu       sync.RWMutex
 	projects map[string]*meteredProject // by project name
+	byID     map[string]*meteredProject // the same, by storage id
 }
 
 // meteredProject is one metered project.
 type meteredProject struct {
-	id string
+	name, id string
 	// writes is held shared by every write in progress (from its charge to
 	// its end, never across admission) and exclusively by a load, so a
 	// load sees no write half done.
@@ -79,7 +83,7 @@ type meteredProject struct {
 func NewStorageMeter(ledger *Ledger, load UsageLoader, idOf func(name string) string) *StorageMeter {
 	ledger.Meter(ObjectsPerProject)
 	ledger.Meter(BytesPerProject)
-	return &StorageMeter{ledger: ledger, load: load, idOf: idOf, projects: map[string]*meteredProject{}}
+	return &StorageMeter{ledger: ledger, load: load, idOf: idOf, projects: map[string]*meteredProject{}, byID: map[string]*meteredProject{}}
 }
 
 var _ tenantstorage.Meter = (*StorageMeter)(nil)
@@ -93,12 +97,34 @@ type UsageCounter func(ctx context.Context, projectID, key string) (tenantstorag
 // (on etcd), where every replica of the server moves the count in the
 // transactions that create and delete the objects, so that replicas
 // sharing the storage cannot together store more than a project's limit.
-// Without it each replica counts the writes it serves. Call it before the
-// meter is used.
-func (m *StorageMeter) CountInStorage(count UsageCounter) {
+// Without it each replica counts the writes it serves. follow watches
+// every tally, for FollowCounts. Call it before the meter is used.
+func (m *StorageMeter) CountInStorage(count UsageCounter, follow func(ctx context.Context, seen func(projectID, epoch string, now tenantstorage.Tally))) {
 	if m != nil {
-		m.count = count
+		m.count, m.follow = count, follow
 	}
+}
+
+// FollowCounts keeps the counts of the projects this server meters as
+// every replica's writes leave their tallies in storage, until ctx ends:
+// their buckets then show what other replicas stored too.
+func (m *StorageMeter) FollowCounts(ctx context.Context) {
+	if m == nil || m.follow == nil {
+		return
+	}
+	m.follow(ctx, func(projectID, epoch string, now tenantstorage.Tally) {
+		m.mu.RLock()
+		p := m.byID[projectID]
+		m.mu.RUnlock()
+		if p == nil {
+			return // not metered here: read when it is
+		}
+		c := Consumer{Kind: KindProject, Name: p.name}
+		if objects, _ := m.ledger.limited(c); !objects || m.ledger.objectsEpoch(c) != epoch {
+			return
+		}
+		(&meteredWrite{ledger: m.ledger, p: p, consumer: c, epoch: epoch}).Learn(now)
+	})
 }
 
 // Begin implements tenantstorage.Meter.
@@ -193,8 +219,12 @@ func (m *StorageMeter) entry(name, id string) *meteredProject {
 	if p, ok := m.projects[name]; ok && p.id == id {
 		return p
 	}
-	p = &meteredProject{id: id}
+	if old, ok := m.projects[name]; ok {
+		delete(m.byID, old.id)
+	}
+	p = &meteredProject{name: name, id: id}
 	m.projects[name] = p
+	m.byID[id] = p
 	return p
 }
 
@@ -210,6 +240,7 @@ func (m *StorageMeter) forget(name, id string) {
 	m.mu.Lock()
 	if q, ok := m.projects[name]; ok && q == p {
 		delete(m.projects, name)
+		delete(m.byID, p.id)
 	}
 	m.mu.Unlock()
 	m.ledger.setMetered(Consumer{Kind: KindProject, Name: name}, Usage{}, true)

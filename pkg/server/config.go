@@ -246,6 +246,8 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 					own = c.ProjectCRDs.KeyPrefixes(projectID, storagePrefix)
 				}
 				return tenantstorage.CountUsage(ctx, etcdClient, c.Prefixes, storagePrefix, projectID, key, own...)
+			}, func(ctx context.Context, seen func(projectID, epoch string, now tenantstorage.Tally)) {
+				tenantstorage.FollowUsage(ctx, etcdClient, storagePrefix, seen)
 			})
 		}
 	}

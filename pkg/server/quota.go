@@ -52,6 +52,9 @@ func runQuota(ctx context.Context, loopback *rest.Config, storage map[string]typ
 			return joints.Recount(ctx, quotav1alpha1.ClaimsResource.GroupResource(), namespace, key)
 		}).Run(ctx)
 	}
+	// One watch of every project's object count in storage, so the
+	// buckets count what other replicas store.
+	go usage.FollowCounts(ctx)
 	dyn, err := dynamic.NewForConfig(loopback)
 	if err != nil {
 		return err

@@ -461,6 +461,8 @@ func objectsAcrossReplicas(t *testing.T, r1, r2 *milo) {
 	if took != 1 {
 		t.Fatalf("after the limit was raised by one, %d creates were stored, want 1: storage held %d objects, not the limit", took, int(limit)+1-took)
 	}
+	// The bucket, kept by whichever replica leads, counts what both stored.
+	bucketIs(t, r1.dynamic(t).Resource(bucketsGVR).Namespace(ns), project, quota.ObjectsPerProject, limit+1, limit+1)
 }
 
 // TestReplicasOnSQL runs, on PostgreSQL and on MySQL (MariaDB here), two

@@ -7,6 +7,8 @@ import (
 	"path"
 	"slices"
 	"strconv"
+	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -257,4 +259,33 @@ func (p *pairedGuards) Moved(now []Tally) error {
 func (p *pairedGuards) Stored(revision int64) {
 	p.a.Stored(revision)
 	p.b.Stored(revision)
+}
+
+// FollowUsage watches every project's usage tally in storage (one watch
+// for all of them) until ctx ends, telling seen what each tally holds
+// whenever a replica writes it: a server learns of other replicas' creates
+// and deletes there, so the buckets it shows count them too.
+func FollowUsage(ctx context.Context, w clientv3.Watcher, storagePrefix string, seen func(projectID, epoch string, now Tally)) {
+	base := path.Join("/", storagePrefix) + "/"
+	prefix := base + usagePrefix + "/"
+	for ctx.Err() == nil {
+		for resp := range w.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix()) {
+			for _, ev := range resp.Events {
+				if ev.Type != clientv3.EventTypePut {
+					continue // an epoch replaced, or the project purged
+				}
+				id, rest, ok := strings.Cut(strings.TrimPrefix(string(ev.Kv.Key), prefix), "/")
+				epoch, isObjects := strings.CutPrefix(rest, "objects-")
+				v, err := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
+				if !ok || !isObjects || err != nil {
+					continue
+				}
+				seen(id, epoch, Tally{Key: strings.TrimPrefix(string(ev.Kv.Key), base), Revision: ev.Kv.ModRevision, Value: v, Keep: true})
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second): // the watch ended (no leader): again
+		}
+	}
 }
