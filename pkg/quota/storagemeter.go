@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/klog/v2"
 
 	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenancy"
@@ -46,9 +49,9 @@ type StorageMeter struct {
 	// (tenantstorage.CountUsage): its objects are then counted in storage,
 	// by the transactions of every replica (see CountInStorage).
 	count UsageCounter
-
-	// follow, when set, watches every project's usage tally (see CountInStorage).
+	// follow and drop: see StorageCounts.
 	follow func(ctx context.Context, seen func(projectID, epoch string, now tenantstorage.Tally))
+	drop   func(ctx context.Context) error
 
 	mu       sync.RWMutex
 	projects map[string]*meteredProject // by project name
@@ -70,9 +73,12 @@ type meteredProject struct {
 	// The project's usage tally, where objects are counted in storage.
 	tallyMu sync.Mutex
 	// epoch is the tally's epoch the server knows of ("": none), tally
-	// what it last knew the tally to hold.
-	epoch string
-	tally tenantstorage.Tally
+	// what it last knew the tally to hold; counted is the epoch this
+	// server counted the project in: each server counts once in each
+	// epoch before it trusts the tally, so objects a server stored
+	// before it knew of the epoch's grants are counted too.
+	epoch, counted string
+	tally          tenantstorage.Tally
 	// recount says the tally must be counted again before it is trusted:
 	// objects were removed behind the storage layer's back.
 	recount atomic.Bool
@@ -93,15 +99,27 @@ var _ tenantstorage.Meter = (*StorageMeter)(nil)
 // (see tenantstorage.CountUsage), returning it as written.
 type UsageCounter func(ctx context.Context, projectID, key string) (tenantstorage.Tally, error)
 
+// StorageCounts is how a meter keeps projects' object counts in storage.
+type StorageCounts struct {
+	// Count counts a project's objects into its usage tally.
+	Count UsageCounter
+	// Follow watches every project's usage tally until ctx ends, telling
+	// seen what each holds when written.
+	Follow func(ctx context.Context, seen func(projectID, epoch string, now tenantstorage.Tally))
+	// Drop deletes every project's usage tally: each is counted again at
+	// its project's next create.
+	Drop func(ctx context.Context) error
+}
+
 // CountInStorage makes the meter count each project's objects in storage
 // (on etcd), where every replica of the server moves the count in the
 // transactions that create and delete the objects, so that replicas
 // sharing the storage cannot together store more than a project's limit.
-// Without it each replica counts the writes it serves. follow watches
-// every tally, for FollowCounts. Call it before the meter is used.
-func (m *StorageMeter) CountInStorage(count UsageCounter, follow func(ctx context.Context, seen func(projectID, epoch string, now tenantstorage.Tally))) {
+// Without it each replica counts the writes it serves. Call it before the
+// meter is used.
+func (m *StorageMeter) CountInStorage(c StorageCounts) {
 	if m != nil {
-		m.count, m.follow = count, follow
+		m.count, m.follow, m.drop = c.Count, c.Follow, c.Drop
 	}
 }
 
@@ -139,18 +157,18 @@ func (m *StorageMeter) Begin(ctx context.Context, t tenancy.Tenant, release bool
 		return nil, nil
 	}
 	p := m.entry(t.Name, t.ID)
-	if err := m.hold(ctx, p, c, bytes, !release); err != nil {
+	var epoch string
+	if m.count != nil && objects {
+		// Every write moves the tally, a release too, whether or not this
+		// server has read it yet: the tally is every replica's.
+		epoch = m.ledger.objectsEpoch(c)
+	}
+	if err := m.hold(ctx, p, c, bytes, !release, epoch != ""); err != nil {
 		return nil, err
 	}
 	// A release charges only what was read from storage: what was not is
 	// read later, without the freed object.
-	w := &meteredWrite{ctx: ctx, m: m, ledger: m.ledger, p: p, consumer: c, objects: p.objects.Load(), sizes: bytes && p.bytes.Load()}
-	if m.count != nil && objects {
-		// Every write moves the tally, a release too, whether or not this
-		// server has read it yet: the tally is every replica's.
-		w.epoch = m.ledger.objectsEpoch(c)
-	}
-	return w, nil
+	return &meteredWrite{ctx: ctx, m: m, ledger: m.ledger, p: p, consumer: c, objects: p.objects.Load(), sizes: bytes && p.bytes.Load(), epoch: epoch}, nil
 }
 
 // Ensure reads the named project's usage from storage if it is metered
@@ -166,7 +184,7 @@ func (m *StorageMeter) Ensure(ctx context.Context, name string) error {
 		return nil
 	}
 	p := m.entry(name, id)
-	if err := m.hold(ctx, p, c, bytes, true); err != nil {
+	if err := m.hold(ctx, p, c, bytes, true, m.count != nil && objects); err != nil {
 		return err
 	}
 	p.writes.RUnlock()
@@ -174,8 +192,9 @@ func (m *StorageMeter) Ensure(ctx context.Context, name string) error {
 }
 
 // hold returns with p's writes held shared and, when load, its counts
-// read from storage (its bytes too, when bytes are metered).
-func (m *StorageMeter) hold(ctx context.Context, p *meteredProject, c Consumer, bytes, load bool) error {
+// read from storage (its bytes too, when bytes are metered). tallied says
+// its objects are counted in storage: what the tally holds stands.
+func (m *StorageMeter) hold(ctx context.Context, p *meteredProject, c Consumer, bytes, load, tallied bool) error {
 	ready := func() bool { return p.objects.Load() && (!bytes || p.bytes.Load()) }
 	for {
 		p.writes.RLock()
@@ -197,6 +216,13 @@ func (m *StorageMeter) hold(ctx context.Context, p *meteredProject, c Consumer, 
 		if err != nil {
 			p.writes.Unlock()
 			return apierrors.NewServiceUnavailable(fmt.Sprintf("reading what project %s stores, for its quota: %v", c.Name, err))
+		}
+		if tallied {
+			p.tallyMu.Lock()
+			if p.tally.Revision > 0 {
+				u.Objects = p.tally.Value
+			}
+			p.tallyMu.Unlock()
 		}
 		m.ledger.setMetered(c, u, bytes)
 		p.objects.Store(true)
@@ -267,6 +293,15 @@ func (m *StorageMeter) Invalidate() {
 		p.objects.Store(false)
 		p.bytes.Store(false)
 		p.recount.Store(true)
+	}
+	if m.drop != nil {
+		// Every replica's counts, not only those of the projects this
+		// server meters: each is counted again at its next create.
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := m.drop(ctx); err != nil {
+			klog.ErrorS(err, "Dropping the object counts of projects after objects were removed in storage: they stay as they were, too high")
+		}
 	}
 }
 
@@ -400,16 +435,24 @@ func (w *meteredWrite) ObjectsTally() string {
 // kept when it is newer than what the server knew, becomes the project's
 // count of objects in its bucket.
 func (w *meteredWrite) Learn(now tenantstorage.Tally) {
+	if now.Revision == 0 {
+		return // absent: not counted in this epoch yet, which says nothing
+	}
 	p := w.p
 	p.tallyMu.Lock()
+	defer p.tallyMu.Unlock()
 	if p.epoch == w.epoch && now.Revision <= p.tally.Revision {
-		p.tallyMu.Unlock()
 		return
 	}
 	p.epoch, p.tally = w.epoch, now
-	p.tallyMu.Unlock()
 	w.ledger.setMeteredObjects(w.consumer, now.Value)
 }
+
+// Recount implements tenantstorage.TalliedWrite.
+func (w *meteredWrite) Recount() { w.p.recount.Store(true) }
+
+// Untallied implements tenantstorage.TalliedWrite.
+func (w *meteredWrite) Untallied() { w.epoch = "" }
 
 // Guard implements tenantstorage.TalliedWrite.
 func (w *meteredWrite) Guard(refusable bool) tenantstorage.TallyGuard {
@@ -430,7 +473,7 @@ func (g *usageGuard) Expect() []tenantstorage.Tally {
 	w, p := g.w, g.w.p
 	p.tallyMu.Lock()
 	t := tenantstorage.Tally{Key: w.ObjectsTally(), Revision: p.tally.Revision, Value: p.tally.Value, Add: 1, Keep: true}
-	known := p.epoch == w.epoch && !p.recount.Load()
+	known := p.epoch == w.epoch && p.counted == w.epoch && p.tally.Revision > 0 && !p.recount.Load()
 	p.tallyMu.Unlock()
 	if !known || (g.refusable && w.ledger.objectsExceeded(w.consumer, t.Value) != nil) {
 		// Unknown, or full as last known: a revision no key has makes the
@@ -442,15 +485,26 @@ func (g *usageGuard) Expect() []tenantstorage.Tally {
 }
 
 func (g *usageGuard) Moved(now []tenantstorage.Tally) error {
-	w := g.w
+	w, p := g.w, g.w.p
 	t := now[0]
-	if t.Revision == 0 || w.p.recount.Swap(false) {
-		// Not counted in this epoch yet (or to be counted again): count.
-		counted, err := w.m.count(w.ctx, w.p.id, t.Key)
+	p.tallyMu.Lock()
+	counted := p.counted == w.epoch
+	p.tallyMu.Unlock()
+	again := p.recount.Swap(false)
+	if t.Revision == 0 || !counted || again {
+		// Not counted in this epoch yet (by anyone, or by this server), or
+		// to be counted again: count.
+		n, err := w.m.count(w.ctx, p.id, t.Key)
 		if err != nil {
+			if again {
+				p.recount.Store(true)
+			}
 			return apierrors.NewServiceUnavailable(fmt.Sprintf("counting what project %s stores, for its quota: %v", w.consumer.Name, err))
 		}
-		t = counted
+		t = n
+		p.tallyMu.Lock()
+		p.counted = w.epoch
+		p.tallyMu.Unlock()
 	}
 	w.Learn(t)
 	if g.refusable {
@@ -470,11 +524,16 @@ func (g *usageGuard) Stored(revision int64) {
 func (l *Ledger) objectsEpoch(c Consumer) string {
 	l.mu.RLock()
 	_, grants := l.limitLocked(BucketKey{c, ObjectsPerProject})
-	h := fnv.New64a()
+	named := make([]string, 0, len(grants))
 	for _, g := range grants {
-		fmt.Fprintf(h, "%s/%d;", g.uid, g.generation)
+		named = append(named, fmt.Sprintf("%s/%d;", g.uid, g.generation))
 	}
 	l.mu.RUnlock()
+	slices.Sort(named)
+	h := fnv.New64a()
+	for _, n := range named {
+		h.Write([]byte(n))
+	}
 	return strconv.FormatUint(h.Sum64(), 16)
 }
 

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"go.miloapis.com/milo/pkg/storage/tenantstorage"
 	"go.miloapis.com/milo/pkg/tenancy"
 )
 
@@ -243,4 +244,115 @@ func TestStorageMeterReleasesAndStaleBytes(t *testing.T) {
 	if s.loads.Load() != 2 {
 		t.Fatalf("%d reads, want the bytes read again", s.loads.Load())
 	}
+}
+
+// A project's objects counted in storage: the guard of a create expects
+// the count as this server last knew it, counts the project once in each
+// epoch before trusting it (here and in every other server), decides from
+// what the count holds when it moved, and refuses past the limit; the
+// bucket follows the count; a write whose resource the count's
+// transactions cannot reach is charged here instead.
+func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
+	m, l, _ := meteredLedger(t, map[string]Usage{webTenant.ID: {Objects: 1}}, map[string][]int64{ObjectsPerProject: {4}})
+	var counts atomic.Int32
+	inStorage := tenantstorage.Tally{Revision: 5, Value: 2, Keep: true}
+	m.CountInStorage(StorageCounts{Count: func(_ context.Context, id, key string) (tenantstorage.Tally, error) {
+		counts.Add(1)
+		if id != webTenant.ID || key != tenantstorage.UsageTallyKey(id, l.objectsEpoch(web)) {
+			t.Errorf("counted %s into %s", id, key)
+		}
+		out := inStorage
+		out.Key = key
+		return out, nil
+	}})
+	begin := func() tenantstorage.TalliedWrite {
+		t.Helper()
+		w, err := m.Begin(context.Background(), webTenant, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw, ok := w.(tenantstorage.TalliedWrite)
+		if !ok || tw.ObjectsTally() == "" {
+			t.Fatal("a project with an objects grant is not counted in storage")
+		}
+		return tw
+	}
+	w := begin()
+	// Objects are the count's to charge, not Charge's.
+	if err := w.Charge(1, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	g := w.Guard(true)
+	if e := g.Expect(); len(e) != 1 || e[0].Revision != -1 || e[0].Add != 1 || !e[0].Keep {
+		t.Fatalf("a count never read is expected as %+v, want a forced read", e)
+	}
+	// Another server wrote it: this one counts all the same, once.
+	if err := g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally(), Revision: 4, Value: 9, Keep: true}}); err != nil || counts.Load() != 1 {
+		t.Fatalf("the count first seen: %v, counted %d times", err, counts.Load())
+	}
+	if e := g.Expect(); e[0].Revision != 5 || e[0].Value != 2 {
+		t.Fatalf("after counting, the count is expected as %+v", e[0])
+	}
+	g.Stored(6)
+	w.End(true)
+	bucketIs := func(want int64) {
+		t.Helper()
+		l.mu.RLock()
+		defer l.mu.RUnlock()
+		if got := l.allocatedLocked(BucketKey{web, ObjectsPerProject}); got != want {
+			t.Fatalf("the bucket counts %d objects, want %d", got, want)
+		}
+	}
+	bucketIs(3)
+	// Known now: the next create expects revision 6 and 3; another
+	// server's create moved it to 4, so it decides again and is refused.
+	w = begin()
+	g = w.Guard(true)
+	if e := g.Expect(); e[0].Revision != 6 || e[0].Value != 3 {
+		t.Fatalf("the count expected as %+v, want 3 at 6", e[0])
+	}
+	var refused tenantstorage.Refused
+	var exceeded *Exceeded
+	if err := g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally(), Revision: 8, Value: 4, Keep: true}}); !errors.As(err, &refused) || !errors.As(err, &exceeded) ||
+		exceeded.Limit != 4 || exceeded.Used != 4 || counts.Load() != 1 {
+		t.Fatalf("a create past the limit: %v (counted %d times)", err, counts.Load())
+	}
+	w.End(false)
+	bucketIs(4)
+	// Full as known: a forced read rather than a doomed write. A write the
+	// server cannot refuse goes on.
+	if e := begin().Guard(true).Expect(); e[0].Revision != -1 {
+		t.Fatalf("a full count expected as %+v", e[0])
+	}
+	if e := begin().Guard(false).Expect(); e[0].Revision != 8 {
+		t.Fatalf("a full count, for a write never refused, expected as %+v", e[0])
+	}
+	// A changed grant is a new epoch: a new key, counted again.
+	old := begin().ObjectsTally()
+	l.SetGrant(grantOf("organization-acme", "g2", web, map[string][]int64{ObjectsPerProject: {1}}))
+	w = begin()
+	if w.ObjectsTally() == old {
+		t.Fatal("a new grant kept the count's epoch")
+	}
+	g = w.Guard(true)
+	if e := g.Expect(); e[0].Revision != -1 {
+		t.Fatalf("a new epoch's count expected as %+v", e[0])
+	}
+	if err := g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally()}}); err != nil || counts.Load() != 2 {
+		t.Fatalf("a new epoch's absent count: %v, counted %d times", err, counts.Load())
+	}
+	// A delete's report of an absent count teaches nothing.
+	w.Learn(tenantstorage.Tally{Key: w.ObjectsTally()})
+	bucketIs(2)
+	// Kept where the count's transactions do not reach: charged here.
+	w = begin()
+	w.Untallied()
+	if w.ObjectsTally() != "" {
+		t.Fatal("an untallied write still names the count")
+	}
+	if err := w.Charge(1, 0, true); err != nil {
+		t.Fatal(err)
+	}
+	w.End(true)
+	bucketIs(3)
 }

@@ -240,14 +240,18 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 			// On etcd a metered project's objects are counted in storage, by
 			// every replica's creates and deletes.
 			c.Prefixes.KeepUsageTallies(storagePrefix)
-			c.Usage.CountInStorage(func(ctx context.Context, projectID, key string) (tenantstorage.Tally, error) {
-				var own []string
-				if c.ProjectCRDs != nil {
-					own = c.ProjectCRDs.KeyPrefixes(projectID, storagePrefix)
-				}
-				return tenantstorage.CountUsage(ctx, etcdClient, c.Prefixes, storagePrefix, projectID, key, own...)
-			}, func(ctx context.Context, seen func(projectID, epoch string, now tenantstorage.Tally)) {
-				tenantstorage.FollowUsage(ctx, etcdClient, storagePrefix, seen)
+			c.Usage.CountInStorage(quota.StorageCounts{
+				Count: func(ctx context.Context, projectID, key string) (tenantstorage.Tally, error) {
+					var own []string
+					if c.ProjectCRDs != nil {
+						own = c.ProjectCRDs.KeyPrefixes(projectID, storagePrefix)
+					}
+					return tenantstorage.CountUsage(ctx, etcdClient, c.Prefixes, storagePrefix, projectID, key, own...)
+				},
+				Follow: func(ctx context.Context, seen func(projectID, epoch string, now tenantstorage.Tally)) {
+					tenantstorage.FollowUsage(ctx, etcdClient, storagePrefix, seen)
+				},
+				Drop: func(ctx context.Context) error { return tenantstorage.DropUsage(ctx, etcdClient, storagePrefix) },
 			})
 		}
 	}

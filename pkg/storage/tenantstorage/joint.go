@@ -691,14 +691,7 @@ func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Objec
 		if resp.Succeeded {
 			if done != nil {
 				for i := range now {
-					switch v := now[i].Value + now[i].Add; {
-					case now[i].Keep && now[i].Revision == 0:
-					case v > 0 || now[i].Keep:
-						now[i].Revision, now[i].Value = resp.Header.Revision, v
-					default:
-						now[i].Revision, now[i].Value = 0, 0
-					}
-					now[i].Add = 0
+					now[i] = applied(now[i], resp.Header.Revision)
 				}
 				done(now)
 			}

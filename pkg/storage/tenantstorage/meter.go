@@ -59,7 +59,11 @@ func (s *store) begin(ctx context.Context, release bool) (MeteredWrite, error) {
 	if !t.IsProject() || t.ID == "" {
 		return nil, nil
 	}
-	return s.meter.Begin(ctx, t, release)
+	w, err := s.meter.Begin(ctx, t, release)
+	if tw, ok := w.(TalliedWrite); ok && !s.joints.reaches(s.resource) {
+		tw.Untallied()
+	}
+	return w, err
 }
 
 // refused makes a charge's refusal the request's answer.

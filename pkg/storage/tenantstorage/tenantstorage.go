@@ -435,6 +435,14 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 		return out, ttl, nil
 	}
 	err = s.Interface.GuaranteedUpdate(ctx, k, destination, ignoreNotFound, preconditions, stamped, cachedExistingObject)
+	if undo != nil && err != nil && !certainlyNotStored(err) {
+		// Stored or not, unknown: the object counted ahead stays counted,
+		// and the project is counted again at its next create.
+		if tw, _ := s.objectsTally(w); tw != nil {
+			tw.Recount()
+		}
+		undo = nil
+	}
 	end(err == nil)
 	return err
 }

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	grpcstatus "google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/klog/v2"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -73,13 +75,20 @@ type TalliedWrite interface {
 	// Learn tells the write what the tally holds at a revision (after a
 	// delete moved it).
 	Learn(now Tally)
+	// Recount says the tally may be wrong (a write whose outcome is not
+	// known moved it): it is counted again before it is next trusted.
+	Recount()
+	// Untallied says the write's resource is kept where the tally's
+	// transactions do not reach (another etcd): its objects are charged
+	// as Charge is told, not in the tally.
+	Untallied()
 }
 
 // objectsTally returns w's tally key when w is a write of a project whose
 // objects are counted in storage this store's transactions reach.
 func (s *store) objectsTally(w MeteredWrite) (TalliedWrite, string) {
 	tw, ok := w.(TalliedWrite)
-	if !ok || !s.joints.reaches(s.resource) {
+	if !ok {
 		return nil, ""
 	}
 	key := tw.ObjectsTally()
@@ -106,6 +115,9 @@ func CountUsage(ctx context.Context, kv clientv3.KV, prefixes *Prefixes, storage
 	base := path.Join("/", storagePrefix) + "/"
 	full := base + key
 	own := base + usagePrefix + "/" + projectID + "/"
+	if !strings.HasPrefix(full, own) || strings.Contains(strings.TrimPrefix(full, own), "/") {
+		return Tally{}, fmt.Errorf("usage: %q is not a usage tally of project %s", key, projectID)
+	}
 	for range maxTallyRounds {
 		// One read of the tally and of every range's count, at one revision.
 		var revision, count, was int64
@@ -140,14 +152,34 @@ func CountUsage(ctx context.Context, kv clientv3.KV, prefixes *Prefixes, storage
 				count += rr.Count
 			}
 		}
-		// The write, unless something was written since. etcd bounds the
-		// compares of one transaction: past that, only the first ranges
-		// are compared (a project with more resources than etcd compares
-		// at once).
-		ifs := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", was)}
-		for _, r := range ranges[:min(len(ranges), txnLimit-1)] {
-			ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(r), "<", revision+1).WithPrefix())
+		// The write, unless an object was created since (an update or a
+		// delete does not make the count wrong: a deleted object counted
+		// leaves it one too high) or the tally moved. etcd bounds the
+		// compares of one transaction: the ranges past what the write can
+		// compare are compared just before it, in transactions of their
+		// own, which leaves a create in those ranges between the two
+		// uncounted (a project with more resources than etcd compares at
+		// once).
+		unchanged := func(rs []string) []clientv3.Cmp {
+			var ifs []clientv3.Cmp
+			for _, r := range rs {
+				ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(r), "<", revision+1).WithPrefix())
+			}
+			return ifs
 		}
+		first, rest := ranges[:min(len(ranges), txnLimit-1)], ranges[min(len(ranges), txnLimit-1):]
+		moved := false
+		for batch := range slices.Chunk(rest, txnLimit) {
+			resp, err := kv.Txn(ctx).If(unchanged(batch)...).Commit()
+			if err != nil {
+				return Tally{}, fmt.Errorf("counting the objects of project %s: %w", projectID, err)
+			}
+			moved = moved || !resp.Succeeded
+		}
+		if moved {
+			continue
+		}
+		ifs := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", was)}, unchanged(first)...)
 		thens := []clientv3.Op{
 			clientv3.OpDelete(own, clientv3.WithRange(full)),
 			clientv3.OpPut(full, strconv.FormatInt(count, 10)),
@@ -204,15 +236,39 @@ func (s *store) reserveObject(ctx context.Context, tw TalliedWrite, refusable bo
 			ifs, thens, _ := s.tallyOps(now)
 			resp, err := s.joints.kv.Txn(ctx).If(ifs...).Then(thens...).Commit()
 			if err != nil {
-				return
+				break
 			}
 			if resp.Succeeded {
-				now[0].Revision, now[0].Value, now[0].Add = resp.Header.Revision, now[0].Value-1, 0
-				tw.Learn(now[0])
+				tw.Learn(applied(now[0], resp.Header.Revision))
 				return
 			}
 		}
+		// Left one too high: the project is counted again at its next create.
+		klog.InfoS("An object counted ahead in its project's quota could not be given back", "resource", s.resource, "tally", tw.ObjectsTally())
+		tw.Recount()
 	}, nil
+}
+
+// certainlyNotStored reports whether err, from an update, says it wrote
+// nothing: its own refusal, a conflict or failed precondition, or etcd's
+// refusal before applying. A timeout or a lost connection may have
+// followed a commit.
+func certainlyNotStored(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if s, ok := err.(apierrors.APIStatus); ok {
+		return s.Status().Code < 500
+	}
+	var se *storage.StorageError
+	if errors.As(err, &se) {
+		return true
+	}
+	if notApplied(err) {
+		return true
+	}
+	_, isGRPC := grpcstatus.FromError(err)
+	return !isGRPC
 }
 
 // asRefusal makes a guard's refusal the request's answer.
@@ -222,6 +278,20 @@ func (s *store) asRefusal(key string, err error) error {
 		return s.refused(key, r.Err)
 	}
 	return err
+}
+
+// applied is t as a transaction of tallyOps committed at revision left it
+// (its Add applied, then cleared).
+func applied(t Tally, revision int64) Tally {
+	switch v := t.Value + t.Add; {
+	case t.Keep && t.Revision == 0 && t.Add <= 0:
+	case v > 0 || (t.Keep && v == 0):
+		t.Revision, t.Value = revision, v
+	default:
+		t.Revision, t.Value = 0, 0
+	}
+	t.Add = 0
+	return t
 }
 
 // bothGuards is a guard of a's tallies and b's, either nil.
@@ -259,6 +329,14 @@ func (p *pairedGuards) Moved(now []Tally) error {
 func (p *pairedGuards) Stored(revision int64) {
 	p.a.Stored(revision)
 	p.b.Stored(revision)
+}
+
+// DropUsage deletes every project's usage tally: each is counted again at
+// its project's next create. It is for objects removed behind the storage
+// layer's back (a CRD's instances purged in storage).
+func DropUsage(ctx context.Context, kv clientv3.KV, storagePrefix string) error {
+	_, err := kv.Delete(ctx, path.Join("/", storagePrefix)+"/"+usagePrefix+"/", clientv3.WithPrefix())
+	return err
 }
 
 // FollowUsage watches every project's usage tally in storage (one watch

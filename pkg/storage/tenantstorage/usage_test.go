@@ -50,12 +50,17 @@ func (w *replicaWrite) ObjectsTally() string {
 	return UsageTallyKey(idOf(w.m.project), w.m.epoch)
 }
 func (w *replicaWrite) Learn(now Tally) {
+	if now.Revision == 0 {
+		return // absent: not counted yet
+	}
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
 	if now.Key != w.m.known.Key || now.Revision > w.m.known.Revision {
 		w.m.known = now
 	}
 }
+func (w *replicaWrite) Recount()   {}
+func (w *replicaWrite) Untallied() {}
 func (w *replicaWrite) Guard(refusable bool) TallyGuard {
 	return &replicaGuard{w: w, refusable: refusable}
 }
@@ -71,7 +76,7 @@ func (g *replicaGuard) Expect() []Tally {
 	key := g.w.ObjectsTally()
 	m.mu.Lock()
 	t := Tally{Key: key, Revision: m.known.Revision, Value: m.known.Value, Add: 1, Keep: true}
-	if m.known.Key != key || (g.refusable && t.Value+1 > m.limit) {
+	if m.known.Key != key || m.known.Revision == 0 || (g.refusable && t.Value+1 > m.limit) {
 		t.Revision = -1
 	}
 	m.mu.Unlock()
@@ -239,14 +244,24 @@ func TestUsageTallyBoundsEveryReplica(t *testing.T) {
 		m.mu.Unlock()
 	}
 	create(t, plain, ctx, "/usageobjects", "ns", "unmetered-between", "x") // 6 stored
-	if err := s2.Create(ctx, "/usageobjects/ns/in-e2", configMap("ns", "in-e2", 10), &corev1.ConfigMap{}, 0); err != nil {
+	// A delete before anything counted the new epoch writes no count (the
+	// next create counts), and teaches a replica nothing.
+	if err := s1.Delete(ctx, "/usageobjects/ns/applied", &corev1.ConfigMap{}, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s1.Create(ctx, "/usageobjects/ns/in-e2-b", configMap("ns", "in-e2-b", 10), &corev1.ConfigMap{}, 0); !apierrors.IsForbidden(err) {
+	if _, ok := tallyOf("e2"); ok {
+		t.Fatal("a delete wrote a count nothing had made")
+	}
+	for _, name := range []string{"in-e2", "in-e2-b"} { // 5 stored: two fit
+		if err := s1.Create(ctx, "/usageobjects/ns/"+name, configMap("ns", name, 10), &corev1.ConfigMap{}, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s2.Create(ctx, "/usageobjects/ns/in-e2-c", configMap("ns", "in-e2-c", 10), &corev1.ConfigMap{}, 0); !apierrors.IsForbidden(err) {
 		t.Fatalf("the eighth object under a limit of 7: %v", err)
 	}
-	if v, ok := tallyOf("e2"); !ok || v != 7 {
-		t.Fatalf("the new epoch's tally holds %d, want 7", v)
+	if v, ok := tallyOf("e2"); !ok || v != 7 || stored() != 7 {
+		t.Fatalf("the new epoch's tally holds %d, etcd %d objects; want 7 and 7", v, stored())
 	}
 	if _, ok := tallyOf("e1"); ok {
 		t.Fatal("the old epoch's tally was kept")
@@ -267,3 +282,5 @@ func TestUsageTallyBoundsEveryReplica(t *testing.T) {
 		t.Fatalf("counting a project that stores nothing, beside its tally: %d, %v", tally.Value, err)
 	}
 }
+
+var _ TalliedWrite = (*replicaWrite)(nil)
