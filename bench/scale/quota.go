@@ -44,6 +44,11 @@ type quotaResult struct {
 	// CreateMetered times the same create with the project's objects and
 	// stored bytes metered by the storage layer (the built-in grants).
 	CreateMetered quantiles
+	// PairedUnmetered and PairedMetered time creates taken in turn in a
+	// project not metered and in the metered one: the meter's own cost
+	// (on etcd, the object count moved in the create's transaction), free
+	// of the drift between series.
+	PairedUnmetered, PairedMetered quantiles
 	// PairedUncharged and PairedCharged time creates taken in turn in a
 	// project without a grant and in the one charged, under the same
 	// policy: the claim's own cost, free of the drift between series.
@@ -146,6 +151,43 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 	if r.CreateMetered, err = timeCreates(); err != nil {
 		return nil, err
 	}
+	other := projectName(1)
+	otherUser, err := s.writerClient(other)
+	if err != nil {
+		return nil, err
+	}
+	// inTurn creates n ConfigMaps in the other project, then one in the
+	// first, in turn, and times each.
+	inTurn := func(prefix string, n int) (plain, first quantiles, err error) {
+		var a, b latencies
+		for i := range n {
+			for _, c := range []struct {
+				client kubernetes.Interface
+				ns     string
+				into   *latencies
+			}{{otherUser, s.namespaceOf(other), &a}, {user, ns, &b}} {
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", prefix, i)}, Data: map[string]string{"payload": kib}}
+				began := time.Now()
+				if _, err := c.client.CoreV1().ConfigMaps(c.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+					return quantiles{}, quantiles{}, err
+				}
+				*c.into = append(*c.into, time.Since(began))
+			}
+		}
+		slices.Sort(a)
+		slices.Sort(b)
+		if len(a) == 0 {
+			return quantiles{}, quantiles{}, nil
+		}
+		return quantiles{P50: ms(a.quantile(0.5)), P99: ms(a.quantile(0.99))}, quantiles{P50: ms(b.quantile(0.5)), P99: ms(b.quantile(0.99))}, nil
+	}
+	if o.Projects > 1 {
+		if r.PairedUnmetered, r.PairedMetered, err = inTurn("quota-metered", o.Samples); err != nil {
+			return nil, err
+		}
+		progress("[milo] ConfigMap creates in turn, p50/p99: %.2f/%.2f ms not metered, %.2f/%.2f ms objects and bytes metered (%.2f×)",
+			r.PairedUnmetered.P50, r.PairedUnmetered.P99, r.PairedMetered.P50, r.PairedMetered.P99, r.PairedMetered.P50/max(r.PairedUnmetered.P50, 0.001))
+	}
 	for _, t := range []string{"objects", "bytes"} {
 		if err := admin.Resource(quotaGrantsGVR).Namespace(orgNS).Delete(ctx, "bench-stored-"+t, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return nil, err
@@ -225,35 +267,14 @@ func measureQuota(ctx context.Context, s *system, o quotaOptions, settle time.Du
 	// In turn: a create in a project without a grant (the policy matches,
 	// nothing is charged), then one in the charged project. Project 1 has
 	// none unless it is the probe's (granted 0): then this is not measured.
-	other := projectName(1)
-	otherUser, err := s.writerClient(other)
-	if err != nil {
-		return nil, err
-	}
-	var plain, charged latencies
 	paired := o.Samples
 	if projectName(1) == probe {
 		paired = 0
 	}
-	for i := range paired {
-		for _, c := range []struct {
-			client kubernetes.Interface
-			ns     string
-			into   *latencies
-		}{{otherUser, s.namespaceOf(other), &plain}, {user, ns, &charged}} {
-			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("quota-paired-%d", i)}, Data: map[string]string{"payload": kib}}
-			began := time.Now()
-			if _, err := c.client.CoreV1().ConfigMaps(c.ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
-				return nil, err
-			}
-			*c.into = append(*c.into, time.Since(began))
-		}
+	if r.PairedUncharged, r.PairedCharged, err = inTurn("quota-paired", paired); err != nil {
+		return nil, err
 	}
-	slices.Sort(plain)
-	slices.Sort(charged)
-	if len(plain) > 0 {
-		r.PairedUncharged = quantiles{P50: ms(plain.quantile(0.5)), P99: ms(plain.quantile(0.99))}
-		r.PairedCharged = quantiles{P50: ms(charged.quantile(0.5)), P99: ms(charged.quantile(0.99))}
+	if r.PairedCharged.P50 > 0 {
 		progress("[milo] ConfigMap creates in turn, p50/p99: %.2f/%.2f ms not charged, %.2f/%.2f ms charged (%.2f×)",
 			r.PairedUncharged.P50, r.PairedUncharged.P99, r.PairedCharged.P50, r.PairedCharged.P99, r.PairedCharged.P50/max(r.PairedUncharged.P50, 0.001))
 	}
@@ -464,6 +485,10 @@ func (q *quotaResult) section() string {
 	}{{"no claim policy", q.CreateOff}, {"objects and stored bytes metered (built-in grants)", q.CreateMetered},
 		{"a policy, no grant (not charged)", q.CreateUncharged}, {"charged (a claim stored)", q.CreateCharged}} {
 		fmt.Fprintf(&b, "| %s | %.2f ms (%.2f×) | %.2f ms (%.2f×) |\n", row.name, row.q.P50, row.q.P50/max(q.CreateOff.P50, 0.001), row.q.P99, row.q.P99/max(q.CreateOff.P99, 0.001))
+	}
+	if q.PairedMetered.P50 > 0 {
+		fmt.Fprintf(&b, "\nTaken in turn, a create in %s (not metered) then one in %s (objects and stored bytes metered), %d each: p50 %.2f ms against %.2f ms (%.2f×), p99 %.2f ms against %.2f ms.\n",
+			projectName(1), projectName(0), o.Samples, q.PairedMetered.P50, q.PairedUnmetered.P50, q.PairedMetered.P50/max(q.PairedUnmetered.P50, 0.001), q.PairedMetered.P99, q.PairedUnmetered.P99)
 	}
 	if q.PairedCharged.P50 > 0 {
 		fmt.Fprintf(&b, "\nTaken in turn, a create in %s (a policy, no grant) then one in %s (charged), %d each: p50 %.2f ms against %.2f ms (%.2f×), p99 %.2f ms against %.2f ms.\n",

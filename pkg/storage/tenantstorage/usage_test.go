@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -284,3 +285,35 @@ func TestUsageTallyBoundsEveryReplica(t *testing.T) {
 }
 
 var _ TalliedWrite = (*replicaWrite)(nil)
+
+var benchRuns atomic.Int64
+
+// BenchmarkCreateCounted times a create stored alone (upstream's
+// transaction) against one stored with its project's object count moved
+// in the same transaction, one after the other on the package's etcd.
+func BenchmarkCreateCounted(b *testing.B) {
+	for _, counted := range []bool{false, true} {
+		b.Run(fmt.Sprintf("counted=%v", counted), func(b *testing.B) {
+			project := fmt.Sprintf("bench-counted-%v", counted)
+			o := Options{Joints: NewJoints(etcdClient)}
+			m := &replicaMeter{project: project, limit: 1 << 40, epoch: "e"}
+			if counted {
+				o.Meter = m
+			}
+			s, prefixes := newStorage(b, "benchcounted", o)
+			prefixes.KeepUsageTallies("/registry")
+			m.prefixes = prefixes
+			ctx := in(project)
+			out := &corev1.ConfigMap{}
+			b.ReportAllocs()
+			b.ResetTimer()
+			run := benchRuns.Add(1)
+			for i := range b.N {
+				name := fmt.Sprintf("cm-%d-%d", run, i)
+				if err := s.Create(ctx, "/benchcounted/ns/"+name, configMap("ns", name, 1024), out, 0); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
