@@ -294,23 +294,25 @@ var benchRuns atomic.Int64
 func BenchmarkCreateCounted(b *testing.B) {
 	for _, counted := range []bool{false, true} {
 		b.Run(fmt.Sprintf("counted=%v", counted), func(b *testing.B) {
-			project := fmt.Sprintf("bench-counted-%v", counted)
+			// A resource of its own each run: its watch cache starts empty.
+			run := benchRuns.Add(1)
+			resource := fmt.Sprintf("benchcounted%d", run)
+			project := fmt.Sprintf("bench-counted-%d", run)
 			o := Options{Joints: NewJoints(etcdClient)}
 			m := &replicaMeter{project: project, limit: 1 << 40, epoch: "e"}
 			if counted {
 				o.Meter = m
 			}
-			s, prefixes := newStorage(b, "benchcounted", o)
+			s, prefixes := newStorage(b, resource, o)
 			prefixes.KeepUsageTallies("/registry")
 			m.prefixes = prefixes
 			ctx := in(project)
 			out := &corev1.ConfigMap{}
 			b.ReportAllocs()
 			b.ResetTimer()
-			run := benchRuns.Add(1)
 			for i := range b.N {
-				name := fmt.Sprintf("cm-%d-%d", run, i)
-				if err := s.Create(ctx, "/benchcounted/ns/"+name, configMap("ns", name, 1024), out, 0); err != nil {
+				name := fmt.Sprintf("cm-%d", i)
+				if err := s.Create(ctx, "/"+resource+"/ns/"+name, configMap("ns", name, 1024), out, 0); err != nil {
 					b.Fatal(err)
 				}
 			}
