@@ -221,33 +221,34 @@ func (s *store) reserveObject(ctx context.Context, tw TalliedWrite, refusable bo
 		return nil, fmt.Errorf("counting the object in its project's quota: %w", err)
 	}
 	return func() {
-		ctx := context.WithoutCancel(ctx)
-		for range maxTallyRounds {
-			_, _, reads := s.tallyOps([]Tally{{Key: tw.ObjectsTally(), Keep: true}})
-			read, err := s.joints.kv.Txn(ctx).Then(reads...).Commit()
-			if err != nil {
-				return
-			}
-			now, _, err := talliesRead([]Tally{{Key: tw.ObjectsTally(), Keep: true}}, read.Responses)
-			if err != nil {
-				return
-			}
-			now[0].Add = -1
-			ifs, thens, _ := s.tallyOps(now)
-			resp, err := s.joints.kv.Txn(ctx).If(ifs...).Then(thens...).Commit()
-			if err != nil {
-				break
-			}
-			if resp.Succeeded {
-				tw.Learn(applied(now[0], resp.Header.Revision))
-				return
-			}
+		// The shared loop of tallied transactions, its guard taking one
+		// whatever the tally holds.
+		back := &givingBack{t: Tally{Key: tw.ObjectsTally(), Revision: -1, Add: -1, Keep: true}}
+		if _, _, err := s.commitTallied(context.WithoutCancel(ctx), back, nil, nil); err == nil {
+			tw.Learn(applied(back.t, back.stored))
+			return
 		}
 		// Left one too high: the project is counted again at its next create.
 		klog.InfoS("An object counted ahead in its project's quota could not be given back", "resource", s.resource, "tally", tw.ObjectsTally())
 		tw.Recount()
 	}, nil
 }
+
+// givingBack is the guard of a transaction that takes one from a usage
+// tally, whatever it holds (nothing, when it is absent).
+type givingBack struct {
+	t      Tally
+	stored int64
+}
+
+func (g *givingBack) Expect() []Tally { return []Tally{g.t} }
+
+func (g *givingBack) Moved(now []Tally) error {
+	g.t.Revision, g.t.Value = now[0].Revision, now[0].Value
+	return nil
+}
+
+func (g *givingBack) Stored(revision int64) { g.stored = revision }
 
 // certainlyNotStored reports whether err, from an update, says it wrote
 // nothing: its own refusal, a conflict or failed precondition, or etcd's
