@@ -101,12 +101,12 @@ func (s *store) objectsTally(w MeteredWrite) (TalliedWrite, string) {
 // CountUsage counts, directly in storage, the objects of the project with
 // storage id projectID and writes the count into the tally at key (a
 // UsageTallyKey), deleting its tallies of other epochs. The write is on
-// the condition that neither the tally nor any key of the project's
-// ranges was written since the count's revision, so a create stored
+// the condition that the tally did not move and no object was created in
+// the project's ranges since the count's revision, so a create stored
 // meanwhile, by any replica, makes it count again. A delete made meanwhile
-// by a server not moving the tally is counted, leaving the tally one too
-// high rather than too low. more are further resource prefixes (a
-// project's own CRDs'). It returns the tally as written.
+// without moving the tally is counted, leaving the tally one too high
+// rather than too low. more are further resource prefixes (a project's
+// own CRDs'). It returns the tally as written.
 func CountUsage(ctx context.Context, kv clientv3.KV, prefixes *Prefixes, storagePrefix, projectID, key string, more ...string) (Tally, error) {
 	if !tenancy.ValidProjectID(projectID) {
 		return Tally{}, fmt.Errorf("usage: %q is not a project storage id", projectID)
