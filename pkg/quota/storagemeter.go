@@ -469,6 +469,8 @@ type usageGuard struct {
 	expected  tenantstorage.Tally
 }
 
+func (g *usageGuard) Keys() []string { return []string{g.w.ObjectsTally()} }
+
 func (g *usageGuard) Expect() []tenantstorage.Tally {
 	w, p := g.w, g.w.p
 	p.tallyMu.Lock()

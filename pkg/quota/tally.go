@@ -108,6 +108,14 @@ func (l *Ledger) Guard(plans []ClaimPlan, refuse func(*Exceeded) error) tenantst
 // ledger knew may be old (claims deleted since): it expects a revision no
 // tally has, so that the transaction reads what the tally holds and Moved
 // decides from that.
+func (g *tallyGuard) Keys() []string {
+	keys := make([]string, len(g.buckets))
+	for i, k := range g.buckets {
+		keys[i] = TallyKey(k)
+	}
+	return keys
+}
+
 func (g *tallyGuard) Expect() []tenantstorage.Tally {
 	l := g.l
 	l.mu.Lock()

@@ -47,6 +47,9 @@ type Joints struct {
 	// tallied are the resources whose objects are counted in tallies,
 	// with what each object adds to them (see Tallied).
 	tallied map[schema.GroupResource]func(runtime.Object) []Tally
+	// turns are this server's transactions moving tallies, one at a time
+	// per tally.
+	turns turns
 }
 
 // Elsewhere tells the Joints of resources kept in another etcd than theirs
@@ -158,6 +161,9 @@ type Tally struct {
 // guard expects and adds to it; when one moved (another create or delete,
 // on any replica), the guard is told what they hold now and decides again.
 type TallyGuard interface {
+	// Keys returns the keys of the tallies Expect returns, which do not
+	// change from one round to the next.
+	Keys() []string
 	// Expect returns the tallies the create moves, as the guard last knew
 	// them, and what it adds to each.
 	Expect() []Tally
@@ -498,6 +504,13 @@ func (s *store) companionsFirst(ctx context.Context, companions []Companion, j *
 // responses, when it failed, begin with elses'; refused says an error is
 // the guard's (or too many rounds): nothing was stored.
 func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clientv3.Cmp, thens []clientv3.Op, elses ...clientv3.Op) (_ *clientv3.TxnResponse, refused bool, _ error) {
+	if guard != nil {
+		done, err := s.joints.turns.take(ctx, guard.Keys())
+		if err != nil {
+			return nil, true, err
+		}
+		defer done()
+	}
 	for round := 1; ; round++ {
 		var tallies []Tally
 		if guard != nil {
@@ -667,24 +680,7 @@ func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Objec
 		if err := validateDeletion(ctx, obj); err != nil {
 			return err
 		}
-		held := of(obj)
-		var now []Tally
-		if len(held) > 0 {
-			_, _, reads := s.tallyOps(held)
-			read, err := s.joints.kv.Txn(ctx).Then(reads...).Commit()
-			if err != nil {
-				return err
-			}
-			if now, _, err = talliesRead(held, read.Responses); err != nil {
-				return err
-			}
-			for i := range now {
-				now[i].Add = -held[i].Add
-			}
-		}
-		tIfs, tThens, _ := s.tallyOps(now)
-		resp, err := s.joints.kv.Txn(ctx).If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", kv.ModRevision)}, tIfs...)...).
-			Then(append([]clientv3.Op{clientv3.OpDelete(full)}, tThens...)...).Commit()
+		resp, now, err := s.deleteTallied(ctx, full, kv.ModRevision, of(obj))
 		if err != nil {
 			return err
 		}
@@ -700,6 +696,105 @@ func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Objec
 		if round == maxTallyRounds {
 			return apierrors.NewTooManyRequests("the object and the quota it holds were changed by other requests at each of its tries: retry", 1)
 		}
+	}
+}
+
+// deleteTallied deletes the object at full, if it is still at revision,
+// and takes from the tallies what it held of them, read first, in one
+// transaction, in the tallies' turn: it returns the transaction's answer
+// and the tallies as read, with what the delete adds to them.
+func (s *store) deleteTallied(ctx context.Context, full string, revision int64, held []Tally) (*clientv3.TxnResponse, []Tally, error) {
+	keys := make([]string, len(held))
+	for i, t := range held {
+		keys[i] = t.Key
+	}
+	done, err := s.joints.turns.take(ctx, keys)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
+	var now []Tally
+	if len(held) > 0 {
+		_, _, reads := s.tallyOps(held)
+		read, err := s.joints.kv.Txn(ctx).Then(reads...).Commit()
+		if err != nil {
+			return nil, nil, err
+		}
+		if now, _, err = talliesRead(held, read.Responses); err != nil {
+			return nil, nil, err
+		}
+		for i := range now {
+			now[i].Add = -held[i].Add
+		}
+	}
+	tIfs, tThens, _ := s.tallyOps(now)
+	resp, err := s.joints.kv.Txn(ctx).If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", revision)}, tIfs...)...).
+		Then(append([]clientv3.Op{clientv3.OpDelete(full)}, tThens...)...).Commit()
+	return resp, now, err
+}
+
+// turns lets one of a server's transactions at a time move each tally.
+// Two transactions of one server that expect a tally at one revision
+// cannot both store: without turns, a burst of creates in one project
+// through one replica would retry each other round after round (n² failed
+// transactions, the last past maxTallyRounds answered 429), and a burst
+// of first writes would each count the project, each count's write lost
+// to the others' creates. Taking turns, rounds are lost only to other
+// replicas. What it holds is an entry per tally with a transaction under
+// way or waiting, nothing once the burst is over.
+type turns struct {
+	mu   sync.Mutex
+	held map[string]*turn
+}
+
+// turn is one tally's: its token channel holds a value while a
+// transaction has the turn; users counts those holding or waiting.
+type turn struct {
+	token chan struct{}
+	users int
+}
+
+// take waits for the turn of every one of keys (in order, so two takers of
+// overlapping keys cannot each hold what the other waits for) and returns
+// what gives them back.
+func (t *turns) take(ctx context.Context, keys []string) (func(), error) {
+	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
+	taken := make([]*turn, 0, len(keys))
+	done := func() {
+		for i, tr := range taken {
+			<-tr.token
+			t.leave(keys[i], tr)
+		}
+	}
+	for _, k := range keys {
+		t.mu.Lock()
+		if t.held == nil {
+			t.held = map[string]*turn{}
+		}
+		tr := t.held[k]
+		if tr == nil {
+			tr = &turn{token: make(chan struct{}, 1)}
+			t.held[k] = tr
+		}
+		tr.users++
+		t.mu.Unlock()
+		select {
+		case tr.token <- struct{}{}:
+			taken = append(taken, tr)
+		case <-ctx.Done():
+			t.leave(k, tr)
+			done()
+			return nil, ctx.Err()
+		}
+	}
+	return done, nil
+}
+
+func (t *turns) leave(key string, tr *turn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tr.users--; tr.users == 0 {
+		delete(t.held, key)
 	}
 }
 

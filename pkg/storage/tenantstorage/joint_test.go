@@ -393,6 +393,8 @@ func (g *stubGuard) Expect() []Tally {
 	return []Tally{{Key: testTally, Revision: g.known.Revision, Value: g.known.Value, Add: g.add}}
 }
 
+func (g *stubGuard) Keys() []string { return []string{testTally} }
+
 func (g *stubGuard) Moved(now []Tally) error {
 	g.moved++
 	g.known = now[0]

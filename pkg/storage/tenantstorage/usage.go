@@ -241,6 +241,7 @@ type givingBack struct {
 	stored int64
 }
 
+func (g *givingBack) Keys() []string  { return []string{g.t.Key} }
 func (g *givingBack) Expect() []Tally { return []Tally{g.t} }
 
 func (g *givingBack) Moved(now []Tally) error {
@@ -313,6 +314,8 @@ type pairedGuards struct {
 	// n is how many tallies a expected last.
 	n int
 }
+
+func (p *pairedGuards) Keys() []string { return append(p.a.Keys(), p.b.Keys()...) }
 
 func (p *pairedGuards) Expect() []Tally {
 	a := p.a.Expect()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,6 +72,8 @@ type replicaGuard struct {
 	refusable bool
 	expected  Tally
 }
+
+func (g *replicaGuard) Keys() []string { return []string{g.w.ObjectsTally()} }
 
 func (g *replicaGuard) Expect() []Tally {
 	m := g.w.m
@@ -281,6 +284,56 @@ func TestUsageTallyBoundsEveryReplica(t *testing.T) {
 	}
 	if tally, err := CountUsage(context.Background(), etcdClient, prefixes, "/registry", idOf(project), UsageTallyKey(idOf(project), "e3")); err != nil || tally.Value != 0 {
 		t.Fatalf("counting a project that stores nothing, beside its tally: %d, %v", tally.Value, err)
+	}
+}
+
+// TestBurstInOneReplicaTakesTurns: one replica's creates and deletes of a
+// metered project at once each store, none losing its rounds to the
+// others: the replica's transactions on one count take turns, so a burst
+// from one client is not answered 429 however many run at once.
+func TestBurstInOneReplicaTakesTurns(t *testing.T) {
+	const project, burst = "usage-burst", 64
+	m := &replicaMeter{project: project, limit: 1000, epoch: "e"}
+	s, prefixes := newStorage(t, "usageburst", Options{Meter: m, Joints: NewJoints(etcdClient)})
+	prefixes.KeepUsageTallies("/registry")
+	m.prefixes = prefixes
+	ctx := in(project)
+	at := func(name string) string { return "/usageburst/ns/" + name }
+	all := func(do func(i int) error) []error {
+		var wg sync.WaitGroup
+		errs := make([]error, burst)
+		for i := range burst {
+			wg.Go(func() { errs[i] = do(i) })
+		}
+		wg.Wait()
+		return slices.DeleteFunc(errs, func(err error) bool { return err == nil })
+	}
+	if errs := all(func(i int) error {
+		name := fmt.Sprintf("cm-%d", i)
+		return s.Create(ctx, at(name), configMap("ns", name, 10), &corev1.ConfigMap{}, 0)
+	}); len(errs) > 0 {
+		t.Fatalf("%d of %d creates at once in one replica failed, the first: %v", len(errs), burst, errs[0])
+	}
+	tally := func() int64 {
+		t.Helper()
+		resp, err := etcdClient.Get(context.Background(), "/registry/"+UsageTallyKey(idOf(project), "e"))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("the tally: %v, %v", resp, err)
+		}
+		var v int64
+		fmt.Sscan(string(resp.Kvs[0].Value), &v)
+		return v
+	}
+	if v := tally(); v != burst {
+		t.Fatalf("after %d creates the tally holds %d", burst, v)
+	}
+	if errs := all(func(i int) error {
+		return s.Delete(ctx, at(fmt.Sprintf("cm-%d", i)), &corev1.ConfigMap{}, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{})
+	}); len(errs) > 0 {
+		t.Fatalf("%d of %d deletes at once in one replica failed, the first: %v", len(errs), burst, errs[0])
+	}
+	if v := tally(); v != 0 {
+		t.Fatalf("after the deletes the tally holds %d", v)
 	}
 }
 
