@@ -79,6 +79,9 @@ type meteredProject struct {
 	// before it knew of the epoch's grants are counted too.
 	epoch, counted string
 	tally          tenantstorage.Tally
+	// bytesTally is what the server last knew the tally of the project's
+	// bytes to hold, where they are limited (kept beside its objects').
+	bytesTally tenantstorage.Tally
 	// recount says the tally must be counted again before it is trusted:
 	// objects were removed behind the storage layer's back.
 	recount atomic.Bool
@@ -95,9 +98,10 @@ func NewStorageMeter(ledger *Ledger, load UsageLoader, idOf func(name string) st
 var _ tenantstorage.Meter = (*StorageMeter)(nil)
 
 // UsageCounter counts the objects of the project with storage id projectID
-// directly in storage and writes the count into the usage tally at key
-// (see tenantstorage.CountUsage), returning it as written.
-type UsageCounter func(ctx context.Context, projectID, key string) (tenantstorage.Tally, error)
+// directly in storage and writes the count into the usage tally at key,
+// and, when bytesKey is set, their bytes into the tally at bytesKey (see
+// tenantstorage.CountUsage), returning them as written.
+type UsageCounter func(ctx context.Context, projectID, key, bytesKey string) (objects, bytes tenantstorage.Tally, _ error)
 
 // StorageCounts is how a meter keeps projects' object counts in storage.
 type StorageCounts struct {
@@ -138,10 +142,11 @@ func (m *StorageMeter) FollowCounts(ctx context.Context) {
 			return // not metered here: read when it is
 		}
 		c := Consumer{Kind: KindProject, Name: p.name}
-		if objects, _ := m.ledger.limited(c); !objects || m.ledger.objectsEpoch(c) != epoch {
+		objects, bytes := m.ledger.limited(c)
+		if (!objects && !bytes) || m.ledger.usageEpoch(c) != epoch {
 			return
 		}
-		(&meteredWrite{ledger: m.ledger, p: p, consumer: c, epoch: epoch}).Learn(now)
+		(&meteredWrite{ledger: m.ledger, p: p, consumer: c, epoch: epoch, bytesTallied: bytes}).Learn(now)
 	})
 }
 
@@ -158,17 +163,18 @@ func (m *StorageMeter) Begin(ctx context.Context, t tenancy.Tenant, release bool
 	}
 	p := m.entry(t.Name, t.ID)
 	var epoch string
-	if m.count != nil && objects {
-		// Every write moves the tally, a release too, whether or not this
-		// server has read it yet: the tally is every replica's.
-		epoch = m.ledger.objectsEpoch(c)
+	if m.count != nil {
+		// Every write moves the tallies, a release too, whether or not
+		// this server has read them yet: they are every replica's.
+		epoch = m.ledger.usageEpoch(c)
 	}
 	if err := m.hold(ctx, p, c, bytes, !release, epoch != ""); err != nil {
 		return nil, err
 	}
 	// A release charges only what was read from storage: what was not is
 	// read later, without the freed object.
-	return &meteredWrite{ctx: ctx, m: m, ledger: m.ledger, p: p, consumer: c, objects: p.objects.Load(), sizes: bytes && p.bytes.Load(), epoch: epoch}, nil
+	return &meteredWrite{ctx: ctx, m: m, ledger: m.ledger, p: p, consumer: c, objects: p.objects.Load(), sizes: bytes && p.bytes.Load(),
+		epoch: epoch, bytesTallied: epoch != "" && bytes}, nil
 }
 
 // Ensure reads the named project's usage from storage if it is metered
@@ -184,7 +190,7 @@ func (m *StorageMeter) Ensure(ctx context.Context, name string) error {
 		return nil
 	}
 	p := m.entry(name, id)
-	if err := m.hold(ctx, p, c, bytes, true, m.count != nil && objects); err != nil {
+	if err := m.hold(ctx, p, c, bytes, true, m.count != nil); err != nil {
 		return err
 	}
 	p.writes.RUnlock()
@@ -221,6 +227,9 @@ func (m *StorageMeter) hold(ctx context.Context, p *meteredProject, c Consumer, 
 			p.tallyMu.Lock()
 			if p.tally.Revision > 0 {
 				u.Objects = p.tally.Value
+			}
+			if bytes && p.bytesTally.Revision > 0 {
+				u.Bytes = p.bytesTally.Value
 			}
 			p.tallyMu.Unlock()
 		}
@@ -317,8 +326,10 @@ type meteredWrite struct {
 	charged        Usage
 	ended          bool
 	// epoch is the usage tally's, when the project's objects are counted
-	// in storage: they are then charged through it, not by Charge.
-	epoch string
+	// in storage: they are then charged through it, not by Charge; so are
+	// its bytes when bytesTallied.
+	epoch        string
+	bytesTallied bool
 }
 
 var _ tenantstorage.TalliedWrite = (*meteredWrite)(nil)
@@ -329,7 +340,7 @@ func (w *meteredWrite) Charge(objects, bytes int64, refusable bool) error {
 	if !w.objects || w.epoch != "" {
 		objects = 0
 	}
-	if !w.sizes {
+	if !w.sizes || w.bytesTallied {
 		bytes = 0
 	}
 	delta := Usage{Objects: objects - w.charged.Objects, Bytes: bytes - w.charged.Bytes}
@@ -431,86 +442,141 @@ func (w *meteredWrite) ObjectsTally() string {
 	return tenantstorage.UsageTallyKey(w.p.id, w.epoch)
 }
 
-// Learn implements tenantstorage.TalliedWrite: what the tally holds,
-// kept when it is newer than what the server knew, becomes the project's
-// count of objects in its bucket.
+// BytesTally implements tenantstorage.TalliedWrite.
+func (w *meteredWrite) BytesTally() string {
+	if w.epoch == "" || !w.bytesTallied {
+		return ""
+	}
+	return tenantstorage.BytesTallyKey(w.p.id, w.epoch)
+}
+
+// Learn implements tenantstorage.TalliedWrite: what a tally holds, kept
+// when it is newer than what the server knew, becomes the project's count
+// of objects (or bytes) in its bucket.
 func (w *meteredWrite) Learn(now tenantstorage.Tally) {
-	if now.Revision == 0 {
+	if now.Revision == 0 || w.epoch == "" {
 		return // absent: not counted in this epoch yet, which says nothing
 	}
 	p := w.p
 	p.tallyMu.Lock()
 	defer p.tallyMu.Unlock()
+	if now.Key == tenantstorage.BytesTallyKey(p.id, w.epoch) {
+		if p.epoch == w.epoch && now.Revision <= p.bytesTally.Revision {
+			return
+		}
+		if p.epoch != w.epoch {
+			p.epoch, p.tally = w.epoch, tenantstorage.Tally{}
+		}
+		p.bytesTally = now
+		w.ledger.setMeteredCount(w.consumer, BytesPerProject, now.Value)
+		return
+	}
 	if p.epoch == w.epoch && now.Revision <= p.tally.Revision {
 		return
 	}
-	p.epoch, p.tally = w.epoch, now
-	w.ledger.setMeteredObjects(w.consumer, now.Value)
+	if p.epoch != w.epoch {
+		p.epoch, p.bytesTally = w.epoch, tenantstorage.Tally{}
+	}
+	p.tally = now
+	w.ledger.setMeteredCount(w.consumer, ObjectsPerProject, now.Value)
 }
 
 // Recount implements tenantstorage.TalliedWrite.
 func (w *meteredWrite) Recount() { w.p.recount.Store(true) }
 
 // Untallied implements tenantstorage.TalliedWrite.
-func (w *meteredWrite) Untallied() { w.epoch = "" }
+func (w *meteredWrite) Untallied() { w.epoch, w.bytesTallied = "", false }
 
 // Guard implements tenantstorage.TalliedWrite.
-func (w *meteredWrite) Guard(refusable bool) tenantstorage.TallyGuard {
-	return &usageGuard{w: w, refusable: refusable}
+func (w *meteredWrite) Guard(objects, bytes int64, refusable bool) tenantstorage.TallyGuard {
+	if !w.bytesTallied {
+		bytes = 0
+	}
+	return &usageGuard{w: w, objects: objects, bytes: bytes, refusable: refusable}
 }
 
-// usageGuard keeps a project's usage tally for one create of an object:
-// it expects the tally as the server last knew it, and when that fits the
-// limit the create is stored with the tally one more; otherwise, and when
-// the tally moved, it decides from what the tally holds.
+// usageGuard keeps a project's usage tallies for one write: it expects
+// them as the server last knew them, and when the write fits the limits
+// there it is stored with the tallies moved by what it adds; otherwise,
+// and when a tally moved, it decides from what the tallies hold.
 type usageGuard struct {
-	w         *meteredWrite
-	refusable bool
-	expected  tenantstorage.Tally
+	w              *meteredWrite
+	objects, bytes int64
+	refusable      bool
+	expected       []tenantstorage.Tally
 }
 
-func (g *usageGuard) Keys() []string { return []string{g.w.ObjectsTally()} }
+func (g *usageGuard) Keys() []string {
+	if b := g.w.BytesTally(); b != "" {
+		return []string{g.w.ObjectsTally(), b}
+	}
+	return []string{g.w.ObjectsTally()}
+}
 
 func (g *usageGuard) Expect() []tenantstorage.Tally {
 	w, p := g.w, g.w.p
 	p.tallyMu.Lock()
-	t := tenantstorage.Tally{Key: w.ObjectsTally(), Revision: p.tally.Revision, Value: p.tally.Value, Add: 1, Keep: true}
+	out := []tenantstorage.Tally{{Key: w.ObjectsTally(), Revision: p.tally.Revision, Value: p.tally.Value, Add: g.objects, Keep: true}}
 	known := p.epoch == w.epoch && p.counted == w.epoch && p.tally.Revision > 0 && !p.recount.Load()
-	p.tallyMu.Unlock()
-	if !known || (g.refusable && w.ledger.objectsExceeded(w.consumer, t.Value) != nil) {
-		// Unknown, or full as last known: a revision no key has makes the
-		// transaction read what the tally holds, for Moved to decide.
-		t.Revision = -1
+	if b := w.BytesTally(); b != "" {
+		out = append(out, tenantstorage.Tally{Key: b, Revision: p.bytesTally.Revision, Value: p.bytesTally.Value, Add: g.bytes, Keep: true})
+		known = known && p.bytesTally.Revision > 0
 	}
-	g.expected = t
-	return []tenantstorage.Tally{t}
+	p.tallyMu.Unlock()
+	if !known || (g.refusable && g.exceeded(out) != nil) {
+		// Unknown, or full as last known: a revision no key has makes the
+		// transaction read what the tallies hold, for Moved to decide.
+		for i := range out {
+			out[i].Revision = -1
+		}
+	}
+	g.expected = out
+	return out
+}
+
+// exceeded returns the refusal of the write's growth with the tallies
+// holding what now says, or nil when it fits.
+func (g *usageGuard) exceeded(now []tenantstorage.Tally) *Exceeded {
+	var bytes int64
+	if len(now) > 1 {
+		bytes = now[1].Value
+	}
+	return g.w.ledger.usageExceeded(g.w.consumer, Usage{Objects: now[0].Value, Bytes: bytes}, Usage{Objects: g.objects, Bytes: g.bytes})
 }
 
 func (g *usageGuard) Moved(now []tenantstorage.Tally) error {
 	w, p := g.w, g.w.p
-	t := now[0]
 	p.tallyMu.Lock()
 	counted := p.counted == w.epoch
 	p.tallyMu.Unlock()
 	again := p.recount.Swap(false)
-	if t.Revision == 0 || !counted || again {
+	absent := false
+	for _, t := range now {
+		absent = absent || t.Revision == 0
+	}
+	if absent || !counted || again {
 		// Not counted in this epoch yet (by anyone, or by this server), or
 		// to be counted again: count.
-		n, err := w.m.count(w.ctx, p.id, t.Key)
+		objects, bytes, err := w.m.count(w.ctx, p.id, w.ObjectsTally(), w.BytesTally())
 		if err != nil {
 			if again {
 				p.recount.Store(true)
 			}
 			return apierrors.NewServiceUnavailable(fmt.Sprintf("counting what project %s stores, for its quota: %v", w.consumer.Name, err))
 		}
-		t = n
+		now = []tenantstorage.Tally{objects}
+		if w.BytesTally() != "" {
+			now = append(now, bytes)
+		}
 		p.tallyMu.Lock()
 		p.counted = w.epoch
 		p.tallyMu.Unlock()
 	}
-	w.Learn(t)
+	for _, t := range now {
+		w.Learn(t)
+	}
 	if g.refusable {
-		if e := w.ledger.objectsExceeded(w.consumer, t.Value); e != nil {
+		if e := g.exceeded(now); e != nil {
 			return tenantstorage.Refused{Err: e}
 		}
 	}
@@ -518,17 +584,22 @@ func (g *usageGuard) Moved(now []tenantstorage.Tally) error {
 }
 
 func (g *usageGuard) Stored(revision int64) {
-	g.w.Learn(tenantstorage.Tally{Key: g.expected.Key, Revision: revision, Value: g.expected.Value + 1, Keep: true})
+	for _, t := range g.expected {
+		g.w.Learn(tenantstorage.Tally{Key: t.Key, Revision: revision, Value: t.Value + t.Add, Keep: true})
+	}
 }
 
-// objectsEpoch names the grants that limit c's objects: their uids and
-// generations. A usage tally is counted anew when it changes.
-func (l *Ledger) objectsEpoch(c Consumer) string {
+// usageEpoch names the grants that limit c's objects and bytes: their
+// uids and generations. The usage tallies are counted anew when it
+// changes.
+func (l *Ledger) usageEpoch(c Consumer) string {
 	l.mu.RLock()
-	_, grants := l.limitLocked(BucketKey{c, ObjectsPerProject})
-	named := make([]string, 0, len(grants))
-	for _, g := range grants {
-		named = append(named, fmt.Sprintf("%s/%d;", g.uid, g.generation))
+	var named []string
+	for _, t := range []string{ObjectsPerProject, BytesPerProject} {
+		_, grants := l.limitLocked(BucketKey{c, t})
+		for _, g := range grants {
+			named = append(named, fmt.Sprintf("%s/%s/%d;", t, g.uid, g.generation))
+		}
 	}
 	l.mu.RUnlock()
 	slices.Sort(named)
@@ -539,24 +610,35 @@ func (l *Ledger) objectsEpoch(c Consumer) string {
 	return strconv.FormatUint(h.Sum64(), 16)
 }
 
-// objectsExceeded returns the refusal of one more object for c, with used
-// stored, or nil when it fits (or nothing limits c's objects).
-func (l *Ledger) objectsExceeded(c Consumer, used int64) *Exceeded {
+// usageExceeded returns the refusal of a write adding add to c's stored
+// objects and bytes, with used stored, or nil when what it adds fits (or
+// nothing limits it).
+func (l *Ledger) usageExceeded(c Consumer, used, add Usage) *Exceeded {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
-	k := BucketKey{c, ObjectsPerProject}
-	limit, grants := l.limitLocked(k)
-	if len(grants) == 0 || used+1 <= limit {
-		return nil
+	for _, d := range []struct {
+		t          string
+		used, more int64
+	}{{ObjectsPerProject, used.Objects, add.Objects}, {BytesPerProject, used.Bytes, add.Bytes}} {
+		if d.more <= 0 {
+			continue
+		}
+		k := BucketKey{c, d.t}
+		limit, grants := l.limitLocked(k)
+		if len(grants) == 0 || d.used+d.more <= limit {
+			continue
+		}
+		reg, _ := l.validTypeLocked(d.t, c.Kind)
+		return &Exceeded{Bucket: k, Limit: limit, Used: d.used, Amount: d.more, Unit: reg.baseUnit()}
 	}
-	reg, _ := l.validTypeLocked(ObjectsPerProject, c.Kind)
-	return &Exceeded{Bucket: k, Limit: limit, Used: used, Amount: 1, Unit: reg.baseUnit()}
+	return nil
 }
 
-// setMeteredObjects sets c's stored objects to n, as counted in storage.
-func (l *Ledger) setMeteredObjects(c Consumer, n int64) {
+// setMeteredCount sets c's stored objects or bytes (resourceType) to n,
+// as counted in storage.
+func (l *Ledger) setMeteredCount(c Consumer, resourceType string, n int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := BucketKey{c, ObjectsPerProject}
+	k := BucketKey{c, resourceType}
 	l.addMeteredLocked(k, n-l.allocatedLocked(k))
 }

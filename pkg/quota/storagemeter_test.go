@@ -256,14 +256,14 @@ func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
 	m, l, _ := meteredLedger(t, map[string]Usage{webTenant.ID: {Objects: 1}}, map[string][]int64{ObjectsPerProject: {4}})
 	var counts atomic.Int32
 	inStorage := tenantstorage.Tally{Revision: 5, Value: 2, Keep: true}
-	m.CountInStorage(StorageCounts{Count: func(_ context.Context, id, key string) (tenantstorage.Tally, error) {
+	m.CountInStorage(StorageCounts{Count: func(_ context.Context, id, key, bytesKey string) (tenantstorage.Tally, tenantstorage.Tally, error) {
 		counts.Add(1)
-		if id != webTenant.ID || key != tenantstorage.UsageTallyKey(id, l.objectsEpoch(web)) {
-			t.Errorf("counted %s into %s", id, key)
+		if id != webTenant.ID || key != tenantstorage.UsageTallyKey(id, l.usageEpoch(web)) || bytesKey != "" {
+			t.Errorf("counted %s into %s and %q", id, key, bytesKey)
 		}
 		out := inStorage
 		out.Key = key
-		return out, nil
+		return out, tenantstorage.Tally{}, nil
 	}})
 	begin := func() tenantstorage.TalliedWrite {
 		t.Helper()
@@ -282,7 +282,7 @@ func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
 	if err := w.Charge(1, 0, true); err != nil {
 		t.Fatal(err)
 	}
-	g := w.Guard(true)
+	g := w.Guard(1, 0, true)
 	if e := g.Expect(); len(e) != 1 || e[0].Revision != -1 || e[0].Add != 1 || !e[0].Keep {
 		t.Fatalf("a count never read is expected as %+v, want a forced read", e)
 	}
@@ -307,7 +307,7 @@ func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
 	// Known now: the next create expects revision 6 and 3; another
 	// server's create moved it to 4, so it decides again and is refused.
 	w = begin()
-	g = w.Guard(true)
+	g = w.Guard(1, 0, true)
 	if e := g.Expect(); e[0].Revision != 6 || e[0].Value != 3 {
 		t.Fatalf("the count expected as %+v, want 3 at 6", e[0])
 	}
@@ -321,10 +321,10 @@ func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
 	bucketIs(4)
 	// Full as known: a forced read rather than a doomed write. A write the
 	// server cannot refuse goes on.
-	if e := begin().Guard(true).Expect(); e[0].Revision != -1 {
+	if e := begin().Guard(1, 0, true).Expect(); e[0].Revision != -1 {
 		t.Fatalf("a full count expected as %+v", e[0])
 	}
-	if e := begin().Guard(false).Expect(); e[0].Revision != 8 {
+	if e := begin().Guard(1, 0, false).Expect(); e[0].Revision != 8 {
 		t.Fatalf("a full count, for a write never refused, expected as %+v", e[0])
 	}
 	// A changed grant is a new epoch: a new key, counted again.
@@ -334,7 +334,7 @@ func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
 	if w.ObjectsTally() == old {
 		t.Fatal("a new grant kept the count's epoch")
 	}
-	g = w.Guard(true)
+	g = w.Guard(1, 0, true)
 	if e := g.Expect(); e[0].Revision != -1 {
 		t.Fatalf("a new epoch's count expected as %+v", e[0])
 	}
@@ -355,4 +355,98 @@ func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
 	}
 	w.End(true)
 	bucketIs(3)
+}
+
+// A project's bytes limited too: they are counted in a tally of their own
+// beside its objects', which every write moves by what it adds (a create
+// its size, an update its growth); the guard refuses growth past the
+// bytes limit from what the tally holds, and the bucket follows it.
+func TestStorageMeterGuardsTheBytesInStorage(t *testing.T) {
+	m, l, _ := meteredLedger(t, map[string]Usage{webTenant.ID: {Objects: 1, Bytes: 100}}, map[string][]int64{BytesPerProject: {1000}})
+	var counts atomic.Int32
+	m.CountInStorage(StorageCounts{Count: func(_ context.Context, id, key, bytesKey string) (tenantstorage.Tally, tenantstorage.Tally, error) {
+		counts.Add(1)
+		epoch := l.usageEpoch(web)
+		if key != tenantstorage.UsageTallyKey(id, epoch) || bytesKey != tenantstorage.BytesTallyKey(id, epoch) {
+			t.Errorf("counted into %s and %q", key, bytesKey)
+		}
+		return tenantstorage.Tally{Key: key, Revision: 5, Value: 3, Keep: true}, tenantstorage.Tally{Key: bytesKey, Revision: 5, Value: 600, Keep: true}, nil
+	}})
+	begin := func() tenantstorage.TalliedWrite {
+		t.Helper()
+		w, err := m.Begin(context.Background(), webTenant, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tw, ok := w.(tenantstorage.TalliedWrite)
+		if !ok || tw.ObjectsTally() == "" || tw.BytesTally() == "" {
+			t.Fatal("a project with a bytes grant is not counted in storage")
+		}
+		return tw
+	}
+	bytesAre := func(want int64) {
+		t.Helper()
+		l.mu.RLock()
+		defer l.mu.RUnlock()
+		if got := l.allocatedLocked(BucketKey{web, BytesPerProject}); got != want {
+			t.Fatalf("the bucket counts %d bytes, want %d", got, want)
+		}
+	}
+	w := begin()
+	// Bytes are the tally's to charge: Charge neither counts nor refuses them.
+	if err := w.Charge(1, 5000, true); err != nil {
+		t.Fatal(err)
+	}
+	g := w.Guard(1, 300, true)
+	if e := g.Expect(); len(e) != 2 || e[1].Key != w.BytesTally() || e[1].Add != 300 || e[1].Revision != -1 {
+		t.Fatalf("a create of 300 bytes, never counted, expects %+v", e)
+	}
+	if err := g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally()}, {Key: w.BytesTally()}}); err != nil || counts.Load() != 1 {
+		t.Fatalf("the tallies first seen: %v, counted %d times", err, counts.Load())
+	}
+	bytesAre(600)
+	if e := g.Expect(); e[0].Revision != 5 || e[1].Revision != 5 || e[1].Value != 600 {
+		t.Fatalf("after counting, expected %+v", e)
+	}
+	g.Stored(6)
+	w.End(true)
+	bytesAre(900)
+	// 200 more on 900 of 1000: full as known, so read; another replica
+	// freed 500 meanwhile, so it fits.
+	w = begin()
+	g = w.Guard(0, 200, true)
+	if e := g.Expect(); e[1].Revision != -1 {
+		t.Fatalf("growth past the limit as known expects %+v, want a forced read", e)
+	}
+	if err := g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally(), Revision: 6, Value: 4, Keep: true}, {Key: w.BytesTally(), Revision: 7, Value: 400, Keep: true}}); err != nil {
+		t.Fatalf("200 bytes on 400 of 1000: %v", err)
+	}
+	bytesAre(400)
+	if e := g.Expect(); e[1].Revision != 7 || e[1].Value != 400 {
+		t.Fatalf("after the read, expected %+v", e)
+	}
+	g.Stored(8)
+	w.End(true)
+	bytesAre(600)
+	// Another replica's writes fill it: refused, naming bytes.
+	w = begin()
+	g = w.Guard(0, 500, true)
+	g.Expect()
+	var exceeded *Exceeded
+	if err := g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally(), Revision: 8, Value: 4, Keep: true}, {Key: w.BytesTally(), Revision: 9, Value: 700, Keep: true}}); !errors.As(err, &exceeded) ||
+		exceeded.Bucket.ResourceType != BytesPerProject || exceeded.Used != 700 || exceeded.Amount != 500 {
+		t.Fatalf("500 bytes on 700 of 1000: %v", err)
+	}
+	w.End(false)
+	bytesAre(700)
+	// A shrink is never refused, nor is a write the server cannot refuse.
+	if e := begin().Guard(0, -300, true).Expect(); e[1].Revision != 9 || e[1].Add != -300 {
+		t.Fatalf("a shrink expects %+v", e)
+	}
+	if e := begin().Guard(0, 900, false).Expect(); e[1].Revision != 9 {
+		t.Fatalf("growth never refused expects %+v", e)
+	}
+	if counts.Load() != 1 {
+		t.Fatalf("counted %d times, want once", counts.Load())
+	}
 }

@@ -237,16 +237,16 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 			return quota.Usage{Objects: objects, Bytes: size}, err
 		}, func(name string) string { return c.Hierarchy.CachedProjectID(name) })
 		if c.Joints != nil {
-			// On etcd a metered project's objects are counted in storage, by
-			// every replica's creates and deletes.
+			// On etcd a metered project's objects and bytes are counted in
+			// storage, by every replica's creates, updates and deletes.
 			c.Prefixes.KeepUsageTallies(storagePrefix)
 			c.Usage.CountInStorage(quota.StorageCounts{
-				Count: func(ctx context.Context, projectID, key string) (tenantstorage.Tally, error) {
+				Count: func(ctx context.Context, projectID, key, bytesKey string) (tenantstorage.Tally, tenantstorage.Tally, error) {
 					var own []string
 					if c.ProjectCRDs != nil {
 						own = c.ProjectCRDs.KeyPrefixes(projectID, storagePrefix)
 					}
-					return tenantstorage.CountUsage(ctx, etcdClient, c.Prefixes, storagePrefix, projectID, key, own...)
+					return tenantstorage.CountUsage(ctx, etcdClient, c.Prefixes, storagePrefix, projectID, key, bytesKey, own...)
 				},
 				Follow: func(ctx context.Context, seen func(projectID, epoch string, now tenantstorage.Tally)) {
 					tenantstorage.FollowUsage(ctx, etcdClient, storagePrefix, seen)

@@ -170,6 +170,7 @@ func TestReplicasOnAnEtcdCluster(t *testing.T) {
 		both: func(t *testing.T, r1, r2 *milo) {
 			quotaAcrossReplicas(t, r1, r2)
 			objectsAcrossReplicas(t, r1, r2)
+			bytesAcrossReplicas(t, r1, r2)
 		},
 	})
 }
@@ -316,15 +317,27 @@ func quotaAcrossReplicas(t *testing.T, r1, r2 *milo) {
 
 // objectsRefusal matches the refusal of an object past a project's
 // objects-per-project limit: its limit and the objects in use.
-var objectsRefusal = regexp.MustCompile(`resource type "` + regexp.QuoteMeta(quota.ObjectsPerProject) + `" of .*: limit (\d+) \S+, (\d+) in use`)
+var objectsRefusal, bytesRefusal = refusalOf(quota.ObjectsPerProject), refusalOf(quota.BytesPerProject)
+
+// refusalOf matches the refusal of a storage-metered resource type,
+// capturing its limit and use.
+func refusalOf(resourceType string) *regexp.Regexp {
+	return regexp.MustCompile(`resource type "` + regexp.QuoteMeta(resourceType) + `" of .*: limit (\d+) \S+, (\d+) in use`)
+}
 
 // refusedObject returns the limit and use an objects-per-project refusal
 // names, or false when err is not one.
 func refusedObject(err error) (limit, used int64, ok bool) {
+	return refusedBy(objectsRefusal, err)
+}
+
+// refusedBy returns the limit and use a refusal re matches names, or false
+// when err is not one.
+func refusedBy(re *regexp.Regexp, err error) (limit, used int64, ok bool) {
 	if !apierrors.IsForbidden(err) {
 		return 0, 0, false
 	}
-	m := objectsRefusal.FindStringSubmatch(err.Error())
+	m := re.FindStringSubmatch(err.Error())
 	if m == nil {
 		return 0, 0, false
 	}
@@ -463,6 +476,132 @@ func objectsAcrossReplicas(t *testing.T, r1, r2 *milo) {
 	}
 	// The bucket, kept by whichever replica leads, counts what both stored.
 	bucketIs(t, r1.dynamic(t).Resource(bucketsGVR).Namespace(ns), project, quota.ObjectsPerProject, limit+1, limit+1)
+}
+
+// bytesAcrossReplicas: a project's stored bytes, limited by a grant of the
+// built-in stored-bytes-per-project type, are written through both
+// replicas at once, each metering the project on its own: the bytes tally
+// both move in etcd keeps what is stored within the limit, and a count
+// made afresh from storage (a changed grant starts one) finds no more
+// than the limit stored.
+func bytesAcrossReplicas(t *testing.T, r1, r2 *milo) {
+	ctx := context.Background()
+	const project = "rep-bytes"
+	r1.createProject(t, project)
+	r1.waitProjectReady(t, project)
+	ns := tenancy.OrganizationNamespace("acme")
+	grants := r1.dynamic(t).Resource(grantsGVR).Namespace(ns)
+	configMaps := func(r *milo) typedcorev1.ConfigMapInterface {
+		return r.projectKube(t, project).CoreV1().ConfigMaps("default")
+	}
+	replicas := []*milo{r1, r2}
+	sized := func(name string, size int) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": strings.Repeat("x", size)}}
+	}
+	setLimit := func(limit int64) {
+		t.Helper()
+		grant, err := grants.Get(ctx, "rep-bytes", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = grants.Create(ctx, quotaObject("ResourceGrant", ns, "rep-bytes", grantSpec("Project", project, quota.BytesPerProject, limit)), metav1.CreateOptions{})
+		} else if err == nil {
+			grant.Object["spec"] = grantSpec("Project", project, quota.BytesPerProject, limit)
+			_, err = grants.Update(ctx, grant, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// inUse waits until replica r refuses a create of about 1 MB under
+	// limit, and returns the use the refusal names.
+	n := 0
+	inUse := func(r *milo, limit int64) int64 {
+		t.Helper()
+		var used int64
+		eventually(t, fmt.Sprintf("a replica refuses a large object under a bytes limit of %d", limit), func() error {
+			n++
+			_, err := configMaps(r).Create(ctx, sized(fmt.Sprintf("large-%d", n), 1<<20-4096), metav1.CreateOptions{})
+			if l, u, ok := refusedBy(bytesRefusal, err); ok && l == limit {
+				used = u
+				return nil
+			}
+			return fmt.Errorf("a large create under a bytes limit of %d: %v", limit, err)
+		})
+		return used
+	}
+	setLimit(1000)
+	stored := max(inUse(r1, 1000), inUse(r2, 1000))
+	// 24 KB free; 40 objects of 2 KB written at once through both replicas.
+	limit := stored + 24<<10
+	setLimit(limit)
+	for i, r := range replicas {
+		eventually(t, fmt.Sprintf("replica %d stores under the new bytes limit", i+1), func() error {
+			n++
+			_, err := configMaps(r).Create(ctx, sized(fmt.Sprintf("small-%d", n), 10), metav1.CreateOptions{})
+			return err
+		})
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var created int
+	var other []error
+	for i := range 40 {
+		wg.Go(func() {
+			_, err := configMaps(replicas[i%2]).Create(ctx, sized(fmt.Sprintf("burst-%d", i), 2<<10), metav1.CreateOptions{})
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil {
+				created++
+			} else if _, _, ok := refusedBy(bytesRefusal, err); !ok {
+				other = append(other, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(other) > 0 || created == 0 {
+		t.Fatalf("40 ConfigMaps of 2 KB through two replicas with 24 KB free: %d stored, unexpected errors %v", created, other)
+	}
+	// Updates through both replicas grow every stored one by 1 KB: the
+	// limit holds those too.
+	for i := range 40 {
+		r := replicas[(i+1)%2]
+		cm, err := configMaps(r).Get(ctx, fmt.Sprintf("burst-%d", i), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.Data["v"] += strings.Repeat("y", 1<<10)
+		if _, err := configMaps(r).Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+			if _, _, ok := refusedBy(bytesRefusal, err); !ok {
+				t.Fatalf("growing burst-%d: %v", i, err)
+			}
+		}
+	}
+	// What is stored, read back: the data alone of what was written since
+	// the limit was set is within the free bytes (each object takes more
+	// than its data).
+	list, err := configMaps(r1).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data int
+	for _, cm := range list.Items {
+		if strings.HasPrefix(cm.Name, "burst-") || strings.HasPrefix(cm.Name, "small-") {
+			data += len(cm.Data["v"])
+		}
+	}
+	if data > 24<<10 {
+		t.Fatalf("two replicas stored %d bytes of data where 24 KB were free (%d ConfigMaps of the burst)", data, created)
+	}
+	// A changed grant counts afresh from storage: what is stored is within
+	// the limit the replicas were held to.
+	setLimit(limit + 1)
+	for i, r := range replicas {
+		if used := inUse(r, limit+1); used > limit {
+			t.Fatalf("replica %d counted %d bytes stored afresh, past the limit of %d both were held to (%d ConfigMaps of the burst stored)", i+1, used, limit, created)
+		}
+	}
 }
 
 // TestReplicasOnSQL runs, on PostgreSQL and on MySQL (MariaDB here), two

@@ -154,7 +154,7 @@ func (s *store) meteredCreate(ctx context.Context, w MeteredWrite, key string, o
 	}
 	var usage TallyGuard
 	if tw, tally := s.objectsTally(w); tally != "" {
-		usage = tw.Guard(refusable(ctx, nil, obj))
+		usage = tw.Guard(1, size, refusable(ctx, nil, obj))
 	}
 	err = s.create(ctx, key, obj, out, ttl, usage)
 	stored = err == nil

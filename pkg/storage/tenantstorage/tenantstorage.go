@@ -377,6 +377,11 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 	if err != nil {
 		return err
 	}
+	if tallied, err := s.usageTallied(ctx); err != nil {
+		return err
+	} else if tallied {
+		return s.talliedUpdate(ctx, k, destination, ignoreNotFound, preconditions, tryUpdate)
+	}
 	// Each attempt is metered from its update on, and a retried attempt
 	// first gives back what the last one took and lets go of the project:
 	// the admission an attempt runs (which may itself write in the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path"
 	"slices"
 	"strconv"
@@ -53,6 +54,13 @@ func UsageTallyKey(projectID, epoch string) string {
 	return usagePrefix + "/" + projectID + "/objects-" + epoch
 }
 
+// BytesTallyKey is where the bytes the objects of the project with storage
+// id projectID take in storage are counted in epoch, beside its objects,
+// where its bytes are limited.
+func BytesTallyKey(projectID, epoch string) string {
+	return usagePrefix + "/" + projectID + "/bytes-" + epoch
+}
+
 // Refused is a write refused because the project's limit cannot hold it.
 type Refused struct{ Err error }
 
@@ -67,13 +75,18 @@ type TalliedWrite interface {
 	// ObjectsTally is the tally's key; "" when the project's objects are
 	// not counted in storage.
 	ObjectsTally() string
-	// Guard is the guard of the tally for one create: refusable says
-	// growth past the limit is refused (with a Refused). Moved may count
-	// the project again, when the tally is gone (another epoch's count
-	// replaced it).
-	Guard(refusable bool) TallyGuard
-	// Learn tells the write what the tally holds at a revision (after a
-	// delete moved it).
+	// BytesTally is the key of the tally of the project's bytes, beside
+	// its objects'; "" when its bytes are not counted in storage (not
+	// limited).
+	BytesTally() string
+	// Guard is the guard of the tallies for one write adding objects and
+	// bytes (either negative to free; bytes ignored where BytesTally is
+	// ""): refusable says growth past a limit is refused (with a
+	// Refused). Moved may count the project again, when a tally is gone
+	// (another epoch's count replaced it).
+	Guard(objects, bytes int64, refusable bool) TallyGuard
+	// Learn tells the write what a tally (its key says which) holds at a
+	// revision (after a delete moved it).
 	Learn(now Tally)
 	// Recount says the tally may be wrong (a write whose outcome is not
 	// known moved it): it is counted again before it is next trusted.
@@ -100,32 +113,45 @@ func (s *store) objectsTally(w MeteredWrite) (TalliedWrite, string) {
 
 // CountUsage counts, directly in storage, the objects of the project with
 // storage id projectID and writes the count into the tally at key (a
-// UsageTallyKey), deleting its tallies of other epochs. The write is on
-// the condition that the tally did not move and no object was created in
-// the project's ranges since the count's revision, so a create stored
-// meanwhile, by any replica, makes it count again. A delete made meanwhile
-// without moving the tally is counted, leaving the tally one too high
-// rather than too low. more are further resource prefixes (a project's
-// own CRDs'). It returns the tally as written.
-func CountUsage(ctx context.Context, kv clientv3.KV, prefixes *Prefixes, storagePrefix, projectID, key string, more ...string) (Tally, error) {
+// UsageTallyKey), and, when bytesKey (a BytesTallyKey of the same epoch)
+// is set, the bytes their values take into the tally at bytesKey; it
+// deletes the project's tallies of other epochs. The write is on the
+// condition that the tallies did not move and no object was created in the
+// project's ranges since the count's revision (nor, when bytes are
+// counted, updated), so a write stored meanwhile, by any replica, makes it
+// count again. A delete made meanwhile without moving the tallies is
+// counted, leaving them too high rather than too low. more are further
+// resource prefixes (a project's own CRDs'). It returns the tallies as
+// written (bytes: zero when not counted).
+func CountUsage(ctx context.Context, kv clientv3.KV, prefixes *Prefixes, storagePrefix, projectID, key, bytesKey string, more ...string) (objects, bytes Tally, _ error) {
 	if !tenancy.ValidProjectID(projectID) {
-		return Tally{}, fmt.Errorf("usage: %q is not a project storage id", projectID)
+		return Tally{}, Tally{}, fmt.Errorf("usage: %q is not a project storage id", projectID)
 	}
 	ranges := prefixes.projectRanges(projectID, prefixes.unmeteredPrefixes(), more)
 	base := path.Join("/", storagePrefix) + "/"
-	full := base + key
 	own := base + usagePrefix + "/" + projectID + "/"
-	if !strings.HasPrefix(full, own) || strings.Contains(strings.TrimPrefix(full, own), "/") {
-		return Tally{}, fmt.Errorf("usage: %q is not a usage tally of project %s", key, projectID)
+	tallies := []string{base + key}
+	if bytesKey != "" {
+		tallies = append(tallies, base+bytesKey)
 	}
+	for _, full := range tallies {
+		if !strings.HasPrefix(full, own) || strings.Contains(strings.TrimPrefix(full, own), "/") {
+			return Tally{}, Tally{}, fmt.Errorf("usage: %q is not a usage tally of project %s", strings.TrimPrefix(full, base), projectID)
+		}
+	}
+	isTally := func(k string) bool { return slices.Contains(tallies, k) }
 	for range maxTallyRounds {
-		// One read of the tally and of every range's count, at one revision.
-		var revision, count, was int64
-		for batch := range slices.Chunk(append([]string{full}, ranges...), txnLimit) {
+		// One read of the tallies and of every range's count, at one
+		// revision; then, for bytes, the values of the ranges that hold
+		// any, at that revision.
+		var revision, count, size int64
+		was := map[string]int64{}
+		var held []string
+		for batch := range slices.Chunk(append(slices.Clone(tallies), ranges...), txnLimit) {
 			ops := make([]clientv3.Op, 0, len(batch))
 			for _, r := range batch {
-				if r == full {
-					ops = append(ops, clientv3.OpGet(full))
+				if isTally(r) {
+					ops = append(ops, clientv3.OpGet(r))
 					continue
 				}
 				opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}
@@ -136,64 +162,121 @@ func CountUsage(ctx context.Context, kv clientv3.KV, prefixes *Prefixes, storage
 			}
 			resp, err := kv.Txn(ctx).Then(ops...).Commit()
 			if err != nil {
-				return Tally{}, fmt.Errorf("counting the objects of project %s: %w", projectID, err)
+				return Tally{}, Tally{}, fmt.Errorf("counting the objects of project %s: %w", projectID, err)
 			}
 			if revision == 0 {
 				revision = resp.Header.Revision
 			}
 			for i, r := range resp.Responses {
 				rr := r.GetResponseRange()
-				if batch[i] == full {
+				if isTally(batch[i]) {
 					if len(rr.Kvs) > 0 {
-						was = rr.Kvs[0].ModRevision
+						was[batch[i]] = rr.Kvs[0].ModRevision
 					}
 					continue
 				}
 				count += rr.Count
+				if rr.Count > 0 {
+					held = append(held, batch[i])
+				}
 			}
 		}
-		// The write, unless an object was created since (an update or a
-		// delete does not make the count wrong: a deleted object counted
-		// leaves it one too high) or the tally moved. etcd bounds the
-		// compares of one transaction: the ranges past what the write can
-		// compare are compared just before it, in transactions of their
-		// own, which leaves a create in those ranges between the two
-		// uncounted (a project with more resources than etcd compares at
-		// once).
+		if bytesKey != "" {
+			for _, r := range held {
+				n, err := valueBytes(ctx, kv, r, revision)
+				if err != nil {
+					return Tally{}, Tally{}, fmt.Errorf("counting the bytes of project %s: %w", projectID, err)
+				}
+				size += n
+			}
+		}
+		// The write, unless an object was created since (or, for bytes,
+		// updated; an update does not change a count of objects, and a
+		// delete leaves it too high, not too low) or a tally moved. etcd
+		// bounds the compares of one transaction: the ranges past what
+		// the write can compare are compared just before it, in
+		// transactions of their own, which leaves a write in those ranges
+		// between the two uncounted (a project with more resources than
+		// etcd compares at once).
 		unchanged := func(rs []string) []clientv3.Cmp {
 			var ifs []clientv3.Cmp
 			for _, r := range rs {
-				ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(r), "<", revision+1).WithPrefix())
+				target := clientv3.CreateRevision(r)
+				if bytesKey != "" {
+					target = clientv3.ModRevision(r)
+				}
+				ifs = append(ifs, clientv3.Compare(target, "<", revision+1).WithPrefix())
 			}
 			return ifs
 		}
-		first, rest := ranges[:min(len(ranges), txnLimit-1)], ranges[min(len(ranges), txnLimit-1):]
+		room := txnLimit - len(tallies)
+		first, rest := ranges[:min(len(ranges), room)], ranges[min(len(ranges), room):]
 		moved := false
 		for batch := range slices.Chunk(rest, txnLimit) {
 			resp, err := kv.Txn(ctx).If(unchanged(batch)...).Commit()
 			if err != nil {
-				return Tally{}, fmt.Errorf("counting the objects of project %s: %w", projectID, err)
+				return Tally{}, Tally{}, fmt.Errorf("counting the objects of project %s: %w", projectID, err)
 			}
 			moved = moved || !resp.Succeeded
 		}
 		if moved {
 			continue
 		}
-		ifs := append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", was)}, unchanged(first)...)
-		thens := []clientv3.Op{
-			clientv3.OpDelete(own, clientv3.WithRange(full)),
-			clientv3.OpPut(full, strconv.FormatInt(count, 10)),
-			clientv3.OpDelete(full+"\x00", clientv3.WithRange(clientv3.GetPrefixRangeEnd(own))),
+		var ifs []clientv3.Cmp
+		for _, full := range tallies {
+			ifs = append(ifs, clientv3.Compare(clientv3.ModRevision(full), "=", was[full]))
 		}
-		resp, err := kv.Txn(ctx).If(ifs...).Then(thens...).Commit()
+		ifs = append(ifs, unchanged(first)...)
+		values := map[string]int64{base + key: count}
+		if bytesKey != "" {
+			values[base+bytesKey] = size
+		}
+		resp, err := kv.Txn(ctx).If(ifs...).Then(replaceTallies(own, values)...).Commit()
 		if err != nil {
-			return Tally{}, fmt.Errorf("writing the object count of project %s: %w", projectID, err)
+			return Tally{}, Tally{}, fmt.Errorf("writing the object count of project %s: %w", projectID, err)
 		}
 		if resp.Succeeded {
-			return Tally{Key: key, Revision: resp.Header.Revision, Value: count, Keep: true}, nil
+			objects = Tally{Key: key, Revision: resp.Header.Revision, Value: count, Keep: true}
+			if bytesKey != "" {
+				bytes = Tally{Key: bytesKey, Revision: resp.Header.Revision, Value: size, Keep: true}
+			}
+			return objects, bytes, nil
 		}
 	}
-	return Tally{}, apierrors.NewTooManyRequests(fmt.Sprintf("the objects of project %s changed at each count: retry", projectID), 1)
+	return Tally{}, Tally{}, apierrors.NewTooManyRequests(fmt.Sprintf("the objects of project %s changed at each count: retry", projectID), 1)
+}
+
+// replaceTallies are the writes that leave values, and nothing else, in
+// the tally range own: a put of each and deletes of the gaps around them
+// (etcd refuses a delete over a key the same transaction puts).
+func replaceTallies(own string, values map[string]int64) []clientv3.Op {
+	var ops []clientv3.Op
+	from := own
+	for _, k := range slices.Sorted(maps.Keys(values)) {
+		ops = append(ops, clientv3.OpDelete(from, clientv3.WithRange(k)), clientv3.OpPut(k, strconv.FormatInt(values[k], 10)))
+		from = k + "\x00"
+	}
+	return append(ops, clientv3.OpDelete(from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(own))))
+}
+
+// valueBytes sums the sizes of the values stored under prefix at revision,
+// read a page at a time.
+func valueBytes(ctx context.Context, kv clientv3.KV, prefix string, revision int64) (int64, error) {
+	var sum int64
+	from, end := prefix, clientv3.GetPrefixRangeEnd(prefix)
+	for {
+		resp, err := kv.Get(ctx, from, clientv3.WithRange(end), clientv3.WithRev(revision), clientv3.WithLimit(recountPage))
+		if err != nil {
+			return 0, err
+		}
+		for _, item := range resp.Kvs {
+			sum += int64(len(item.Value))
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return sum, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
 }
 
 // txnLimit stays below etcd's default limit of operations (and of
@@ -201,19 +284,28 @@ func CountUsage(ctx context.Context, kv clientv3.KV, prefixes *Prefixes, storage
 const txnLimit = 100
 
 // meteredDelete deletes an object of a project whose objects tw's tally
-// counts, and takes one from the tally in the same transaction.
+// counts, and takes one from the tally (and its bytes from the bytes
+// tally, where they are counted) in the same transaction.
 func (s *store) meteredDelete(ctx context.Context, tw TalliedWrite, tally, key string, out runtime.Object, preconditions *storage.Preconditions,
 	validateDeletion storage.ValidateObjectFunc) error {
-	return s.talliedDelete(ctx, key, out, preconditions, validateDeletion, func(runtime.Object) []Tally {
-		return []Tally{{Key: tally, Add: 1, Keep: true}}
-	}, func(now []Tally) { tw.Learn(now[0]) })
+	return s.talliedDelete(ctx, key, out, preconditions, validateDeletion, func(obj runtime.Object) []Tally {
+		held := []Tally{{Key: tally, Add: 1, Keep: true}}
+		if b := tw.BytesTally(); b != "" {
+			held = append(held, Tally{Key: b, Add: s.storedSize(obj), Keep: true})
+		}
+		return held
+	}, func(now []Tally) {
+		for _, t := range now {
+			tw.Learn(t)
+		}
+	})
 }
 
 // reserveObject adds one object to tw's tally ahead of a write that may
 // create one (an update that creates): it returns what undoes it. A
 // server stopped between the two leaves the tally one too high.
 func (s *store) reserveObject(ctx context.Context, tw TalliedWrite, refusable bool) (undo func(), err error) {
-	g := tw.Guard(refusable)
+	g := tw.Guard(1, 0, refusable)
 	if _, refused, err := s.commitTallied(ctx, g, nil, nil); err != nil {
 		if refused {
 			return nil, err
@@ -343,9 +435,9 @@ func DropUsage(ctx context.Context, kv clientv3.KV, storagePrefix string) error 
 	return err
 }
 
-// FollowUsage watches every project's usage tally in storage (one watch
-// for all of them) until ctx ends, telling seen what each tally holds
-// whenever a replica writes it: a server learns of other replicas' creates
+// FollowUsage watches every project's usage tallies in storage (one watch
+// for all of them) until ctx ends, telling seen what each tally (of
+// objects or of bytes: its key says) holds whenever a replica writes it: a server learns of other replicas' creates
 // and deletes there, so the buckets it shows count them too.
 func FollowUsage(ctx context.Context, w clientv3.Watcher, storagePrefix string, seen func(projectID, epoch string, now Tally)) {
 	base := path.Join("/", storagePrefix) + "/"
@@ -358,6 +450,9 @@ func FollowUsage(ctx context.Context, w clientv3.Watcher, storagePrefix string, 
 				}
 				id, rest, ok := strings.Cut(strings.TrimPrefix(string(ev.Kv.Key), prefix), "/")
 				epoch, isObjects := strings.CutPrefix(rest, "objects-")
+				if !isObjects {
+					epoch, isObjects = strings.CutPrefix(rest, "bytes-")
+				}
 				v, err := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
 				if !ok || !isObjects || err != nil {
 					continue

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,9 +28,14 @@ type replicaMeter struct {
 	limit    int64
 	epoch    string
 	prefixes *Prefixes
-	mu       sync.Mutex
-	known    Tally
-	counts   int
+	// byteLimit, when set, limits the project's bytes too: they are then
+	// counted in a tally of their own.
+	byteLimit int64
+	mu        sync.Mutex
+	known     Tally
+	// knownBytes is what the bytes tally held when last seen.
+	knownBytes Tally
+	counts     int
 }
 
 func (m *replicaMeter) Begin(ctx context.Context, t tenancy.Tenant, _ bool) (MeteredWrite, error) {
@@ -43,7 +50,11 @@ type replicaWrite struct {
 	ctx context.Context
 }
 
-func (w *replicaWrite) Sizes() bool                     { return false }
+func (w *replicaWrite) Sizes() bool {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	return w.m.byteLimit > 0
+}
 func (w *replicaWrite) Charge(_, _ int64, _ bool) error { return nil }
 func (w *replicaWrite) End(bool)                        {}
 func (w *replicaWrite) ObjectsTally() string {
@@ -51,65 +62,116 @@ func (w *replicaWrite) ObjectsTally() string {
 	defer w.m.mu.Unlock()
 	return UsageTallyKey(idOf(w.m.project), w.m.epoch)
 }
+func (w *replicaWrite) BytesTally() string {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
+	if w.m.byteLimit == 0 {
+		return ""
+	}
+	return BytesTallyKey(idOf(w.m.project), w.m.epoch)
+}
 func (w *replicaWrite) Learn(now Tally) {
 	if now.Revision == 0 {
 		return // absent: not counted yet
 	}
+	bytes := now.Key == w.BytesTally()
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
-	if now.Key != w.m.known.Key || now.Revision > w.m.known.Revision {
-		w.m.known = now
+	known := &w.m.known
+	if bytes {
+		known = &w.m.knownBytes
+	}
+	if now.Key != known.Key || now.Revision > known.Revision {
+		*known = now
 	}
 }
 func (w *replicaWrite) Recount()   {}
 func (w *replicaWrite) Untallied() {}
-func (w *replicaWrite) Guard(refusable bool) TallyGuard {
-	return &replicaGuard{w: w, refusable: refusable}
+func (w *replicaWrite) Guard(objects, bytes int64, refusable bool) TallyGuard {
+	return &replicaGuard{w: w, objects: objects, bytes: bytes, refusable: refusable}
 }
 
 type replicaGuard struct {
-	w         *replicaWrite
-	refusable bool
-	expected  Tally
+	w              *replicaWrite
+	objects, bytes int64
+	refusable      bool
+	expected       []Tally
 }
 
-func (g *replicaGuard) Keys() []string { return []string{g.w.ObjectsTally()} }
+func (g *replicaGuard) Keys() []string {
+	if b := g.w.BytesTally(); b != "" {
+		return []string{g.w.ObjectsTally(), b}
+	}
+	return []string{g.w.ObjectsTally()}
+}
 
 func (g *replicaGuard) Expect() []Tally {
 	m := g.w.m
-	key := g.w.ObjectsTally()
+	keys := g.Keys()
 	m.mu.Lock()
-	t := Tally{Key: key, Revision: m.known.Revision, Value: m.known.Value, Add: 1, Keep: true}
-	if m.known.Key != key || m.known.Revision == 0 || (g.refusable && t.Value+1 > m.limit) {
-		t.Revision = -1
+	out := []Tally{{Key: keys[0], Revision: m.known.Revision, Value: m.known.Value, Add: g.objects, Keep: true}}
+	unknown := m.known.Key != keys[0] || m.known.Revision == 0
+	if len(keys) > 1 {
+		out = append(out, Tally{Key: keys[1], Revision: m.knownBytes.Revision, Value: m.knownBytes.Value, Add: g.bytes, Keep: true})
+		unknown = unknown || m.knownBytes.Key != keys[1] || m.knownBytes.Revision == 0
 	}
 	m.mu.Unlock()
-	g.expected = t
-	return []Tally{t}
+	if unknown || (g.refusable && g.over(out) != nil) {
+		for i := range out {
+			out[i].Revision = -1
+		}
+	}
+	g.expected = out
+	return out
+}
+
+// over refuses what the write adds where the tallies as in now cannot
+// hold it.
+func (g *replicaGuard) over(now []Tally) error {
+	m := g.w.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if g.objects > 0 && now[0].Value+g.objects > m.limit {
+		return Refused{Err: fmt.Errorf("over the limit of %d objects, %d stored", m.limit, now[0].Value)}
+	}
+	if len(now) > 1 && g.bytes > 0 && now[1].Value+g.bytes > m.byteLimit {
+		return Refused{Err: fmt.Errorf("over the limit of %d bytes, %d stored", m.byteLimit, now[1].Value)}
+	}
+	return nil
 }
 
 func (g *replicaGuard) Moved(now []Tally) error {
 	m := g.w.m
-	t := now[0]
-	if t.Revision == 0 {
-		counted, err := CountUsage(g.w.ctx, etcdClient, m.prefixes, "/registry", idOf(m.project), t.Key)
+	absent := false
+	for _, t := range now {
+		absent = absent || t.Revision == 0
+	}
+	if absent {
+		objects, bytes, err := CountUsage(g.w.ctx, etcdClient, m.prefixes, "/registry", idOf(m.project), now[0].Key, g.w.BytesTally())
 		if err != nil {
 			return err
 		}
 		m.mu.Lock()
 		m.counts++
 		m.mu.Unlock()
-		t = counted
+		now = []Tally{objects}
+		if len(g.expected) > 1 {
+			now = append(now, bytes)
+		}
 	}
-	g.w.Learn(t)
-	if g.refusable && t.Value+1 > m.limit {
-		return Refused{Err: fmt.Errorf("over the limit of %d objects, %d stored", m.limit, t.Value)}
+	for _, t := range now {
+		g.w.Learn(t)
+	}
+	if g.refusable {
+		return g.over(now)
 	}
 	return nil
 }
 
 func (g *replicaGuard) Stored(revision int64) {
-	g.w.Learn(Tally{Key: g.expected.Key, Revision: revision, Value: g.expected.Value + 1, Keep: true})
+	for _, t := range g.expected {
+		g.w.Learn(Tally{Key: t.Key, Revision: revision, Value: t.Value + t.Add, Keep: true})
+	}
 }
 
 // TestUsageTallyBoundsEveryReplica: two replicas' stores of one resource,
@@ -279,10 +341,10 @@ func TestUsageTallyBoundsEveryReplica(t *testing.T) {
 		t.Fatalf("after the purge: tally kept %v, %d objects", ok, stored())
 	}
 	// Counting skips the tallies themselves.
-	if _, err := CountUsage(context.Background(), etcdClient, prefixes, "/registry", idOf(project), UsageTallyKey(idOf(project), "e3")); err != nil {
+	if _, _, err := CountUsage(context.Background(), etcdClient, prefixes, "/registry", idOf(project), UsageTallyKey(idOf(project), "e3"), ""); err != nil {
 		t.Fatal(err)
 	}
-	if tally, err := CountUsage(context.Background(), etcdClient, prefixes, "/registry", idOf(project), UsageTallyKey(idOf(project), "e3")); err != nil || tally.Value != 0 {
+	if tally, _, err := CountUsage(context.Background(), etcdClient, prefixes, "/registry", idOf(project), UsageTallyKey(idOf(project), "e3"), ""); err != nil || tally.Value != 0 {
 		t.Fatalf("counting a project that stores nothing, beside its tally: %d, %v", tally.Value, err)
 	}
 }
@@ -334,6 +396,154 @@ func TestBurstInOneReplicaTakesTurns(t *testing.T) {
 	}
 	if v := tally(); v != 0 {
 		t.Fatalf("after the deletes the tally holds %d", v)
+	}
+}
+
+// TestBytesTallyBoundsEveryReplica: two replicas' stores metering a
+// project's bytes, each from its own knowledge, store no more bytes than
+// the limit between them: creates add their size to the bytes tally,
+// updates their growth (or what they free), deletes take their size, each
+// in its own transaction, and the tally is at every step what etcd holds.
+func TestBytesTallyBoundsEveryReplica(t *testing.T) {
+	const project, limit = "usage-bytes", 4000
+	m1 := &replicaMeter{project: project, limit: 1000, byteLimit: limit, epoch: "b"}
+	m2 := &replicaMeter{project: project, limit: 1000, byteLimit: limit, epoch: "b"}
+	s1, prefixes := newStorage(t, "usagebytes", Options{Meter: m1, Joints: NewJoints(etcdClient)})
+	s2, _ := newStorage(t, "usagebytes", Options{Meter: m2, Joints: NewJoints(etcdClient)})
+	plain, _ := newStorage(t, "usagebytes", Options{})
+	prefixes.KeepUsageTallies("/registry")
+	m1.prefixes, m2.prefixes = prefixes, prefixes
+	ctx := in(project)
+	at := func(name string) string { return "/usagebytes/ns/" + name }
+	stored := func() int64 {
+		t.Helper()
+		n, err := valueBytes(context.Background(), etcdClient, "/registry/usagebytes/"+idOf(project)+"/", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	tally := func() int64 {
+		t.Helper()
+		resp, err := etcdClient.Get(context.Background(), "/registry/"+BytesTallyKey(idOf(project), "b"))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("the bytes tally: %v, %v", resp, err)
+		}
+		var v int64
+		fmt.Sscan(string(resp.Kvs[0].Value), &v)
+		return v
+	}
+	matches := func(when string) {
+		t.Helper()
+		if v, n := tally(), stored(); v != n || n > limit {
+			t.Fatalf("%s: the bytes tally holds %d, etcd %d bytes of the project (limit %d)", when, v, n, limit)
+		}
+	}
+	// One object stored before the project was metered.
+	create(t, plain, ctx, "/usagebytes", "ns", "before", strings.Repeat("b", 500))
+
+	// Twenty creates of about 700 bytes at once through two replicas:
+	// only as many as the limit holds are stored.
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var created, refused int
+	var other []error
+	for i := range 20 {
+		wg.Go(func() {
+			s := []storage.Interface{s1, s2}[i%2]
+			name := fmt.Sprintf("burst-%02d", i)
+			err := s.Create(ctx, at(name), configMap("ns", name, 600), &corev1.ConfigMap{}, 0)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				created++
+			case apierrors.IsForbidden(err):
+				refused++
+			default:
+				other = append(other, err)
+			}
+		})
+	}
+	wg.Wait()
+	if len(other) > 0 || created == 0 || created+refused != 20 {
+		t.Fatalf("20 creates through two replicas: %d stored, %d refused, other errors %v", created, refused, other)
+	}
+	matches("after the burst")
+	one, err := etcdClient.Get(context.Background(), "/registry/usagebytes/"+idOf(project)+"/ns/burst-", clientv3.WithPrefix(), clientv3.WithLimit(1))
+	if err != nil || len(one.Kvs) != 1 {
+		t.Fatalf("reading a stored create: %v", err)
+	}
+	if free := limit - stored(); free >= int64(len(one.Kvs[0].Value)) {
+		t.Fatalf("%d bytes free after the burst: a create of %d was refused that fit", free, len(one.Kvs[0].Value))
+	}
+	// Growing an object through the other replica than created it:
+	// refused past the limit, stored within it; shrinking frees.
+	first := fmt.Sprintf("burst-%02d", func() int {
+		for i := range 20 {
+			if _, err := etcdClient.Get(context.Background(), "/registry/usagebytes/"+idOf(project)+"/ns/"+fmt.Sprintf("burst-%02d", i)); err == nil {
+				var out corev1.ConfigMap
+				if s1.Get(ctx, at(fmt.Sprintf("burst-%02d", i)), storage.GetOptions{}, &out) == nil {
+					return i
+				}
+			}
+		}
+		t.Fatal("nothing stored")
+		return 0
+	}())
+	if err := s2.GuaranteedUpdate(ctx, at(first), &corev1.ConfigMap{}, false, nil, grow(600+limit), nil); !apierrors.IsForbidden(err) {
+		t.Fatalf("growing past the limit: %v", err)
+	}
+	matches("after a refused growth")
+	if err := s2.GuaranteedUpdate(ctx, at(first), &corev1.ConfigMap{}, false, nil, grow(10), nil); err != nil {
+		t.Fatal(err)
+	}
+	matches("after a shrink")
+	free := limit - stored()
+	if err := s1.GuaranteedUpdate(ctx, at(first), &corev1.ConfigMap{}, false, nil, grow(10+int(free)-5), nil); err != nil {
+		t.Fatalf("growing by %d of %d free: %v", free-5, free, err)
+	}
+	matches("after a growth that fit")
+	// Deletes through either replica free what the object held.
+	if err := s2.Delete(ctx, at(first), &corev1.ConfigMap{}, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Delete(ctx, at("before"), &corev1.ConfigMap{}, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	matches("after two deletes")
+	// An update that creates adds its size; one the limit cannot hold
+	// stores nothing.
+	createByUpdate := func(s storage.Interface, name string, size int) error {
+		return s.GuaranteedUpdate(ctx, at(name), &corev1.ConfigMap{}, true, nil, func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
+			return configMap("ns", name, size), nil, nil
+		}, nil)
+	}
+	if err := createByUpdate(s2, "applied", 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := createByUpdate(s1, "applied-big", limit); !apierrors.IsForbidden(err) {
+		t.Fatalf("an update creating past the limit: %v", err)
+	}
+	matches("after updates that create")
+	// An update that changes no size moves no tally, and one that changes
+	// nothing writes nothing.
+	before, _ := etcdClient.Get(context.Background(), "/registry/"+BytesTallyKey(idOf(project), "b"))
+	if err := s1.GuaranteedUpdate(ctx, at("applied"), &corev1.ConfigMap{}, false, nil, grow(100), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.GuaranteedUpdate(ctx, at("applied"), &corev1.ConfigMap{}, false, nil, grow(100), nil); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := etcdClient.Get(context.Background(), "/registry/"+BytesTallyKey(idOf(project), "b"))
+	if after.Kvs[0].ModRevision != before.Kvs[0].ModRevision {
+		t.Fatal("an update of the same size moved the tally")
+	}
+	matches("after updates that changed nothing")
+	// A fresh count finds what the tally holds.
+	objects, bytes, err := CountUsage(context.Background(), etcdClient, prefixes, "/registry", idOf(project), UsageTallyKey(idOf(project), "b"), BytesTallyKey(idOf(project), "b"))
+	if err != nil || bytes.Value != stored() || objects.Value != int64(created) {
+		t.Fatalf("counted afresh: %d objects, %d bytes (%v); want %d and %d", objects.Value, bytes.Value, err, created, stored())
 	}
 }
 

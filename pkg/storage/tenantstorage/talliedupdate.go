@@ -1,0 +1,187 @@
+package tenantstorage
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/value"
+)
+
+// usageTallied reports whether ctx's project has its usage counted in
+// storage this store's transactions reach: its updates then move the
+// tallies in their own transactions (talliedUpdate). It holds nothing:
+// each attempt of the update begins its metered write again, after its
+// admission.
+func (s *store) usageTallied(ctx context.Context) (bool, error) {
+	if !s.joints.reaches(s.resource) {
+		return false, nil
+	}
+	w, err := s.begin(ctx, false)
+	if err != nil || w == nil {
+		return false, err
+	}
+	defer w.End(false)
+	_, tally := s.objectsTally(w)
+	return tally != "", nil
+}
+
+// current is an object as read for an update: decoded, its encoding, its
+// revision (0: not stored), and whether its stored form is stale (written
+// under an older key of encryption at rest).
+type current struct {
+	obj   runtime.Object
+	plain []byte
+	rev   int64
+	stale bool
+}
+
+// talliedUpdate is GuaranteedUpdate for a project whose usage is counted
+// in storage: each attempt stores the object and moves the project's
+// tallies (one more object for an update that creates; the bytes it adds
+// or frees, where bytes are counted) in one transaction, on the condition
+// that the object is still at the revision the attempt read. It answers as
+// the etcd store's GuaranteedUpdate does; unlike it, it always reads the
+// object first (a cached copy is not trusted for the sizes it moves).
+func (s *store) talliedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
+	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc) error {
+	full := s.etcdKey(key)
+	load := func() (*current, error) {
+		got, err := s.joints.kv.Get(ctx, full)
+		if err != nil {
+			return nil, err
+		}
+		if len(got.Kvs) == 0 && !ignoreNotFound {
+			return nil, storage.NewKeyNotFoundError(full, 0)
+		}
+		return s.readCurrent(ctx, full, got.Kvs)
+	}
+	cur, err := load()
+	if err != nil {
+		return err
+	}
+	for {
+		if err := preconditions.Check(full, cur.obj); err != nil {
+			return err
+		}
+		var old runtime.Object
+		if cur.rev != 0 {
+			old = cur.obj.DeepCopyObject()
+		}
+		out, ttl, err := tryUpdate(cur.obj, storage.ResponseMeta{ResourceVersion: uint64(cur.rev)})
+		if err != nil {
+			return err
+		}
+		if ttl != nil && *ttl != 0 {
+			// Objects that expire (Events) are not metered.
+			return storage.NewInternalError(fmt.Errorf("an object of %s that expires cannot be counted in its project's quota", s.resource))
+		}
+		if err := stamp(ctx, out); err != nil {
+			return err
+		}
+		if err := versioner.PrepareObjectForStorage(out); err != nil {
+			return fmt.Errorf("PrepareObjectForStorage failed: %w", err)
+		}
+		plain, err := runtime.Encode(s.codec, out)
+		if err != nil {
+			return err
+		}
+		if cur.rev != 0 && !cur.stale && bytes.Equal(plain, cur.plain) {
+			// Nothing changes: nothing is written, as upstream.
+			return s.decoder.Decode(cur.plain, destination, cur.rev)
+		}
+		data, err := s.transformer.TransformToStorage(ctx, plain, value.DefaultContext(full))
+		if err != nil {
+			return storage.NewInternalError(err)
+		}
+		revision, err := s.commitUpdate(ctx, key, full, cur, old, out, plain, data)
+		if err != nil {
+			return err
+		}
+		if revision != 0 {
+			return s.decoder.Decode(plain, destination, revision)
+		}
+		// The object moved since this attempt read it: again, from what
+		// it is now.
+		if cur, err = load(); err != nil {
+			return err
+		}
+	}
+}
+
+// commitUpdate stores one attempt of talliedUpdate, metered: it returns
+// the write's revision, or 0 when the object moved since the attempt read
+// it (the tallies did not, or commitTallied would have decided again).
+func (s *store) commitUpdate(ctx context.Context, key, full string, cur *current, old, out runtime.Object, plain, data []byte) (int64, error) {
+	w, err := s.begin(ctx, false)
+	if err != nil {
+		return 0, err
+	}
+	if w == nil {
+		// No longer metered (its grant went meanwhile).
+		w = unmeteredWrite{}
+	}
+	stored := false
+	defer func() { w.End(stored) }()
+	var objects, size int64
+	if cur.rev == 0 {
+		objects = 1
+	}
+	if w.Sizes() {
+		size = int64(len(plain)) - int64(len(cur.plain))
+	}
+	ok := refusable(ctx, old, out)
+	if err := w.Charge(objects, size, ok); err != nil {
+		return 0, s.refused(key, err)
+	}
+	var guard TallyGuard
+	tw, tally := s.objectsTally(w)
+	if tally != "" && (objects != 0 || (tw.BytesTally() != "" && size != 0)) {
+		guard = tw.Guard(objects, size, ok)
+	}
+	resp, refused, err := s.commitTallied(ctx, guard, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", cur.rev)},
+		[]clientv3.Op{clientv3.OpPut(full, string(data))})
+	if err != nil {
+		if refused {
+			return 0, s.asRefusal(key, err)
+		}
+		if guard != nil && !certainlyNotStored(err) {
+			// Stored or not, unknown: counted again before it is trusted.
+			tw.Recount()
+		}
+		return 0, err
+	}
+	if !resp.Succeeded {
+		return 0, nil
+	}
+	stored = true
+	return resp.Header.Revision, nil
+}
+
+// readCurrent is the object stored at full (kvs: the read of it; none: a
+// new object).
+func (s *store) readCurrent(ctx context.Context, full string, kvs []*mvccpb.KeyValue) (*current, error) {
+	if len(kvs) == 0 {
+		return &current{obj: s.newFunc()}, nil
+	}
+	plain, stale, err := s.transformer.TransformFromStorage(ctx, kvs[0].Value, value.DefaultContext(full))
+	if err != nil {
+		return nil, storage.NewInternalError(err)
+	}
+	obj := s.newFunc()
+	if err := s.decoder.Decode(plain, obj, kvs[0].ModRevision); err != nil {
+		return nil, err
+	}
+	return &current{obj: obj, plain: plain, rev: kvs[0].ModRevision, stale: stale}, nil
+}
+
+// unmeteredWrite is the write of a project no longer metered.
+type unmeteredWrite struct{}
+
+func (unmeteredWrite) Sizes() bool                     { return false }
+func (unmeteredWrite) Charge(_, _ int64, _ bool) error { return nil }
+func (unmeteredWrite) End(bool)                        {}
