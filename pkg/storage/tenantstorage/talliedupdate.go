@@ -12,12 +12,13 @@ import (
 	"k8s.io/apiserver/pkg/storage/value"
 )
 
-// usageTallied reports whether ctx's project has its usage counted in
-// storage this store's transactions reach: its updates then move the
-// tallies in their own transactions (talliedUpdate). It holds nothing:
-// each attempt of the update begins its metered write again, after its
-// admission.
-func (s *store) usageTallied(ctx context.Context) (bool, error) {
+// usageTallied reports whether an update in ctx's project moves its usage
+// counted in storage this store's transactions reach: every update, where
+// its bytes are counted; one that may create, where its objects are. Such
+// an update stores the object and the tallies in one transaction
+// (talliedUpdate). It holds nothing: each attempt of the update begins
+// its metered write again, after its admission.
+func (s *store) usageTallied(ctx context.Context, mayCreate bool) (bool, error) {
 	if !s.joints.reaches(s.resource) {
 		return false, nil
 	}
@@ -26,8 +27,8 @@ func (s *store) usageTallied(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	defer w.End(false)
-	_, tally := s.objectsTally(w)
-	return tally != "", nil
+	tw, tally := s.objectsTally(w)
+	return tally != "" && (mayCreate || tw.BytesTally() != ""), nil
 }
 
 // current is an object as read for an update: decoded, its encoding, its

@@ -377,7 +377,7 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 	if err != nil {
 		return err
 	}
-	if tallied, err := s.usageTallied(ctx); err != nil {
+	if tallied, err := s.usageTallied(ctx, ignoreNotFound); err != nil {
 		return err
 	} else if tallied {
 		return s.talliedUpdate(ctx, k, destination, ignoreNotFound, preconditions, tryUpdate)

@@ -582,3 +582,42 @@ func BenchmarkCreateCounted(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkUpdateCounted times an update of one object in a project whose
+// usage is not counted in storage (upstream's update), whose objects are
+// (upstream's update: an update that does not create moves no count), and
+// whose bytes are too (a read of the object, then one transaction storing
+// it and moving the bytes tally).
+func BenchmarkUpdateCounted(b *testing.B) {
+	for _, mode := range []string{"none", "objects", "bytes"} {
+		b.Run("counted="+mode, func(b *testing.B) {
+			run := benchRuns.Add(1)
+			resource := fmt.Sprintf("benchupdated%d", run)
+			project := fmt.Sprintf("bench-updated-%d", run)
+			o := Options{Joints: NewJoints(etcdClient)}
+			m := &replicaMeter{project: project, limit: 1 << 40, epoch: "e"}
+			if mode == "bytes" {
+				m.byteLimit = 1 << 40
+			}
+			if mode != "none" {
+				o.Meter = m
+			}
+			s, prefixes := newStorage(b, resource, o)
+			prefixes.KeepUsageTallies("/registry")
+			m.prefixes = prefixes
+			ctx := in(project)
+			key := "/" + resource + "/ns/cm"
+			if err := s.Create(ctx, key, configMap("ns", "cm", 1024), &corev1.ConfigMap{}, 0); err != nil {
+				b.Fatal(err)
+			}
+			out := &corev1.ConfigMap{}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if err := s.GuaranteedUpdate(ctx, key, out, false, nil, grow(1024+i%2), nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
