@@ -82,6 +82,11 @@ type meteredProject struct {
 	// bytesTally is what the server last knew the tally of the project's
 	// bytes to hold, where they are limited (kept beside its objects').
 	bytesTally tenantstorage.Tally
+	// counts is how many counts this server made of the project; countMu
+	// lets one write count at a time, and a write that waited for another
+	// write's count uses it rather than counting again.
+	counts  int64
+	countMu sync.Mutex
 	// recount says the tally must be counted again before it is trusted:
 	// objects were removed behind the storage layer's back.
 	recount atomic.Bool
@@ -489,10 +494,16 @@ func (w *meteredWrite) Untallied() { w.epoch, w.bytesTallied = "", false }
 
 // Guard implements tenantstorage.TalliedWrite.
 func (w *meteredWrite) Guard(objects, bytes int64, refusable bool) tenantstorage.TallyGuard {
-	if !w.bytesTallied {
-		bytes = 0
+	g := &usageGuard{w: w, refusable: refusable}
+	// Only the tallies the write moves: a count the write leaves as it is
+	// is not rewritten, nor does the write wait for other writes of it.
+	if objects != 0 {
+		g.adds = append(g.adds, usageAdd{ObjectsPerProject, w.ObjectsTally(), objects})
 	}
-	return &usageGuard{w: w, objects: objects, bytes: bytes, refusable: refusable}
+	if bytes != 0 && w.bytesTallied {
+		g.adds = append(g.adds, usageAdd{BytesPerProject, w.BytesTally(), bytes})
+	}
+	return g
 }
 
 // usageGuard keeps a project's usage tallies for one write: it expects
@@ -500,29 +511,51 @@ func (w *meteredWrite) Guard(objects, bytes int64, refusable bool) tenantstorage
 // there it is stored with the tallies moved by what it adds; otherwise,
 // and when a tally moved, it decides from what the tallies hold.
 type usageGuard struct {
-	w              *meteredWrite
-	objects, bytes int64
-	refusable      bool
-	expected       []tenantstorage.Tally
+	w         *meteredWrite
+	adds      []usageAdd
+	refusable bool
+	expected  []tenantstorage.Tally
+	// counts is the project's count of counts when the guard last
+	// expected: a count made since makes counting again needless.
+	counts int64
+}
+
+// usageAdd is what a write adds to one of its project's usage tallies.
+type usageAdd struct {
+	resourceType, key string
+	amount            int64
 }
 
 func (g *usageGuard) Keys() []string {
-	if b := g.w.BytesTally(); b != "" {
-		return []string{g.w.ObjectsTally(), b}
+	keys := make([]string, len(g.adds))
+	for i, a := range g.adds {
+		keys[i] = a.key
 	}
-	return []string{g.w.ObjectsTally()}
+	return keys
+}
+
+// known returns what the server knows the guard's tallies to hold, and
+// whether it knows them all in the write's epoch, counted by this server.
+func (g *usageGuard) known() ([]tenantstorage.Tally, bool) {
+	w, p := g.w, g.w.p
+	p.tallyMu.Lock()
+	defer p.tallyMu.Unlock()
+	g.counts = p.counts
+	known := p.epoch == w.epoch && p.counted == w.epoch && !p.recount.Load()
+	out := make([]tenantstorage.Tally, len(g.adds))
+	for i, a := range g.adds {
+		t := p.tally
+		if a.resourceType == BytesPerProject {
+			t = p.bytesTally
+		}
+		out[i] = tenantstorage.Tally{Key: a.key, Revision: t.Revision, Value: t.Value, Add: a.amount, Keep: true}
+		known = known && t.Revision > 0
+	}
+	return out, known
 }
 
 func (g *usageGuard) Expect() []tenantstorage.Tally {
-	w, p := g.w, g.w.p
-	p.tallyMu.Lock()
-	out := []tenantstorage.Tally{{Key: w.ObjectsTally(), Revision: p.tally.Revision, Value: p.tally.Value, Add: g.objects, Keep: true}}
-	known := p.epoch == w.epoch && p.counted == w.epoch && p.tally.Revision > 0 && !p.recount.Load()
-	if b := w.BytesTally(); b != "" {
-		out = append(out, tenantstorage.Tally{Key: b, Revision: p.bytesTally.Revision, Value: p.bytesTally.Value, Add: g.bytes, Keep: true})
-		known = known && p.bytesTally.Revision > 0
-	}
-	p.tallyMu.Unlock()
+	out, known := g.known()
 	if !known || (g.refusable && g.exceeded(out) != nil) {
 		// Unknown, or full as last known: a revision no key has makes the
 		// transaction read what the tallies hold, for Moved to decide.
@@ -537,49 +570,70 @@ func (g *usageGuard) Expect() []tenantstorage.Tally {
 // exceeded returns the refusal of the write's growth with the tallies
 // holding what now says, or nil when it fits.
 func (g *usageGuard) exceeded(now []tenantstorage.Tally) *Exceeded {
-	var bytes int64
-	if len(now) > 1 {
-		bytes = now[1].Value
+	var used, add Usage
+	for i, a := range g.adds {
+		if a.resourceType == BytesPerProject {
+			used.Bytes, add.Bytes = now[i].Value, a.amount
+		} else {
+			used.Objects, add.Objects = now[i].Value, a.amount
+		}
 	}
-	return g.w.ledger.usageExceeded(g.w.consumer, Usage{Objects: now[0].Value, Bytes: bytes}, Usage{Objects: g.objects, Bytes: g.bytes})
+	return g.w.ledger.usageExceeded(g.w.consumer, used, add)
 }
 
 func (g *usageGuard) Moved(now []tenantstorage.Tally) error {
 	w, p := g.w, g.w.p
-	p.tallyMu.Lock()
-	counted := p.counted == w.epoch
-	p.tallyMu.Unlock()
-	again := p.recount.Swap(false)
-	absent := false
-	for _, t := range now {
-		absent = absent || t.Revision == 0
-	}
-	if absent || !counted || again {
-		// Not counted in this epoch yet (by anyone, or by this server), or
-		// to be counted again: count.
-		objects, bytes, err := w.m.count(w.ctx, p.id, w.ObjectsTally(), w.BytesTally())
-		if err != nil {
-			if again {
-				p.recount.Store(true)
-			}
-			return apierrors.NewServiceUnavailable(fmt.Sprintf("counting what project %s stores, for its quota: %v", w.consumer.Name, err))
-		}
-		now = []tenantstorage.Tally{objects}
-		if w.BytesTally() != "" {
-			now = append(now, bytes)
-		}
-		p.tallyMu.Lock()
-		p.counted = w.epoch
-		p.tallyMu.Unlock()
-	}
 	for _, t := range now {
 		w.Learn(t)
+	}
+	p.tallyMu.Lock()
+	count := p.counted != w.epoch
+	p.tallyMu.Unlock()
+	for _, t := range now {
+		count = count || t.Revision == 0
+	}
+	if count || p.recount.Load() {
+		// Not counted in this epoch yet (by anyone, or by this server), or
+		// to be counted again: count.
+		if err := g.count(); err != nil {
+			return err
+		}
+		now, _ = g.known()
 	}
 	if g.refusable {
 		if e := g.exceeded(now); e != nil {
 			return tenantstorage.Refused{Err: e}
 		}
 	}
+	return nil
+}
+
+// count counts the project's usage in storage into its tallies, unless
+// another write of this server counted it since the guard last expected.
+func (g *usageGuard) count() error {
+	w, p := g.w, g.w.p
+	p.countMu.Lock()
+	defer p.countMu.Unlock()
+	p.tallyMu.Lock()
+	since := p.counts != g.counts
+	p.tallyMu.Unlock()
+	if since {
+		return nil
+	}
+	again := p.recount.Swap(false)
+	objects, bytes, err := w.m.count(w.ctx, p.id, w.ObjectsTally(), w.BytesTally())
+	if err != nil {
+		if again {
+			p.recount.Store(true)
+		}
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("counting what project %s stores, for its quota: %v", w.consumer.Name, err))
+	}
+	w.Learn(objects)
+	w.Learn(bytes)
+	p.tallyMu.Lock()
+	p.counted = w.epoch
+	p.counts++
+	p.tallyMu.Unlock()
 	return nil
 }
 

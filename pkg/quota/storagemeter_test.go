@@ -411,18 +411,19 @@ func TestStorageMeterGuardsTheBytesInStorage(t *testing.T) {
 	g.Stored(6)
 	w.End(true)
 	bytesAre(900)
-	// 200 more on 900 of 1000: full as known, so read; another replica
-	// freed 500 meanwhile, so it fits.
+	// 200 more on 900 of 1000 (an update: no object more, so only the
+	// bytes tally is moved): full as known, so read; another replica freed
+	// 500 meanwhile, so it fits.
 	w = begin()
 	g = w.Guard(0, 200, true)
-	if e := g.Expect(); e[1].Revision != -1 {
-		t.Fatalf("growth past the limit as known expects %+v, want a forced read", e)
+	if e := g.Expect(); len(e) != 1 || e[0].Key != w.BytesTally() || e[0].Revision != -1 {
+		t.Fatalf("growth past the limit as known expects %+v, want a forced read of the bytes tally alone", e)
 	}
-	if err := g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally(), Revision: 6, Value: 4, Keep: true}, {Key: w.BytesTally(), Revision: 7, Value: 400, Keep: true}}); err != nil {
+	if err := g.Moved([]tenantstorage.Tally{{Key: w.BytesTally(), Revision: 7, Value: 400, Keep: true}}); err != nil {
 		t.Fatalf("200 bytes on 400 of 1000: %v", err)
 	}
 	bytesAre(400)
-	if e := g.Expect(); e[1].Revision != 7 || e[1].Value != 400 {
+	if e := g.Expect(); e[0].Revision != 7 || e[0].Value != 400 {
 		t.Fatalf("after the read, expected %+v", e)
 	}
 	g.Stored(8)
@@ -433,18 +434,22 @@ func TestStorageMeterGuardsTheBytesInStorage(t *testing.T) {
 	g = w.Guard(0, 500, true)
 	g.Expect()
 	var exceeded *Exceeded
-	if err := g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally(), Revision: 8, Value: 4, Keep: true}, {Key: w.BytesTally(), Revision: 9, Value: 700, Keep: true}}); !errors.As(err, &exceeded) ||
+	if err := g.Moved([]tenantstorage.Tally{{Key: w.BytesTally(), Revision: 9, Value: 700, Keep: true}}); !errors.As(err, &exceeded) ||
 		exceeded.Bucket.ResourceType != BytesPerProject || exceeded.Used != 700 || exceeded.Amount != 500 {
 		t.Fatalf("500 bytes on 700 of 1000: %v", err)
 	}
 	w.End(false)
 	bytesAre(700)
-	// A shrink is never refused, nor is a write the server cannot refuse.
-	if e := begin().Guard(0, -300, true).Expect(); e[1].Revision != 9 || e[1].Add != -300 {
+	// A shrink is never refused, nor is a write the server cannot refuse;
+	// a write that keeps the size moves no tally.
+	if e := begin().Guard(0, -300, true).Expect(); len(e) != 1 || e[0].Revision != 9 || e[0].Add != -300 {
 		t.Fatalf("a shrink expects %+v", e)
 	}
-	if e := begin().Guard(0, 900, false).Expect(); e[1].Revision != 9 {
+	if e := begin().Guard(0, 900, false).Expect(); e[0].Revision != 9 {
 		t.Fatalf("growth never refused expects %+v", e)
+	}
+	if e := begin().Guard(0, 0, true).Expect(); len(e) != 0 {
+		t.Fatalf("a write of the same size expects %+v", e)
 	}
 	if counts.Load() != 1 {
 		t.Fatalf("counted %d times, want once", counts.Load())

@@ -456,7 +456,7 @@ func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Ob
 	if j != nil && j.together != nil {
 		j.together()
 	}
-	resp, refused, err := s.commitTallied(ctx, guard, ifs, thens, clientv3.OpGet(full, clientv3.WithCountOnly()))
+	resp, refused, err := s.commitTallied(ctx, guard, ifs, thens, nil, clientv3.OpGet(full, clientv3.WithCountOnly()))
 	if err != nil {
 		if refused || notApplied(err) {
 			j.failed()
@@ -483,7 +483,7 @@ func (s *store) companionsFirst(ctx context.Context, companions []Companion, j *
 		j.failed()
 		return err
 	}
-	resp, refused, err := s.commitTallied(ctx, guard, ifs, thens)
+	resp, refused, err := s.commitTallied(ctx, guard, ifs, thens, nil)
 	if err != nil {
 		if refused || notApplied(err) {
 			j.failed()
@@ -499,45 +499,35 @@ func (s *store) companionsFirst(ctx context.Context, companions []Companion, j *
 
 // commitTallied runs the transaction ifs → thens (else elses) with the
 // tallies guard (if any) expects, each required at its revision and moved
-// by its Add. While it fails on a tally only, it asks the guard again with
-// what the tallies hold. It returns the answer of the last round, whose
-// responses, when it failed, begin with elses'; refused says an error is
-// the guard's (or too many rounds): nothing was stored.
-func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clientv3.Cmp, thens []clientv3.Op, elses ...clientv3.Op) (_ *clientv3.TxnResponse, refused bool, _ error) {
-	if guard != nil {
-		done, err := s.joints.turns.take(ctx, guard.Keys())
-		if err != nil {
-			return nil, true, err
+// by its Add, in the tallies' turn. While it fails on a tally only, it asks
+// the guard again with what the tallies hold (out of turn: the guard may
+// count in storage, which must not hold up the server's other writes of
+// those tallies). othersFailed, given the failed transaction's answer,
+// says whether what else ifs require failed (nil: whether any of elses'
+// reads found a key); then the guard is not asked. It returns the answer
+// of the last round, whose responses, when it failed, begin with elses';
+// refused says an error is the guard's (or too many rounds): nothing was
+// stored.
+func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clientv3.Cmp, thens []clientv3.Op,
+	othersFailed func(*clientv3.TxnResponse) bool, elses ...clientv3.Op) (_ *clientv3.TxnResponse, refused bool, _ error) {
+	if othersFailed == nil {
+		othersFailed = func(resp *clientv3.TxnResponse) bool {
+			for _, r := range resp.Responses[:len(elses)] {
+				if rr := r.GetResponseRange(); rr != nil && rr.Count > 0 {
+					return true
+				}
+			}
+			return false
 		}
-		defer done()
+	}
+	var keys []string
+	if guard != nil {
+		keys = guard.Keys()
 	}
 	for round := 1; ; round++ {
-		var tallies []Tally
-		if guard != nil {
-			tallies = guard.Expect()
-		}
-		tIfs, tThens, tReads := s.tallyOps(tallies)
-		resp, err := s.joints.kv.Txn(ctx).If(slices.Concat(ifs, tIfs)...).Then(slices.Concat(thens, tThens)...).Else(slices.Concat(elses, tReads)...).Commit()
-		if err != nil {
-			return nil, false, err
-		}
-		if resp.Succeeded {
-			if guard != nil {
-				guard.Stored(resp.Header.Revision)
-			}
-			return resp, false, nil
-		}
-		for _, r := range resp.Responses[:len(elses)] {
-			if rr := r.GetResponseRange(); rr != nil && rr.Count > 0 {
-				return resp, false, nil // what else was required exists: not the tallies' to decide
-			}
-		}
-		now, moved, err := talliesRead(tallies, resp.Responses[len(elses):])
-		if err != nil {
-			return nil, true, err
-		}
-		if !moved {
-			return resp, false, nil
+		resp, now, moved, err := s.tallyRound(ctx, guard, keys, ifs, thens, othersFailed, elses)
+		if err != nil || !moved {
+			return resp, false, err
 		}
 		if round == maxTallyRounds {
 			return nil, true, apierrors.NewTooManyRequests("the quota this create is charged to was changed by other requests at each of its tries: retry", 1)
@@ -546,6 +536,40 @@ func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clien
 			return nil, true, err
 		}
 	}
+}
+
+// tallyRound is one round of commitTallied, in the tallies' turn: it
+// reports, when the transaction failed on the tallies only, what they hold.
+func (s *store) tallyRound(ctx context.Context, guard TallyGuard, keys []string, ifs []clientv3.Cmp, thens []clientv3.Op,
+	othersFailed func(*clientv3.TxnResponse) bool, elses []clientv3.Op) (_ *clientv3.TxnResponse, now []Tally, moved bool, _ error) {
+	done, err := s.joints.turns.take(ctx, keys)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	defer done()
+	var tallies []Tally
+	if guard != nil {
+		tallies = guard.Expect()
+	}
+	tIfs, tThens, tReads := s.tallyOps(tallies)
+	resp, err := s.joints.kv.Txn(ctx).If(slices.Concat(ifs, tIfs)...).Then(slices.Concat(thens, tThens)...).Else(slices.Concat(elses, tReads)...).Commit()
+	if err != nil {
+		return nil, nil, false, err
+	}
+	if resp.Succeeded {
+		if guard != nil {
+			guard.Stored(resp.Header.Revision)
+		}
+		return resp, nil, false, nil
+	}
+	if othersFailed(resp) {
+		return resp, nil, false, nil // not the tallies' to decide
+	}
+	now, moved, err = talliesRead(tallies, resp.Responses[len(elses):])
+	if err != nil {
+		return nil, nil, false, err
+	}
+	return resp, now, moved, nil
 }
 
 // tallyOps are the compares that require each tally at its revision, the
@@ -652,12 +676,12 @@ func (j *Joints) Recount(ctx context.Context, gr schema.GroupResource, namespace
 const recountPage = 500
 
 // talliedDelete deletes an object counted in tallies and takes what it
-// holds (of) from them, in one transaction, on the condition that neither
+// holds (of, given the object and its size as stored) from them, in one transaction, on the condition that neither
 // the object nor the tallies changed since they were read; it answers as
 // the etcd store's Delete does. done, if set, is told the tallies as the
 // delete left them.
 func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
-	validateDeletion storage.ValidateObjectFunc, of func(runtime.Object) []Tally, done func([]Tally)) error {
+	validateDeletion storage.ValidateObjectFunc, of func(obj runtime.Object, size int64) []Tally, done func([]Tally)) error {
 	full := s.etcdKey(key)
 	for round := 1; ; round++ {
 		got, err := s.joints.kv.Get(ctx, full)
@@ -680,7 +704,7 @@ func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Objec
 		if err := validateDeletion(ctx, obj); err != nil {
 			return err
 		}
-		resp, now, err := s.deleteTallied(ctx, full, kv.ModRevision, of(obj))
+		resp, now, err := s.deleteTallied(ctx, full, kv.ModRevision, of(obj, int64(len(plain))))
 		if err != nil {
 			return err
 		}

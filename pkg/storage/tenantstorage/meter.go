@@ -145,15 +145,16 @@ var versioner = storage.APIObjectVersioner{}
 func (s *store) meteredCreate(ctx context.Context, w MeteredWrite, key string, obj, out runtime.Object, ttl uint64) (err error) {
 	stored := false
 	defer func() { w.End(stored) }()
+	tw, tally := s.objectsTally(w)
 	var size int64
-	if w.Sizes() {
+	if w.Sizes() || (tally != "" && tw.BytesTally() != "") {
 		size = s.storedSize(obj)
 	}
 	if err := w.Charge(1, size, refusable(ctx, nil, obj)); err != nil {
 		return s.refused(key, err)
 	}
 	var usage TallyGuard
-	if tw, tally := s.objectsTally(w); tally != "" {
+	if tally != "" {
 		usage = tw.Guard(1, size, refusable(ctx, nil, obj))
 	}
 	err = s.create(ctx, key, obj, out, ttl, usage)

@@ -3,6 +3,7 @@ package tenantstorage
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -11,6 +12,11 @@ import (
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/value"
 )
+
+// errCountedSince ends an attempt of upstream's update whose project's
+// usage came to be counted in storage since the update began: it is made
+// again by talliedUpdate.
+var errCountedSince = errors.New("the project's usage is counted in storage since the update began")
 
 // usageTallied reports whether an update in ctx's project moves its usage
 // counted in storage this store's transactions reach: every update, where
@@ -128,24 +134,33 @@ func (s *store) commitUpdate(ctx context.Context, key, full string, cur *current
 	}
 	stored := false
 	defer func() { w.End(stored) }()
-	var objects, size int64
+	var objects int64
 	if cur.rev == 0 {
 		objects = 1
 	}
-	if w.Sizes() {
-		size = int64(len(plain)) - int64(len(cur.plain))
+	// What the update adds to the project's bytes, as stored.
+	size := int64(len(plain)) - int64(len(cur.plain))
+	tw, tally := s.objectsTally(w)
+	if !w.Sizes() && (tally == "" || tw.BytesTally() == "") {
+		size = 0
 	}
 	ok := refusable(ctx, old, out)
 	if err := w.Charge(objects, size, ok); err != nil {
 		return 0, s.refused(key, err)
 	}
 	var guard TallyGuard
-	tw, tally := s.objectsTally(w)
 	if tally != "" && (objects != 0 || (tw.BytesTally() != "" && size != 0)) {
 		guard = tw.Guard(objects, size, ok)
 	}
+	// The object moved (another write, or its delete) since the attempt
+	// read it: the attempt is made again, whatever the tallies hold; the
+	// guard decides only for an object as the attempt read it.
+	moved := func(resp *clientv3.TxnResponse) bool {
+		r := resp.Responses[0].GetResponseRange()
+		return int64(len(r.Kvs)) != min(cur.rev, 1) || (len(r.Kvs) == 1 && r.Kvs[0].ModRevision != cur.rev)
+	}
 	resp, refused, err := s.commitTallied(ctx, guard, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", cur.rev)},
-		[]clientv3.Op{clientv3.OpPut(full, string(data))})
+		[]clientv3.Op{clientv3.OpPut(full, string(data))}, moved, clientv3.OpGet(full, clientv3.WithKeysOnly()))
 	if err != nil {
 		if refused {
 			return 0, s.asRefusal(key, err)

@@ -20,6 +20,7 @@ package tenantstorage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path"
 	"strings"
@@ -307,7 +308,7 @@ func (s *store) Delete(ctx context.Context, key string, out runtime.Object, prec
 		// Platform objects (quota claims): never metered. An object that
 		// cannot be read (the unsafe deletion of a corrupt one) is deleted
 		// as upstream does, its tallies left as they are.
-		return s.talliedDelete(ctx, k, out, preconditions, validateDeletion, of, nil)
+		return s.talliedDelete(ctx, k, out, preconditions, validateDeletion, func(obj runtime.Object, _ int64) []Tally { return of(obj) }, nil)
 	}
 	// A delete only frees: it never waits for the project's usage to be
 	// read, so a project can always be cleaned up.
@@ -387,14 +388,7 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 	// the admission an attempt runs (which may itself write in the
 	// project) never runs while the write holds it.
 	var w MeteredWrite
-	// undo takes back an object counted ahead in the project's usage
-	// tally, for an attempt that would create one.
-	var undo func()
 	end := func(stored bool) {
-		if undo != nil && !stored {
-			undo()
-		}
-		undo = nil
 		if w != nil {
 			w.End(stored)
 			w = nil
@@ -422,6 +416,12 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 			} else {
 				old = input
 			}
+			if tw, tally := s.objectsTally(w); tally != "" && (objects == 1 || tw.BytesTally() != "") {
+				// The project's usage came to be counted in storage since
+				// the update began (its grant arrived): the update is
+				// made again the way that moves the counts.
+				return nil, nil, errCountedSince
+			}
 			if w.Sizes() {
 				bytes = s.storedSize(out)
 				if old != nil {
@@ -431,22 +431,13 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 			if err := w.Charge(objects, bytes, refusable(ctx, old, out)); err != nil {
 				return nil, nil, s.refused(key, err)
 			}
-			if tw, tally := s.objectsTally(w); tally != "" && objects == 1 {
-				if undo, err = s.reserveObject(ctx, tw, refusable(ctx, old, out)); err != nil {
-					return nil, nil, s.asRefusal(key, err)
-				}
-			}
 		}
 		return out, ttl, nil
 	}
 	err = s.Interface.GuaranteedUpdate(ctx, k, destination, ignoreNotFound, preconditions, stamped, cachedExistingObject)
-	if undo != nil && err != nil && !certainlyNotStored(err) {
-		// Stored or not, unknown: the object counted ahead stays counted,
-		// and the project is counted again at its next create.
-		if tw, _ := s.objectsTally(w); tw != nil {
-			tw.Recount()
-		}
-		undo = nil
+	if errors.Is(err, errCountedSince) {
+		end(false)
+		return s.talliedUpdate(ctx, k, destination, ignoreNotFound, preconditions, tryUpdate)
 	}
 	end(err == nil)
 	return err

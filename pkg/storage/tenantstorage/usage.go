@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/klog/v2"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -288,10 +287,13 @@ const txnLimit = 100
 // tally, where they are counted) in the same transaction.
 func (s *store) meteredDelete(ctx context.Context, tw TalliedWrite, tally, key string, out runtime.Object, preconditions *storage.Preconditions,
 	validateDeletion storage.ValidateObjectFunc) error {
-	return s.talliedDelete(ctx, key, out, preconditions, validateDeletion, func(obj runtime.Object) []Tally {
+	return s.talliedDelete(ctx, key, out, preconditions, validateDeletion, func(_ runtime.Object, size int64) []Tally {
 		held := []Tally{{Key: tally, Add: 1, Keep: true}}
 		if b := tw.BytesTally(); b != "" {
-			held = append(held, Tally{Key: b, Add: s.storedSize(obj), Keep: true})
+			// The bytes as stored, which a create or update added: not
+			// the object encoded again, which defaults applied on reading
+			// it may have grown.
+			held = append(held, Tally{Key: b, Add: size, Keep: true})
 		}
 		return held
 	}, func(now []Tally) {
@@ -300,48 +302,6 @@ func (s *store) meteredDelete(ctx context.Context, tw TalliedWrite, tally, key s
 		}
 	})
 }
-
-// reserveObject adds one object to tw's tally ahead of a write that may
-// create one (an update that creates): it returns what undoes it. A
-// server stopped between the two leaves the tally one too high.
-func (s *store) reserveObject(ctx context.Context, tw TalliedWrite, refusable bool) (undo func(), err error) {
-	g := tw.Guard(1, 0, refusable)
-	if _, refused, err := s.commitTallied(ctx, g, nil, nil); err != nil {
-		if refused {
-			return nil, err
-		}
-		return nil, fmt.Errorf("counting the object in its project's quota: %w", err)
-	}
-	return func() {
-		// The shared loop of tallied transactions, its guard taking one
-		// whatever the tally holds.
-		back := &givingBack{t: Tally{Key: tw.ObjectsTally(), Revision: -1, Add: -1, Keep: true}}
-		if _, _, err := s.commitTallied(context.WithoutCancel(ctx), back, nil, nil); err == nil {
-			tw.Learn(applied(back.t, back.stored))
-			return
-		}
-		// Left one too high: the project is counted again at its next create.
-		klog.InfoS("An object counted ahead in its project's quota could not be given back", "resource", s.resource, "tally", tw.ObjectsTally())
-		tw.Recount()
-	}, nil
-}
-
-// givingBack is the guard of a transaction that takes one from a usage
-// tally, whatever it holds (nothing, when it is absent).
-type givingBack struct {
-	t      Tally
-	stored int64
-}
-
-func (g *givingBack) Keys() []string  { return []string{g.t.Key} }
-func (g *givingBack) Expect() []Tally { return []Tally{g.t} }
-
-func (g *givingBack) Moved(now []Tally) error {
-	g.t.Revision, g.t.Value = now[0].Revision, now[0].Value
-	return nil
-}
-
-func (g *givingBack) Stored(revision int64) { g.stored = revision }
 
 // certainlyNotStored reports whether err, from an update, says it wrote
 // nothing: its own refusal, a conflict or failed precondition, or etcd's

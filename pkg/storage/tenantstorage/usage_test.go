@@ -439,8 +439,15 @@ func TestBytesTallyBoundsEveryReplica(t *testing.T) {
 			t.Fatalf("%s: the bytes tally holds %d, etcd %d bytes of the project (limit %d)", when, v, n, limit)
 		}
 	}
-	// One object stored before the project was metered.
+	// One object stored before the project was metered, and one stored
+	// in an encoding longer than the server's own (as an older server, or
+	// defaults applied on reading, leave it): a delete takes what it takes
+	// in storage, not what it would take encoded again.
 	create(t, plain, ctx, "/usagebytes", "ns", "before", strings.Repeat("b", 500))
+	padded := `{"kind":"ConfigMap",   "apiVersion":"v1",` + strings.Repeat(" ", 300) + `"metadata":{"name":"padded","namespace":"ns"},"data":{"v":"p"}}`
+	if _, err := etcdClient.Put(context.Background(), "/registry/usagebytes/"+idOf(project)+"/ns/padded", padded); err != nil {
+		t.Fatal(err)
+	}
 
 	// Twenty creates of about 700 bytes at once through two replicas:
 	// only as many as the limit holds are stored.
@@ -512,6 +519,10 @@ func TestBytesTallyBoundsEveryReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	matches("after two deletes")
+	if err := s1.Delete(ctx, at("padded"), &corev1.ConfigMap{}, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	matches("after deleting an object stored in a longer encoding")
 	// An update that creates adds its size; one the limit cannot hold
 	// stores nothing.
 	createByUpdate := func(s storage.Interface, name string, size int) error {
@@ -545,6 +556,106 @@ func TestBytesTallyBoundsEveryReplica(t *testing.T) {
 	if err != nil || bytes.Value != stored() || objects.Value != int64(created) {
 		t.Fatalf("counted afresh: %d objects, %d bytes (%v); want %d and %d", objects.Value, bytes.Value, err, created, stored())
 	}
+}
+
+// lateMeter meters its project from its second write on: a grant that
+// arrives while an update is under way.
+type lateMeter struct {
+	*replicaMeter
+	calls atomic.Int32
+}
+
+func (m *lateMeter) Begin(ctx context.Context, t tenancy.Tenant, release bool) (MeteredWrite, error) {
+	if m.calls.Add(1) == 1 {
+		return nil, nil
+	}
+	return m.replicaMeter.Begin(ctx, t, release)
+}
+
+// TestUpdateCountedWhenTheGrantArrivesMidway: an update that began before
+// its project's usage was counted in storage, and finds it counted when
+// it comes to write, is made again the way that moves the counts: the
+// object it creates, and its bytes, are counted.
+func TestUpdateCountedWhenTheGrantArrivesMidway(t *testing.T) {
+	const project = "usage-late"
+	m := &lateMeter{replicaMeter: &replicaMeter{project: project, limit: 10, byteLimit: 1 << 20, epoch: "l"}}
+	s, prefixes := newStorage(t, "usagelate", Options{Meter: m, Joints: NewJoints(etcdClient)})
+	prefixes.KeepUsageTallies("/registry")
+	m.prefixes = prefixes
+	ctx := in(project)
+	tries := 0
+	err := s.GuaranteedUpdate(ctx, "/usagelate/ns/late", &corev1.ConfigMap{}, true, nil, func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		tries++
+		return configMap("ns", "late", 100), nil, nil
+	}, nil)
+	if err != nil || tries != 2 {
+		t.Fatalf("an update that creates, its project counted meanwhile: %v after %d tries, want stored after 2", err, tries)
+	}
+	objects, bytes := tallyValues(t, project, "l")
+	stored, err := valueBytes(context.Background(), etcdClient, "/registry/usagelate/"+idOf(project)+"/", 0)
+	if err != nil || objects != 1 || bytes != stored {
+		t.Fatalf("the tallies hold %d objects and %d bytes, etcd %d bytes (%v); want 1 and what etcd holds", objects, bytes, stored, err)
+	}
+}
+
+// TestUpdateMadeAgainWhenItsObjectMoved: an attempt of an update whose
+// object and counts both moved since it read them (another replica wrote
+// both) is made again on the object as it is now, as upstream's update
+// is, not refused for what it would have added to the object it read.
+func TestUpdateMadeAgainWhenItsObjectMoved(t *testing.T) {
+	const project = "usage-moved"
+	m1 := &replicaMeter{project: project, limit: 100, byteLimit: 3000, epoch: "m"}
+	m2 := &replicaMeter{project: project, limit: 100, byteLimit: 3000, epoch: "m"}
+	s1, prefixes := newStorage(t, "usagemoved", Options{Meter: m1, Joints: NewJoints(etcdClient)})
+	s2, _ := newStorage(t, "usagemoved", Options{Meter: m2, Joints: NewJoints(etcdClient)})
+	prefixes.KeepUsageTallies("/registry")
+	m1.prefixes, m2.prefixes = prefixes, prefixes
+	ctx := in(project)
+	key := "/usagemoved/ns/x"
+	if err := s1.Create(ctx, key, configMap("ns", "x", 100), &corev1.ConfigMap{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	tries := 0
+	err := s1.GuaranteedUpdate(ctx, key, &corev1.ConfigMap{}, false, nil, func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		tries++
+		if tries == 1 {
+			// Meanwhile, through the other replica: the object written, and
+			// most of what is free taken by another.
+			if err := s2.GuaranteedUpdate(ctx, key, &corev1.ConfigMap{}, false, nil, grow(120), nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := s2.Create(ctx, "/usagemoved/ns/y", configMap("ns", "y", 1500), &corev1.ConfigMap{}, 0); err != nil {
+				t.Fatal(err)
+			}
+			return configMap("ns", "x", 1500), nil, nil // fitted as read; no longer
+		}
+		return configMap("ns", "x", 200), nil, nil
+	}, nil)
+	if err != nil || tries != 2 {
+		t.Fatalf("an update whose object and counts moved: %v after %d tries, want stored after 2", err, tries)
+	}
+	_, bytes := tallyValues(t, project, "m")
+	if stored, _ := valueBytes(context.Background(), etcdClient, "/registry/usagemoved/"+idOf(project)+"/", 0); bytes != stored {
+		t.Fatalf("the bytes tally holds %d, etcd %d", bytes, stored)
+	}
+}
+
+// tallyValues reads a project's usage tallies of epoch.
+func tallyValues(t *testing.T, project, epoch string) (objects, bytes int64) {
+	t.Helper()
+	for _, k := range []struct {
+		key string
+		to  *int64
+	}{{UsageTallyKey(idOf(project), epoch), &objects}, {BytesTallyKey(idOf(project), epoch), &bytes}} {
+		resp, err := etcdClient.Get(context.Background(), "/registry/"+k.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 1 {
+			fmt.Sscan(string(resp.Kvs[0].Value), k.to)
+		}
+	}
+	return objects, bytes
 }
 
 var _ TalliedWrite = (*replicaWrite)(nil)
