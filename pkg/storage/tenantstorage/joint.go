@@ -678,10 +678,11 @@ const recountPage = 500
 // talliedDelete deletes an object counted in tallies and takes what it
 // holds (of, given the object and its size as stored) from them, in one transaction, on the condition that neither
 // the object nor the tallies changed since they were read; it answers as
-// the etcd store's Delete does. done, if set, is told the tallies as the
-// delete left them.
+// the etcd store's Delete does. mark, if set, is a key the delete writes
+// too (see deletesMark). done, if set, is told the tallies as the delete
+// left them.
 func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
-	validateDeletion storage.ValidateObjectFunc, of func(obj runtime.Object, size int64) []Tally, done func([]Tally)) error {
+	validateDeletion storage.ValidateObjectFunc, mark string, of func(obj runtime.Object, size int64) []Tally, done func([]Tally)) error {
 	full := s.etcdKey(key)
 	for round := 1; ; round++ {
 		got, err := s.joints.kv.Get(ctx, full)
@@ -704,7 +705,7 @@ func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Objec
 		if err := validateDeletion(ctx, obj); err != nil {
 			return err
 		}
-		resp, now, err := s.deleteTallied(ctx, full, kv.ModRevision, of(obj, int64(len(plain))))
+		resp, now, err := s.deleteTallied(ctx, full, kv.ModRevision, mark, of(obj, int64(len(plain))))
 		if err != nil {
 			return err
 		}
@@ -727,7 +728,7 @@ func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Objec
 // and takes from the tallies what it held of them, read first, in one
 // transaction, in the tallies' turn: it returns the transaction's answer
 // and the tallies as read, with what the delete adds to them.
-func (s *store) deleteTallied(ctx context.Context, full string, revision int64, held []Tally) (*clientv3.TxnResponse, []Tally, error) {
+func (s *store) deleteTallied(ctx context.Context, full string, revision int64, mark string, held []Tally) (*clientv3.TxnResponse, []Tally, error) {
 	keys := make([]string, len(held))
 	for i, t := range held {
 		keys[i] = t.Key
@@ -752,6 +753,9 @@ func (s *store) deleteTallied(ctx context.Context, full string, revision int64, 
 		}
 	}
 	tIfs, tThens, _ := s.tallyOps(now)
+	if mark != "" {
+		tThens = append(tThens, clientv3.OpPut(s.etcdKey(mark), ""))
+	}
 	resp, err := s.joints.kv.Txn(ctx).If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", revision)}, tIfs...)...).
 		Then(append([]clientv3.Op{clientv3.OpDelete(full)}, tThens...)...).Commit()
 	return resp, now, err

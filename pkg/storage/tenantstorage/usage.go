@@ -60,6 +60,12 @@ func BytesTallyKey(projectID, epoch string) string {
 	return usagePrefix + "/" + projectID + "/bytes-" + epoch
 }
 
+// deletesMark is the key, in a project's usage range, that every delete of
+// a project whose usage is counted writes: a count being made meanwhile
+// sees it move and counts again (deleted keys leave no revision a count
+// could compare). A count deletes it.
+const deletesMark = "deletes"
+
 // Refused is a write refused because the project's limit cannot hold it.
 type Refused struct{ Err error }
 
@@ -138,6 +144,10 @@ func CountUsage(ctx context.Context, kv clientv3.KV, prefixes *Prefixes, storage
 			return Tally{}, Tally{}, fmt.Errorf("usage: %q is not a usage tally of project %s", strings.TrimPrefix(full, base), projectID)
 		}
 	}
+	// The deletes' mark is read and compared with the tallies, not
+	// written: a delete made after the count's read moves it, and fails
+	// the count's write, which would otherwise count the deleted object.
+	tallies = append(tallies, own+deletesMark)
 	isTally := func(k string) bool { return slices.Contains(tallies, k) }
 	for range maxTallyRounds {
 		// One read of the tallies and of every range's count, at one
@@ -287,7 +297,8 @@ const txnLimit = 100
 // tally, where they are counted) in the same transaction.
 func (s *store) meteredDelete(ctx context.Context, tw TalliedWrite, tally, key string, out runtime.Object, preconditions *storage.Preconditions,
 	validateDeletion storage.ValidateObjectFunc) error {
-	return s.talliedDelete(ctx, key, out, preconditions, validateDeletion, func(_ runtime.Object, size int64) []Tally {
+	mark := path.Dir(tally) + "/" + deletesMark
+	return s.talliedDelete(ctx, key, out, preconditions, validateDeletion, mark, func(_ runtime.Object, size int64) []Tally {
 		held := []Tally{{Key: tally, Add: 1, Keep: true}}
 		if b := tw.BytesTally(); b != "" {
 			// The bytes as stored, which a create or update added: not

@@ -640,6 +640,67 @@ func TestUpdateMadeAgainWhenItsObjectMoved(t *testing.T) {
 	}
 }
 
+// hookKV runs beforeWrite once, before the first conditional transaction
+// committed through it: a count's write.
+type hookKV struct {
+	clientv3.KV
+	beforeWrite func()
+	fired       bool
+}
+
+func (h *hookKV) Txn(ctx context.Context) clientv3.Txn { return &hookTxn{Txn: h.KV.Txn(ctx), h: h} }
+
+type hookTxn struct {
+	clientv3.Txn
+	h           *hookKV
+	conditional bool
+}
+
+func (t *hookTxn) If(cs ...clientv3.Cmp) clientv3.Txn {
+	t.conditional = t.conditional || len(cs) > 0
+	t.Txn = t.Txn.If(cs...)
+	return t
+}
+func (t *hookTxn) Then(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(ops...); return t }
+func (t *hookTxn) Else(ops ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(ops...); return t }
+func (t *hookTxn) Commit() (*clientv3.TxnResponse, error) {
+	if t.conditional && !t.h.fired {
+		t.h.fired = true
+		t.h.beforeWrite()
+	}
+	return t.Txn.Commit()
+}
+
+// TestCountSeesADeleteMadeMeanwhile: a delete made between a count's read
+// and its write (the count not written yet, so the delete finds no count
+// to move) makes the count count again, rather than write the deleted
+// object into it.
+func TestCountSeesADeleteMadeMeanwhile(t *testing.T) {
+	const project = "usage-count-delete"
+	m := &replicaMeter{project: project, limit: 100, byteLimit: 1 << 20, epoch: "d"}
+	s, prefixes := newStorage(t, "usagecountdelete", Options{Meter: m, Joints: NewJoints(etcdClient)})
+	plain, _ := newStorage(t, "usagecountdelete", Options{})
+	prefixes.KeepUsageTallies("/registry")
+	m.prefixes = prefixes
+	ctx := in(project)
+	for _, name := range []string{"a", "b", "c"} {
+		create(t, plain, ctx, "/usagecountdelete", "ns", name, "x")
+	}
+	kv := &hookKV{KV: etcdClient, beforeWrite: func() {
+		if err := s.Delete(ctx, "/usagecountdelete/ns/b", &corev1.ConfigMap{}, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}}
+	objects, bytes, err := CountUsage(context.Background(), kv, prefixes, "/registry", idOf(project), UsageTallyKey(idOf(project), "d"), BytesTallyKey(idOf(project), "d"))
+	stored, _ := valueBytes(context.Background(), etcdClient, "/registry/usagecountdelete/"+idOf(project)+"/", 0)
+	if err != nil || !kv.fired || objects.Value != 2 || bytes.Value != stored {
+		t.Fatalf("a count with a delete between its read and its write: %d objects, %d bytes (etcd %d), %v; want 2 and what etcd holds", objects.Value, bytes.Value, stored, err)
+	}
+	if o, b := tallyValues(t, project, "d"); o != 2 || b != stored {
+		t.Fatalf("the tallies hold %d and %d", o, b)
+	}
+}
+
 // tallyValues reads a project's usage tallies of epoch.
 func tallyValues(t *testing.T, project, epoch string) (objects, bytes int64) {
 	t.Helper()
