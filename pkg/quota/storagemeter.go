@@ -465,25 +465,19 @@ func (w *meteredWrite) Learn(now tenantstorage.Tally) {
 	p := w.p
 	p.tallyMu.Lock()
 	defer p.tallyMu.Unlock()
+	known, other, resourceType := &p.tally, &p.bytesTally, ObjectsPerProject
 	if now.Key == tenantstorage.BytesTallyKey(p.id, w.epoch) {
-		if p.epoch == w.epoch && now.Revision <= p.bytesTally.Revision {
-			return
-		}
-		if p.epoch != w.epoch {
-			p.epoch, p.tally = w.epoch, tenantstorage.Tally{}
-		}
-		p.bytesTally = now
-		w.ledger.setMeteredCount(w.consumer, BytesPerProject, now.Value)
-		return
+		known, other, resourceType = &p.bytesTally, &p.tally, BytesPerProject
 	}
-	if p.epoch == w.epoch && now.Revision <= p.tally.Revision {
+	if p.epoch == w.epoch && now.Revision <= known.Revision {
 		return
 	}
 	if p.epoch != w.epoch {
-		p.epoch, p.bytesTally = w.epoch, tenantstorage.Tally{}
+		// A new epoch: what was known of the other tally is another epoch's.
+		p.epoch, *other = w.epoch, tenantstorage.Tally{}
 	}
-	p.tally = now
-	w.ledger.setMeteredCount(w.consumer, ObjectsPerProject, now.Value)
+	*known = now
+	w.ledger.setMeteredCount(w.consumer, resourceType, now.Value)
 }
 
 // Recount implements tenantstorage.TalliedWrite.

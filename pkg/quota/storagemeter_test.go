@@ -265,18 +265,7 @@ func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
 		out.Key = key
 		return out, tenantstorage.Tally{}, nil
 	}})
-	begin := func() tenantstorage.TalliedWrite {
-		t.Helper()
-		w, err := m.Begin(context.Background(), webTenant, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tw, ok := w.(tenantstorage.TalliedWrite)
-		if !ok || tw.ObjectsTally() == "" {
-			t.Fatal("a project with an objects grant is not counted in storage")
-		}
-		return tw
-	}
+	begin := func() tenantstorage.TalliedWrite { return talliedWrite(t, m, false) }
 	w := begin()
 	// Objects are the count's to charge, not Charge's.
 	if err := w.Charge(1, 0, true); err != nil {
@@ -372,18 +361,7 @@ func TestStorageMeterGuardsTheBytesInStorage(t *testing.T) {
 		}
 		return tenantstorage.Tally{Key: key, Revision: 5, Value: 3, Keep: true}, tenantstorage.Tally{Key: bytesKey, Revision: 5, Value: 600, Keep: true}, nil
 	}})
-	begin := func() tenantstorage.TalliedWrite {
-		t.Helper()
-		w, err := m.Begin(context.Background(), webTenant, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tw, ok := w.(tenantstorage.TalliedWrite)
-		if !ok || tw.ObjectsTally() == "" || tw.BytesTally() == "" {
-			t.Fatal("a project with a bytes grant is not counted in storage")
-		}
-		return tw
-	}
+	begin := func() tenantstorage.TalliedWrite { return talliedWrite(t, m, true) }
 	bytesAre := func(want int64) {
 		t.Helper()
 		l.mu.RLock()
@@ -454,4 +432,19 @@ func TestStorageMeterGuardsTheBytesInStorage(t *testing.T) {
 	if counts.Load() != 1 {
 		t.Fatalf("counted %d times, want once", counts.Load())
 	}
+}
+
+// talliedWrite begins a write of project web, which must be counted in
+// storage (its bytes too, when bytes).
+func talliedWrite(t *testing.T, m *StorageMeter, bytes bool) tenantstorage.TalliedWrite {
+	t.Helper()
+	w, err := m.Begin(context.Background(), webTenant, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tw, ok := w.(tenantstorage.TalliedWrite)
+	if !ok || tw.ObjectsTally() == "" || (bytes && tw.BytesTally() == "") {
+		t.Fatalf("a project with a grant is not counted in storage (bytes: %v)", bytes)
+	}
+	return tw
 }

@@ -355,34 +355,14 @@ func refusedBy(re *regexp.Regexp, err error) (limit, used int64, ok bool) {
 func objectsAcrossReplicas(t *testing.T, r1, r2 *milo) {
 	ctx := context.Background()
 	const project = "rep-objects"
-	r1.createProject(t, project)
-	r1.waitProjectReady(t, project)
 	ns := tenancy.OrganizationNamespace("acme")
-	grants := r1.dynamic(t).Resource(grantsGVR).Namespace(ns)
-	configMaps := func(r *milo) typedcorev1.ConfigMapInterface {
-		return r.projectKube(t, project).CoreV1().ConfigMaps("default")
-	}
+	configMaps, setLimit := meteredAcross(t, r1, project, quota.ObjectsPerProject)
 	replicas := []*milo{r1, r2}
 	n := 0
 	probe := func(r *milo) error {
 		n++
 		_, err := configMaps(r).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("probe-%d", n)}}, metav1.CreateOptions{})
 		return err
-	}
-	// setLimit grants the project limit objects (creating the grant, or
-	// changing it: a new count in storage).
-	setLimit := func(limit int64) {
-		t.Helper()
-		grant, err := grants.Get(ctx, "rep-objects", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			_, err = grants.Create(ctx, quotaObject("ResourceGrant", ns, "rep-objects", grantSpec("Project", project, quota.ObjectsPerProject, limit)), metav1.CreateOptions{})
-		} else if err == nil {
-			grant.Object["spec"] = grantSpec("Project", project, quota.ObjectsPerProject, limit)
-			_, err = grants.Update(ctx, grant, metav1.UpdateOptions{})
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 	// Limit 0: every create is refused by a replica whose ledger holds the
 	// grant; the refusal says how many objects the project stores.
@@ -478,6 +458,35 @@ func objectsAcrossReplicas(t *testing.T, r1, r2 *milo) {
 	bucketIs(t, r1.dynamic(t).Resource(bucketsGVR).Namespace(ns), project, quota.ObjectsPerProject, limit+1, limit+1)
 }
 
+// meteredAcross creates project (through r1, in organization acme) and
+// returns its ConfigMaps in namespace default through a replica, and what
+// grants it limit units of resourceType (creating the grant, or changing
+// it: new counts in storage).
+func meteredAcross(t *testing.T, r1 *milo, project, resourceType string) (func(*milo) typedcorev1.ConfigMapInterface, func(limit int64)) {
+	ctx := context.Background()
+	r1.createProject(t, project)
+	r1.waitProjectReady(t, project)
+	ns := tenancy.OrganizationNamespace("acme")
+	grants := r1.dynamic(t).Resource(grantsGVR).Namespace(ns)
+	configMaps := func(r *milo) typedcorev1.ConfigMapInterface {
+		return r.projectKube(t, project).CoreV1().ConfigMaps("default")
+	}
+	setLimit := func(limit int64) {
+		t.Helper()
+		grant, err := grants.Get(ctx, project, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = grants.Create(ctx, quotaObject("ResourceGrant", ns, project, grantSpec("Project", project, resourceType, limit)), metav1.CreateOptions{})
+		} else if err == nil {
+			grant.Object["spec"] = grantSpec("Project", project, resourceType, limit)
+			_, err = grants.Update(ctx, grant, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return configMaps, setLimit
+}
+
 // bytesAcrossReplicas: a project's stored bytes, limited by a grant of the
 // built-in stored-bytes-per-project type, are written through both
 // replicas at once, each metering the project on its own: the bytes tally
@@ -486,30 +495,10 @@ func objectsAcrossReplicas(t *testing.T, r1, r2 *milo) {
 // than the limit stored.
 func bytesAcrossReplicas(t *testing.T, r1, r2 *milo) {
 	ctx := context.Background()
-	const project = "rep-bytes"
-	r1.createProject(t, project)
-	r1.waitProjectReady(t, project)
-	ns := tenancy.OrganizationNamespace("acme")
-	grants := r1.dynamic(t).Resource(grantsGVR).Namespace(ns)
-	configMaps := func(r *milo) typedcorev1.ConfigMapInterface {
-		return r.projectKube(t, project).CoreV1().ConfigMaps("default")
-	}
+	configMaps, setLimit := meteredAcross(t, r1, "rep-bytes", quota.BytesPerProject)
 	replicas := []*milo{r1, r2}
 	sized := func(name string, size int) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": strings.Repeat("x", size)}}
-	}
-	setLimit := func(limit int64) {
-		t.Helper()
-		grant, err := grants.Get(ctx, "rep-bytes", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			_, err = grants.Create(ctx, quotaObject("ResourceGrant", ns, "rep-bytes", grantSpec("Project", project, quota.BytesPerProject, limit)), metav1.CreateOptions{})
-		} else if err == nil {
-			grant.Object["spec"] = grantSpec("Project", project, quota.BytesPerProject, limit)
-			_, err = grants.Update(ctx, grant, metav1.UpdateOptions{})
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
 	}
 	// inUse waits until replica r refuses a create of about 1 MB under
 	// limit, and returns the use the refusal names.

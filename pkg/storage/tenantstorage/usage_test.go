@@ -220,27 +220,10 @@ func TestUsageTallyBoundsEveryReplica(t *testing.T) {
 
 	// Twenty creates at once, every other one through each replica: the
 	// first to find no tally counts what is stored; exactly three more fit.
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var created, refused int
-	var other []error
-	for i := range 20 {
-		wg.Go(func() {
-			s := []storage.Interface{s1, s2}[i%2]
-			err := s.Create(ctx, fmt.Sprintf("/usageobjects/ns/burst-%d", i), configMap("ns", fmt.Sprintf("burst-%d", i), 10), &corev1.ConfigMap{}, 0)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				created++
-			case apierrors.IsForbidden(err):
-				refused++
-			default:
-				other = append(other, err)
-			}
-		})
-	}
-	wg.Wait()
+	created, refused, other := burst(20, func(i int) error {
+		s := []storage.Interface{s1, s2}[i%2]
+		return s.Create(ctx, fmt.Sprintf("/usageobjects/ns/burst-%d", i), configMap("ns", fmt.Sprintf("burst-%d", i), 10), &corev1.ConfigMap{}, 0)
+	})
 	if len(other) > 0 || created != 3 || refused != 17 {
 		t.Fatalf("20 creates through two replicas with 3 free: %d stored, %d refused, other errors %v", created, refused, other)
 	}
@@ -451,28 +434,10 @@ func TestBytesTallyBoundsEveryReplica(t *testing.T) {
 
 	// Twenty creates of about 700 bytes at once through two replicas:
 	// only as many as the limit holds are stored.
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var created, refused int
-	var other []error
-	for i := range 20 {
-		wg.Go(func() {
-			s := []storage.Interface{s1, s2}[i%2]
-			name := fmt.Sprintf("burst-%02d", i)
-			err := s.Create(ctx, at(name), configMap("ns", name, 600), &corev1.ConfigMap{}, 0)
-			mu.Lock()
-			defer mu.Unlock()
-			switch {
-			case err == nil:
-				created++
-			case apierrors.IsForbidden(err):
-				refused++
-			default:
-				other = append(other, err)
-			}
-		})
-	}
-	wg.Wait()
+	created, refused, other := burst(20, func(i int) error {
+		name := fmt.Sprintf("burst-%02d", i)
+		return []storage.Interface{s1, s2}[i%2].Create(ctx, at(name), configMap("ns", name, 600), &corev1.ConfigMap{}, 0)
+	})
 	if len(other) > 0 || created == 0 || created+refused != 20 {
 		t.Fatalf("20 creates through two replicas: %d stored, %d refused, other errors %v", created, refused, other)
 	}
@@ -717,6 +682,30 @@ func tallyValues(t *testing.T, project, epoch string) (objects, bytes int64) {
 		}
 	}
 	return objects, bytes
+}
+
+// burst runs write(0) … write(n-1) at once and tells how many stored,
+// how many were refused (403), and the other errors.
+func burst(n int, write func(i int) error) (created, refused int, other []error) {
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	for i := range n {
+		wg.Go(func() {
+			err := write(i)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				created++
+			case apierrors.IsForbidden(err):
+				refused++
+			default:
+				other = append(other, err)
+			}
+		})
+	}
+	wg.Wait()
+	return created, refused, other
 }
 
 var _ TalliedWrite = (*replicaWrite)(nil)
