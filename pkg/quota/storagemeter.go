@@ -82,11 +82,13 @@ type meteredProject struct {
 	// bytesTally is what the server last knew the tally of the project's
 	// bytes to hold, where they are limited (kept beside its objects').
 	bytesTally tenantstorage.Tally
-	// counts is how many counts this server made of the project; countMu
-	// lets one write count at a time, and a write that waited for another
-	// write's count uses it rather than counting again.
-	counts  int64
-	countMu sync.Mutex
+	// counts is how many counts of the project this server finished, and
+	// countErr the last one's error (nil: it was written); countMu lets
+	// one write count at a time, and a write that waited for another
+	// write's count takes its outcome rather than counting again.
+	counts   int64
+	countErr error
+	countMu  sync.Mutex
 	// recount says the tally must be counted again before it is trusted:
 	// objects were removed behind the storage layer's back.
 	recount atomic.Bool
@@ -480,9 +482,6 @@ func (w *meteredWrite) Learn(now tenantstorage.Tally) {
 	w.ledger.setMeteredCount(w.consumer, resourceType, now.Value)
 }
 
-// Recount implements tenantstorage.TalliedWrite.
-func (w *meteredWrite) Recount() { w.p.recount.Store(true) }
-
 // Untallied implements tenantstorage.TalliedWrite.
 func (w *meteredWrite) Untallied() { w.epoch, w.bytesTallied = "", false }
 
@@ -592,8 +591,10 @@ func (g *usageGuard) Moved(now []tenantstorage.Tally) error {
 		if err := g.count(); err != nil {
 			return err
 		}
-		now, _ = g.known()
 	}
+	// What the server knows now: what was read, or counted, or newer
+	// still (another write of this server stored since).
+	now, _ = g.known()
 	if g.refusable {
 		if e := g.exceeded(now); e != nil {
 			return tenantstorage.Refused{Err: e}
@@ -609,10 +610,10 @@ func (g *usageGuard) count() error {
 	p.countMu.Lock()
 	defer p.countMu.Unlock()
 	p.tallyMu.Lock()
-	since := p.counts != g.counts
+	since, last := p.counts != g.counts, p.countErr
 	p.tallyMu.Unlock()
 	if since {
-		return nil
+		return last
 	}
 	again := p.recount.Swap(false)
 	objects, bytes, err := w.m.count(w.ctx, p.id, w.ObjectsTally(), w.BytesTally())
@@ -620,20 +621,30 @@ func (g *usageGuard) count() error {
 		if again {
 			p.recount.Store(true)
 		}
-		return apierrors.NewServiceUnavailable(fmt.Sprintf("counting what project %s stores, for its quota: %v", w.consumer.Name, err))
+		err = apierrors.NewServiceUnavailable(fmt.Sprintf("counting what project %s stores, for its quota: %v", w.consumer.Name, err))
+	} else {
+		w.Learn(objects)
+		w.Learn(bytes)
 	}
-	w.Learn(objects)
-	w.Learn(bytes)
 	p.tallyMu.Lock()
-	p.counted = w.epoch
+	if err == nil {
+		p.counted = w.epoch
+	}
 	p.counts++
+	p.countErr = err
 	p.tallyMu.Unlock()
-	return nil
+	return err
 }
 
 func (g *usageGuard) Stored(revision int64) {
 	for _, t := range g.expected {
-		g.w.Learn(tenantstorage.Tally{Key: t.Key, Revision: revision, Value: t.Value + t.Add, Keep: true})
+		if v := t.Value + t.Add; v >= 0 {
+			g.w.Learn(tenantstorage.Tally{Key: t.Key, Revision: revision, Value: v, Keep: true})
+		} else {
+			// Taken below nothing: the transaction deleted the tally,
+			// which the next write counts again.
+			g.w.p.recount.Store(true)
+		}
 	}
 }
 

@@ -3,6 +3,8 @@ package quota
 import (
 	"context"
 	"errors"
+	"fmt"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -447,4 +449,52 @@ func talliedWrite(t *testing.T, m *StorageMeter, bytes bool) tenantstorage.Talli
 		t.Fatalf("a project with a grant is not counted in storage (bytes: %v)", bytes)
 	}
 	return tw
+}
+
+// Writes of one project on one server that all find its counts unknown
+// count it once between them: the first counts, the others wait for its
+// count and take its outcome, a failure too.
+func TestStorageMeterCountsOnceForConcurrentWrites(t *testing.T) {
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprintf("count fails=%v", fail), func(t *testing.T) {
+			const writes = 8
+			m, _, _ := meteredLedger(t, map[string]Usage{webTenant.ID: {Objects: 1}}, map[string][]int64{ObjectsPerProject: {100}})
+			var counts atomic.Int32
+			var expected sync.WaitGroup
+			expected.Add(writes)
+			m.CountInStorage(StorageCounts{Count: func(_ context.Context, _, key, _ string) (tenantstorage.Tally, tenantstorage.Tally, error) {
+				counts.Add(1)
+				expected.Wait() // every write expected the counts before this count ends
+				if fail {
+					return tenantstorage.Tally{}, tenantstorage.Tally{}, errors.New("etcd is away")
+				}
+				return tenantstorage.Tally{Key: key, Revision: 5, Value: 1, Keep: true}, tenantstorage.Tally{}, nil
+			}})
+			var wg sync.WaitGroup
+			errs := make([]error, writes)
+			for i := range writes {
+				wg.Go(func() {
+					w := talliedWrite(t, m, false)
+					defer w.End(false)
+					g := w.Guard(1, 0, true)
+					e := g.Expect()
+					expected.Done()
+					if e[0].Revision != -1 {
+						errs[i] = fmt.Errorf("expected %+v before any count", e[0])
+						return
+					}
+					errs[i] = g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally()}})
+				})
+			}
+			wg.Wait()
+			for i, err := range errs {
+				if fail != (err != nil) || (fail && !apierrors.IsServiceUnavailable(err)) {
+					t.Fatalf("write %d: %v", i, err)
+				}
+			}
+			if counts.Load() != 1 {
+				t.Fatalf("%d writes counted the project %d times, want once", writes, counts.Load())
+			}
+		})
+	}
 }

@@ -525,12 +525,12 @@ func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clien
 		keys = guard.Keys()
 	}
 	for round := 1; ; round++ {
-		resp, now, moved, err := s.tallyRound(ctx, guard, keys, ifs, thens, othersFailed, elses)
+		resp, now, moved, unsent, err := s.tallyRound(ctx, guard, keys, ifs, thens, othersFailed, elses)
 		if err != nil || !moved {
-			return resp, false, err
+			return resp, unsent, err
 		}
 		if round == maxTallyRounds {
-			return nil, true, apierrors.NewTooManyRequests("the quota this create is charged to was changed by other requests at each of its tries: retry", 1)
+			return nil, true, apierrors.NewTooManyRequests("the quota this write is charged to was changed by other requests at each of its tries: retry", 1)
 		}
 		if err := guard.Moved(now); err != nil {
 			return nil, true, err
@@ -539,12 +539,14 @@ func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clien
 }
 
 // tallyRound is one round of commitTallied, in the tallies' turn: it
-// reports, when the transaction failed on the tallies only, what they hold.
+// reports, when the transaction failed on the tallies only, what they hold;
+// unsent says an error came before the transaction was sent, or after it
+// failed: nothing was stored.
 func (s *store) tallyRound(ctx context.Context, guard TallyGuard, keys []string, ifs []clientv3.Cmp, thens []clientv3.Op,
-	othersFailed func(*clientv3.TxnResponse) bool, elses []clientv3.Op) (_ *clientv3.TxnResponse, now []Tally, moved bool, _ error) {
+	othersFailed func(*clientv3.TxnResponse) bool, elses []clientv3.Op) (_ *clientv3.TxnResponse, now []Tally, moved, unsent bool, _ error) {
 	done, err := s.joints.turns.take(ctx, keys)
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, false, true, err
 	}
 	defer done()
 	var tallies []Tally
@@ -554,22 +556,22 @@ func (s *store) tallyRound(ctx context.Context, guard TallyGuard, keys []string,
 	tIfs, tThens, tReads := s.tallyOps(tallies)
 	resp, err := s.joints.kv.Txn(ctx).If(slices.Concat(ifs, tIfs)...).Then(slices.Concat(thens, tThens)...).Else(slices.Concat(elses, tReads)...).Commit()
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, false, false, err
 	}
 	if resp.Succeeded {
 		if guard != nil {
 			guard.Stored(resp.Header.Revision)
 		}
-		return resp, nil, false, nil
+		return resp, nil, false, false, nil
 	}
 	if othersFailed(resp) {
-		return resp, nil, false, nil // not the tallies' to decide
+		return resp, nil, false, false, nil // not the tallies' to decide
 	}
 	now, moved, err = talliesRead(tallies, resp.Responses[len(elses):])
 	if err != nil {
-		return nil, nil, false, err
+		return nil, nil, false, true, err
 	}
-	return resp, now, moved, nil
+	return resp, now, moved, false, nil
 }
 
 // tallyOps are the compares that require each tally at its revision, the

@@ -165,10 +165,9 @@ func (s *store) commitUpdate(ctx context.Context, key, full string, cur *current
 		if refused {
 			return 0, s.asRefusal(key, err)
 		}
-		if guard != nil && !certainlyNotStored(err) {
-			// Stored or not, unknown: counted again before it is trusted.
-			tw.Recount()
-		}
+		// Stored or not, the object and its counts are stored together:
+		// what the server knows of the counts is read again when a
+		// transaction finds them moved.
 		return 0, err
 	}
 	if !resp.Succeeded {

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	grpcstatus "google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -93,9 +92,6 @@ type TalliedWrite interface {
 	// Learn tells the write what a tally (its key says which) holds at a
 	// revision (after a delete moved it).
 	Learn(now Tally)
-	// Recount says the tally may be wrong (a write whose outcome is not
-	// known moved it): it is counted again before it is next trusted.
-	Recount()
 	// Untallied says the write's resource is kept where the tally's
 	// transactions do not reach (another etcd): its objects are charged
 	// as Charge is told, not in the tally.
@@ -312,28 +308,6 @@ func (s *store) meteredDelete(ctx context.Context, tw TalliedWrite, tally, key s
 			tw.Learn(t)
 		}
 	})
-}
-
-// certainlyNotStored reports whether err, from an update, says it wrote
-// nothing: its own refusal, a conflict or failed precondition, or etcd's
-// refusal before applying. A timeout or a lost connection may have
-// followed a commit.
-func certainlyNotStored(err error) bool {
-	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
-		return false
-	}
-	if s, ok := err.(apierrors.APIStatus); ok {
-		return s.Status().Code < 500
-	}
-	var se *storage.StorageError
-	if errors.As(err, &se) {
-		return true
-	}
-	if notApplied(err) {
-		return true
-	}
-	_, isGRPC := grpcstatus.FromError(err)
-	return !isGRPC
 }
 
 // asRefusal makes a guard's refusal the request's answer.

@@ -85,7 +85,6 @@ func (w *replicaWrite) Learn(now Tally) {
 		*known = now
 	}
 }
-func (w *replicaWrite) Recount()   {}
 func (w *replicaWrite) Untallied() {}
 func (w *replicaWrite) Guard(objects, bytes int64, refusable bool) TallyGuard {
 	return &replicaGuard{w: w, objects: objects, bytes: bytes, refusable: refusable}
@@ -244,8 +243,9 @@ func TestUsageTallyBoundsEveryReplica(t *testing.T) {
 	if v, _ := tallyOf("e1"); v != 4 {
 		t.Fatalf("after a delete the tally holds %d, want 4", v)
 	}
-	// An update that creates counts the object ahead of its write; one
-	// the limit cannot hold stores nothing and leaves the tally.
+	// An update that creates stores the object and the count one more in
+	// one transaction; one the limit cannot hold stores nothing and leaves
+	// the tally.
 	createByUpdate := func(s storage.Interface, name string) error {
 		return s.GuaranteedUpdate(ctx, "/usageobjects/ns/"+name, &corev1.ConfigMap{}, true, nil, func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
 			if res.ResourceVersion != 0 {
@@ -263,7 +263,9 @@ func TestUsageTallyBoundsEveryReplica(t *testing.T) {
 	if v, _ := tallyOf("e1"); v != 5 || stored() != 5 {
 		t.Fatalf("after an update that created and one refused the tally holds %d, etcd %d objects; want 5 and 5", v, stored())
 	}
-	// An update that fails after counting its object ahead gives it back.
+	// An update whose create another writer made first (its transaction
+	// finds the key taken) is made again, finds the object, and fails:
+	// the count is left as that writer's (an unmetered one) left it.
 	if err := s1.Delete(ctx, "/usageobjects/ns/before-2", &corev1.ConfigMap{}, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
