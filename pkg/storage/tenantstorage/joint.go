@@ -370,6 +370,12 @@ func (s *store) encodeForStorage(ctx context.Context, key string, obj runtime.Ob
 	if rv, err := versioner.ObjectResourceVersion(obj); err == nil && rv != 0 {
 		return nil, nil, storage.ErrResourceVersionSetOnCreate
 	}
+	return s.encode(ctx, key, obj)
+}
+
+// encode is obj as the etcd store writes it at key, its resource version
+// cleared (an update's): encoded by the resource's codec, and transformed.
+func (s *store) encode(ctx context.Context, key string, obj runtime.Object) (plain, stored []byte, err error) {
 	if err := versioner.PrepareObjectForStorage(obj); err != nil {
 		return nil, nil, fmt.Errorf("PrepareObjectForStorage failed: %w", err)
 	}
@@ -383,17 +389,18 @@ func (s *store) encodeForStorage(ctx context.Context, key string, obj runtime.Ob
 
 // decodeStored is the object stored at key (its etcd key) as value, at
 // revision: untransformed and decoded as the etcd store reads it; plain is
-// its encoding.
-func (s *store) decodeStored(ctx context.Context, key string, stored []byte, revision int64) (plain []byte, obj runtime.Object, err error) {
-	plain, _, err = s.transformer.TransformFromStorage(ctx, stored, value.DefaultContext(key))
+// its encoding, and stale says it was written under an older key of
+// encryption at rest.
+func (s *store) decodeStored(ctx context.Context, key string, stored []byte, revision int64) (plain []byte, obj runtime.Object, stale bool, err error) {
+	plain, stale, err = s.transformer.TransformFromStorage(ctx, stored, value.DefaultContext(key))
 	if err != nil {
-		return nil, nil, storage.NewInternalError(err)
+		return nil, nil, false, storage.NewInternalError(err)
 	}
 	obj = s.newFunc()
 	if err := s.decoder.Decode(plain, obj, revision); err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
-	return plain, obj, nil
+	return plain, obj, stale, nil
 }
 
 // companionOp is the put of c, at its tenant, and its key.
@@ -510,16 +517,6 @@ func (s *store) companionsFirst(ctx context.Context, companions []Companion, j *
 // stored.
 func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clientv3.Cmp, thens []clientv3.Op,
 	othersFailed func(*clientv3.TxnResponse) bool, elses ...clientv3.Op) (_ *clientv3.TxnResponse, refused bool, _ error) {
-	if othersFailed == nil {
-		othersFailed = func(resp *clientv3.TxnResponse) bool {
-			for _, r := range resp.Responses[:len(elses)] {
-				if rr := r.GetResponseRange(); rr != nil && rr.Count > 0 {
-					return true
-				}
-			}
-			return false
-		}
-	}
 	var keys []string
 	if guard != nil {
 		keys = guard.Keys()
@@ -564,7 +561,11 @@ func (s *store) tallyRound(ctx context.Context, guard TallyGuard, keys []string,
 		}
 		return resp, nil, false, false, nil
 	}
-	if othersFailed(resp) {
+	failed := anyFound(resp.Responses[:len(elses)])
+	if othersFailed != nil {
+		failed = othersFailed(resp)
+	}
+	if failed {
 		return resp, nil, false, false, nil // not the tallies' to decide
 	}
 	now, moved, err = talliesRead(tallies, resp.Responses[len(elses):])
@@ -572,6 +573,16 @@ func (s *store) tallyRound(ctx context.Context, guard TallyGuard, keys []string,
 		return nil, nil, false, true, err
 	}
 	return resp, now, moved, false, nil
+}
+
+// anyFound reports whether any of reads found a key.
+func anyFound(reads []*etcdserverpb.ResponseOp) bool {
+	for _, r := range reads {
+		if rr := r.GetResponseRange(); rr != nil && rr.Count > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // tallyOps are the compares that require each tally at its revision, the
@@ -641,7 +652,7 @@ func (j *Joints) Recount(ctx context.Context, gr schema.GroupResource, namespace
 	page := first.Responses[1].GetResponseRange()
 	for {
 		for _, kv := range page.Kvs {
-			_, obj, err := s.decodeStored(ctx, string(kv.Key), kv.Value, kv.ModRevision)
+			_, obj, _, err := s.decodeStored(ctx, string(kv.Key), kv.Value, kv.ModRevision)
 			if err != nil {
 				return false, fmt.Errorf("decoding %s: %w", kv.Key, err)
 			}
@@ -678,8 +689,9 @@ func (j *Joints) Recount(ctx context.Context, gr schema.GroupResource, namespace
 const recountPage = 500
 
 // talliedDelete deletes an object counted in tallies and takes what it
-// holds (of, given the object and its size as stored) from them, in one transaction, on the condition that neither
-// the object nor the tallies changed since they were read; it answers as
+// holds (of, given the object and its size as stored) from them, in one
+// transaction, on the condition that neither the object nor the tallies
+// changed since they were read; it answers as
 // the etcd store's Delete does. mark, if set, is a key the delete writes
 // too (see deletesMark). done, if set, is told the tallies as the delete
 // left them.
@@ -695,7 +707,7 @@ func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Objec
 			return storage.NewKeyNotFoundError(full, 0)
 		}
 		kv := got.Kvs[0]
-		plain, obj, err := s.decodeStored(ctx, full, kv.Value, kv.ModRevision)
+		plain, obj, _, err := s.decodeStored(ctx, full, kv.Value, kv.ModRevision)
 		if err != nil {
 			return err
 		}
@@ -788,6 +800,9 @@ type turn struct {
 // overlapping keys cannot each hold what the other waits for) and returns
 // what gives them back.
 func (t *turns) take(ctx context.Context, keys []string) (func(), error) {
+	if len(keys) == 0 {
+		return noTurns, nil // a create with no tally: most of them
+	}
 	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
 	taken := make([]*turn, 0, len(keys))
 	done := func() {
@@ -819,6 +834,8 @@ func (t *turns) take(ctx context.Context, keys []string) (func(), error) {
 	}
 	return done, nil
 }
+
+func noTurns() {}
 
 func (t *turns) leave(key string, tr *turn) {
 	t.mu.Lock()

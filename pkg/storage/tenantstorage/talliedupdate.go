@@ -10,7 +10,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/value"
 )
 
 // errCountedSince ends an attempt of upstream's update whose project's
@@ -33,8 +32,14 @@ func (s *store) usageTallied(ctx context.Context, mayCreate bool) (bool, error) 
 		return false, err
 	}
 	defer w.End(false)
+	return s.updateMovesTallies(w, mayCreate), nil
+}
+
+// updateMovesTallies reports whether an update in w's project, creating an
+// object or not, moves its counts in storage.
+func (s *store) updateMovesTallies(w MeteredWrite, creates bool) bool {
 	tw, tally := s.objectsTally(w)
-	return tally != "" && (mayCreate || tw.BytesTally() != ""), nil
+	return tally != "" && (creates || tw.BytesTally() != "")
 }
 
 // current is an object as read for an update: decoded, its encoding, its
@@ -90,20 +95,13 @@ func (s *store) talliedUpdate(ctx context.Context, key string, destination runti
 		if err := stamp(ctx, out); err != nil {
 			return err
 		}
-		if err := versioner.PrepareObjectForStorage(out); err != nil {
-			return fmt.Errorf("PrepareObjectForStorage failed: %w", err)
-		}
-		plain, err := runtime.Encode(s.codec, out)
+		plain, data, err := s.encode(ctx, full, out)
 		if err != nil {
 			return err
 		}
 		if cur.rev != 0 && !cur.stale && bytes.Equal(plain, cur.plain) {
 			// Nothing changes: nothing is written, as upstream.
 			return s.decoder.Decode(cur.plain, destination, cur.rev)
-		}
-		data, err := s.transformer.TransformToStorage(ctx, plain, value.DefaultContext(full))
-		if err != nil {
-			return storage.NewInternalError(err)
 		}
 		revision, err := s.commitUpdate(ctx, key, full, cur, old, out, plain, data)
 		if err != nil {
@@ -157,7 +155,10 @@ func (s *store) commitUpdate(ctx context.Context, key, full string, cur *current
 	// guard decides only for an object as the attempt read it.
 	moved := func(resp *clientv3.TxnResponse) bool {
 		r := resp.Responses[0].GetResponseRange()
-		return int64(len(r.Kvs)) != min(cur.rev, 1) || (len(r.Kvs) == 1 && r.Kvs[0].ModRevision != cur.rev)
+		if len(r.Kvs) == 0 {
+			return cur.rev != 0 // deleted
+		}
+		return r.Kvs[0].ModRevision != cur.rev // written, or created
 	}
 	resp, refused, err := s.commitTallied(ctx, guard, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", cur.rev)},
 		[]clientv3.Op{clientv3.OpPut(full, string(data))}, moved, clientv3.OpGet(full, clientv3.WithKeysOnly()))
@@ -183,12 +184,8 @@ func (s *store) readCurrent(ctx context.Context, full string, kvs []*mvccpb.KeyV
 	if len(kvs) == 0 {
 		return &current{obj: s.newFunc()}, nil
 	}
-	plain, stale, err := s.transformer.TransformFromStorage(ctx, kvs[0].Value, value.DefaultContext(full))
+	plain, obj, stale, err := s.decodeStored(ctx, full, kvs[0].Value, kvs[0].ModRevision)
 	if err != nil {
-		return nil, storage.NewInternalError(err)
-	}
-	obj := s.newFunc()
-	if err := s.decoder.Decode(plain, obj, kvs[0].ModRevision); err != nil {
 		return nil, err
 	}
 	return &current{obj: obj, plain: plain, rev: kvs[0].ModRevision, stale: stale}, nil

@@ -416,7 +416,7 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 			} else {
 				old = input
 			}
-			if tw, tally := s.objectsTally(w); tally != "" && (objects == 1 || tw.BytesTally() != "") {
+			if s.updateMovesTallies(w, objects == 1) {
 				// The project's usage came to be counted in storage since
 				// the update began (its grant arrived): the update is
 				// made again the way that moves the counts.

@@ -382,8 +382,9 @@ func DropUsage(ctx context.Context, kv clientv3.KV, storagePrefix string) error 
 
 // FollowUsage watches every project's usage tallies in storage (one watch
 // for all of them) until ctx ends, telling seen what each tally (of
-// objects or of bytes: its key says) holds whenever a replica writes it: a server learns of other replicas' creates
-// and deletes there, so the buckets it shows count them too.
+// objects or of bytes: its key says) holds whenever a replica writes it:
+// a server learns of other replicas' writes there, so the buckets it
+// shows count them too.
 func FollowUsage(ctx context.Context, w clientv3.Watcher, storagePrefix string, seen func(projectID, epoch string, now Tally)) {
 	base := path.Join("/", storagePrefix) + "/"
 	prefix := base + usagePrefix + "/"
@@ -394,12 +395,12 @@ func FollowUsage(ctx context.Context, w clientv3.Watcher, storagePrefix string, 
 					continue // an epoch replaced, or the project purged
 				}
 				id, rest, ok := strings.Cut(strings.TrimPrefix(string(ev.Kv.Key), prefix), "/")
-				epoch, isObjects := strings.CutPrefix(rest, "objects-")
-				if !isObjects {
-					epoch, isObjects = strings.CutPrefix(rest, "bytes-")
+				epoch, isCount := strings.CutPrefix(rest, "objects-")
+				if !isCount {
+					epoch, isCount = strings.CutPrefix(rest, "bytes-")
 				}
 				v, err := strconv.ParseInt(string(ev.Kv.Value), 10, 64)
-				if !ok || !isObjects || err != nil {
+				if !ok || !isCount || err != nil { // the deletes' mark among others
 					continue
 				}
 				seen(id, epoch, Tally{Key: strings.TrimPrefix(string(ev.Kv.Key), base), Revision: ev.Kv.ModRevision, Value: v, Keep: true})
