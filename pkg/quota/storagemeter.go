@@ -507,7 +507,6 @@ type usageGuard struct {
 	w         *meteredWrite
 	adds      []usageAdd
 	refusable bool
-	expected  []tenantstorage.Tally
 	// counts is the project's count of counts when the guard last
 	// expected: a count made since makes counting again needless.
 	counts int64
@@ -547,28 +546,32 @@ func (g *usageGuard) known() ([]tenantstorage.Tally, bool) {
 	return out, known
 }
 
-func (g *usageGuard) Expect() []tenantstorage.Tally {
+func (g *usageGuard) Expect(ahead []int64) []tenantstorage.Tally {
 	out, known := g.known()
-	if !known || (g.refusable && g.exceeded(out) != nil) {
+	if !known || (g.refusable && g.exceeded(out, ahead) != nil) {
 		// Unknown, or full as last known: a revision no key has makes the
 		// transaction read what the tallies hold, for Moved to decide.
 		for i := range out {
 			out[i].Revision = -1
 		}
 	}
-	g.expected = out
 	return out
 }
 
 // exceeded returns the refusal of the write's growth with the tallies
-// holding what now says, or nil when it fits.
-func (g *usageGuard) exceeded(now []tenantstorage.Tally) *Exceeded {
+// holding what now says, and ahead more (the writes committed before it
+// in its transaction, if any), or nil when it fits.
+func (g *usageGuard) exceeded(now []tenantstorage.Tally, ahead []int64) *Exceeded {
 	var used, add Usage
 	for i, a := range g.adds {
+		v := now[i].Value
+		if i < len(ahead) {
+			v += ahead[i]
+		}
 		if a.resourceType == BytesPerProject {
-			used.Bytes, add.Bytes = now[i].Value, a.amount
+			used.Bytes, add.Bytes = v, a.amount
 		} else {
-			used.Objects, add.Objects = now[i].Value, a.amount
+			used.Objects, add.Objects = v, a.amount
 		}
 	}
 	return g.w.ledger.usageExceeded(g.w.consumer, used, add)
@@ -596,7 +599,7 @@ func (g *usageGuard) Moved(now []tenantstorage.Tally) error {
 	// still (another write of this server stored since).
 	now, _ = g.known()
 	if g.refusable {
-		if e := g.exceeded(now); e != nil {
+		if e := g.exceeded(now, nil); e != nil {
 			return tenantstorage.Refused{Err: e}
 		}
 	}
@@ -636,10 +639,10 @@ func (g *usageGuard) count() error {
 	return err
 }
 
-func (g *usageGuard) Stored(revision int64) {
-	for _, t := range g.expected {
-		if v := t.Value + t.Add; v >= 0 {
-			g.w.Learn(tenantstorage.Tally{Key: t.Key, Revision: revision, Value: v, Keep: true})
+func (g *usageGuard) Stored(now []tenantstorage.Tally) {
+	for _, t := range now {
+		if t.Revision > 0 {
+			g.w.Learn(t)
 		} else {
 			// Taken below nothing: the transaction deleted the tally,
 			// which the next write counts again.

@@ -274,17 +274,18 @@ func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := w.Guard(1, 0, true)
-	if e := g.Expect(); len(e) != 1 || e[0].Revision != -1 || e[0].Add != 1 || !e[0].Keep {
+	if e := g.Expect(nil); len(e) != 1 || e[0].Revision != -1 || e[0].Add != 1 || !e[0].Keep {
 		t.Fatalf("a count never read is expected as %+v, want a forced read", e)
 	}
 	// Another server wrote it: this one counts all the same, once.
 	if err := g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally(), Revision: 4, Value: 9, Keep: true}}); err != nil || counts.Load() != 1 {
 		t.Fatalf("the count first seen: %v, counted %d times", err, counts.Load())
 	}
-	if e := g.Expect(); e[0].Revision != 5 || e[0].Value != 2 {
+	e := g.Expect(nil)
+	if e[0].Revision != 5 || e[0].Value != 2 {
 		t.Fatalf("after counting, the count is expected as %+v", e[0])
 	}
-	g.Stored(6)
+	g.Stored(storedAt(e, 6))
 	w.End(true)
 	bucketIs := func(want int64) {
 		t.Helper()
@@ -299,7 +300,7 @@ func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
 	// server's create moved it to 4, so it decides again and is refused.
 	w = begin()
 	g = w.Guard(1, 0, true)
-	if e := g.Expect(); e[0].Revision != 6 || e[0].Value != 3 {
+	if e := g.Expect(nil); e[0].Revision != 6 || e[0].Value != 3 {
 		t.Fatalf("the count expected as %+v, want 3 at 6", e[0])
 	}
 	var refused tenantstorage.Refused
@@ -312,10 +313,10 @@ func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
 	bucketIs(4)
 	// Full as known: a forced read rather than a doomed write. A write the
 	// server cannot refuse goes on.
-	if e := begin().Guard(1, 0, true).Expect(); e[0].Revision != -1 {
+	if e := begin().Guard(1, 0, true).Expect(nil); e[0].Revision != -1 {
 		t.Fatalf("a full count expected as %+v", e[0])
 	}
-	if e := begin().Guard(1, 0, false).Expect(); e[0].Revision != 8 {
+	if e := begin().Guard(1, 0, false).Expect(nil); e[0].Revision != 8 {
 		t.Fatalf("a full count, for a write never refused, expected as %+v", e[0])
 	}
 	// A changed grant is a new epoch: a new key, counted again.
@@ -326,7 +327,7 @@ func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
 		t.Fatal("a new grant kept the count's epoch")
 	}
 	g = w.Guard(1, 0, true)
-	if e := g.Expect(); e[0].Revision != -1 {
+	if e := g.Expect(nil); e[0].Revision != -1 {
 		t.Fatalf("a new epoch's count expected as %+v", e[0])
 	}
 	if err := g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally()}}); err != nil || counts.Load() != 2 {
@@ -378,17 +379,18 @@ func TestStorageMeterGuardsTheBytesInStorage(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := w.Guard(1, 300, true)
-	if e := g.Expect(); len(e) != 2 || e[1].Key != w.BytesTally() || e[1].Add != 300 || e[1].Revision != -1 {
+	if e := g.Expect(nil); len(e) != 2 || e[1].Key != w.BytesTally() || e[1].Add != 300 || e[1].Revision != -1 {
 		t.Fatalf("a create of 300 bytes, never counted, expects %+v", e)
 	}
 	if err := g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally()}, {Key: w.BytesTally()}}); err != nil || counts.Load() != 1 {
 		t.Fatalf("the tallies first seen: %v, counted %d times", err, counts.Load())
 	}
 	bytesAre(600)
-	if e := g.Expect(); e[0].Revision != 5 || e[1].Revision != 5 || e[1].Value != 600 {
+	e := g.Expect(nil)
+	if e[0].Revision != 5 || e[1].Revision != 5 || e[1].Value != 600 {
 		t.Fatalf("after counting, expected %+v", e)
 	}
-	g.Stored(6)
+	g.Stored(storedAt(e, 6))
 	w.End(true)
 	bytesAre(900)
 	// 200 more on 900 of 1000 (an update: no object more, so only the
@@ -396,23 +398,24 @@ func TestStorageMeterGuardsTheBytesInStorage(t *testing.T) {
 	// 500 meanwhile, so it fits.
 	w = begin()
 	g = w.Guard(0, 200, true)
-	if e := g.Expect(); len(e) != 1 || e[0].Key != w.BytesTally() || e[0].Revision != -1 {
+	if e := g.Expect(nil); len(e) != 1 || e[0].Key != w.BytesTally() || e[0].Revision != -1 {
 		t.Fatalf("growth past the limit as known expects %+v, want a forced read of the bytes tally alone", e)
 	}
 	if err := g.Moved([]tenantstorage.Tally{{Key: w.BytesTally(), Revision: 7, Value: 400, Keep: true}}); err != nil {
 		t.Fatalf("200 bytes on 400 of 1000: %v", err)
 	}
 	bytesAre(400)
-	if e := g.Expect(); e[0].Revision != 7 || e[0].Value != 400 {
+	e = g.Expect(nil)
+	if e[0].Revision != 7 || e[0].Value != 400 {
 		t.Fatalf("after the read, expected %+v", e)
 	}
-	g.Stored(8)
+	g.Stored(storedAt(e, 8))
 	w.End(true)
 	bytesAre(600)
 	// Another replica's writes fill it: refused, naming bytes.
 	w = begin()
 	g = w.Guard(0, 500, true)
-	g.Expect()
+	g.Expect(nil)
 	var exceeded *Exceeded
 	if err := g.Moved([]tenantstorage.Tally{{Key: w.BytesTally(), Revision: 9, Value: 700, Keep: true}}); !errors.As(err, &exceeded) ||
 		exceeded.Bucket.ResourceType != BytesPerProject || exceeded.Used != 700 || exceeded.Amount != 500 {
@@ -422,13 +425,13 @@ func TestStorageMeterGuardsTheBytesInStorage(t *testing.T) {
 	bytesAre(700)
 	// A shrink is never refused, nor is a write the server cannot refuse;
 	// a write that keeps the size moves no tally.
-	if e := begin().Guard(0, -300, true).Expect(); len(e) != 1 || e[0].Revision != 9 || e[0].Add != -300 {
+	if e := begin().Guard(0, -300, true).Expect(nil); len(e) != 1 || e[0].Revision != 9 || e[0].Add != -300 {
 		t.Fatalf("a shrink expects %+v", e)
 	}
-	if e := begin().Guard(0, 900, false).Expect(); e[0].Revision != 9 {
+	if e := begin().Guard(0, 900, false).Expect(nil); e[0].Revision != 9 {
 		t.Fatalf("growth never refused expects %+v", e)
 	}
-	if e := begin().Guard(0, 0, true).Expect(); len(e) != 0 {
+	if e := begin().Guard(0, 0, true).Expect(nil); len(e) != 0 {
 		t.Fatalf("a write of the same size expects %+v", e)
 	}
 	if counts.Load() != 1 {
@@ -477,7 +480,7 @@ func TestStorageMeterCountsOnceForConcurrentWrites(t *testing.T) {
 					w := talliedWrite(t, m, false)
 					defer w.End(false)
 					g := w.Guard(1, 0, true)
-					e := g.Expect()
+					e := g.Expect(nil)
 					expected.Done()
 					if e[0].Revision != -1 {
 						errs[i] = fmt.Errorf("expected %+v before any count", e[0])
@@ -497,4 +500,14 @@ func TestStorageMeterCountsOnceForConcurrentWrites(t *testing.T) {
 			}
 		})
 	}
+}
+
+// storedAt is what tallies expected as in e hold once a transaction
+// committed at revision moved them.
+func storedAt(e []tenantstorage.Tally, revision int64) []tenantstorage.Tally {
+	now := make([]tenantstorage.Tally, len(e))
+	for i, t := range e {
+		now[i] = tenantstorage.Tally{Key: t.Key, Revision: revision, Value: t.Value + t.Add, Keep: t.Keep}
+	}
+	return now
 }

@@ -71,8 +71,6 @@ type tallyGuard struct {
 	adds    []int64
 	// namespaces are where each bucket's claims are (its consumer's organization's).
 	namespaces []string
-	// expected is what the last Expect returned.
-	expected []tenantstorage.Tally
 	// refuse is the create's answer when its claims no longer fit.
 	refuse func(*Exceeded) error
 }
@@ -102,12 +100,6 @@ func (l *Ledger) Guard(plans []ClaimPlan, refuse func(*Exceeded) error) tenantst
 	return g
 }
 
-// Expect expects each tally as the ledger last knew it (absent where it
-// knows none), when the create fits under that: then a transaction that
-// finds it so stores a create that fits. Where it would not fit, what the
-// ledger knew may be old (claims deleted since): it expects a revision no
-// tally has, so that the transaction reads what the tally holds and Moved
-// decides from that.
 func (g *tallyGuard) Keys() []string {
 	keys := make([]string, len(g.buckets))
 	for i, k := range g.buckets {
@@ -116,7 +108,15 @@ func (g *tallyGuard) Keys() []string {
 	return keys
 }
 
-func (g *tallyGuard) Expect() []tenantstorage.Tally {
+// Expect expects each tally as the ledger last knew it (absent where it
+// knows none), when the create fits under that: then a transaction that
+// finds it so stores a create that fits. Where it would not fit, what the
+// ledger knew may be old (claims deleted since): it expects a revision no
+// tally has, so that the transaction reads what the tally holds and Moved
+// decides from that. ahead is not needed: what the ledger checks a create against counts
+// every reservation of this server not stored yet, those of the creates
+// committed before it in its transaction among them.
+func (g *tallyGuard) Expect(ahead []int64) []tenantstorage.Tally {
 	l := g.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -137,7 +137,6 @@ func (g *tallyGuard) Expect() []tenantstorage.Tally {
 	} else {
 		g.markInFlightLocked(time.Time{})
 	}
-	g.expected = out
 	return out
 }
 
@@ -195,7 +194,7 @@ func (g *tallyGuard) Moved(now []tenantstorage.Tally) error {
 	return nil
 }
 
-func (g *tallyGuard) Stored(revision int64) {
+func (g *tallyGuard) Stored(now []tenantstorage.Tally) {
 	l := g.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -209,8 +208,8 @@ func (g *tallyGuard) Stored(revision int64) {
 		}
 	}
 	for i, k := range g.buckets {
-		if i < len(g.expected) {
-			l.learnTallyLocked(k, revision, g.expected[i].Value+g.expected[i].Add, false)
+		if i < len(now) {
+			l.learnTallyLocked(k, now[i].Revision, now[i].Value, false)
 		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"path"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -165,15 +164,19 @@ type TallyGuard interface {
 	// change from one round to the next.
 	Keys() []string
 	// Expect returns the tallies the create moves, as the guard last knew
-	// them, and what it adds to each.
-	Expect() []Tally
+	// them, and what it adds to each. ahead, when set, is what writes
+	// committed before it in the same transaction add to each (in Keys'
+	// order): the guard then expects a revision no tally has (-1) where the
+	// create does not fit after them, or where it would not alone.
+	Expect(ahead []int64) []Tally
 	// Moved tells the guard what the tallies hold now (their Add unset).
 	// It answers nil to try again, or the error to answer the create with
 	// (the create is then refused and its companions released).
 	Moved(now []Tally) error
-	// Stored tells the guard the create and its tallies were stored at
-	// revision.
-	Stored(revision int64)
+	// Stored tells the guard the create was stored, and what the tallies
+	// hold since (in Keys' order): their revision is the transaction's, or
+	// 0 where it deleted one.
+	Stored(now []Tally)
 }
 
 // maxTallyRounds bounds how many times a create asks its guard again.
@@ -506,73 +509,43 @@ func (s *store) companionsFirst(ctx context.Context, companions []Companion, j *
 
 // commitTallied runs the transaction ifs → thens (else elses) with the
 // tallies guard (if any) expects, each required at its revision and moved
-// by its Add, in the tallies' turn. While it fails on a tally only, it asks
-// the guard again with what the tallies hold (out of turn: the guard may
-// count in storage, which must not hold up the server's other writes of
-// those tallies). othersFailed, given the failed transaction's answer,
-// says whether what else ifs require failed (nil: whether any of elses'
-// reads found a key); then the guard is not asked. It returns the answer
-// of the last round, whose responses, when it failed, begin with elses';
-// refused says an error is the guard's (or too many rounds): nothing was
-// stored.
+// by its Add, in the tallies' turn, perhaps with other writes of the same
+// tallies in one transaction (batch.go). While it fails on a tally only,
+// it asks the guard again with what the tallies hold (out of turn: the
+// guard may count in storage, which must not hold up the server's other
+// writes of those tallies). othersFailed, given the failed transaction's
+// answer, says whether what else ifs require failed (nil: whether any of
+// elses' reads found a key); then the guard is not asked. It returns the
+// answer of the last round, whose responses, when it failed, begin with
+// elses'; refused says an error is the guard's (or too many rounds):
+// nothing was stored.
 func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clientv3.Cmp, thens []clientv3.Op,
 	othersFailed func(*clientv3.TxnResponse) bool, elses ...clientv3.Op) (_ *clientv3.TxnResponse, refused bool, _ error) {
-	var keys []string
+	w := &talliedTxn{guard: guard, ifs: ifs, thens: thens, othersFailed: othersFailed, elses: elses}
 	if guard != nil {
-		keys = guard.Keys()
+		w.keys = guard.Keys()
 	}
-	for round := 1; ; round++ {
-		resp, now, moved, unsent, err := s.tallyRound(ctx, guard, keys, ifs, thens, othersFailed, elses)
-		if err != nil || !moved {
-			return resp, unsent, err
+	for rounds := 1; ; {
+		var r round
+		if len(w.keys) == 0 {
+			r = s.commitBatch(ctx, []*talliedTxn{w}, nil)
+		} else {
+			r = s.batchRound(ctx, w)
 		}
-		if round == maxTallyRounds {
+		if r.again {
+			continue // not committed: its turn anew
+		}
+		if r.err != nil || !r.moved {
+			return r.resp, r.unsent, r.err
+		}
+		if rounds == maxTallyRounds {
 			return nil, true, apierrors.NewTooManyRequests("the quota this write is charged to was changed by other requests at each of its tries: retry", 1)
 		}
-		if err := guard.Moved(now); err != nil {
+		rounds++
+		if err := guard.Moved(r.now); err != nil {
 			return nil, true, err
 		}
 	}
-}
-
-// tallyRound is one round of commitTallied, in the tallies' turn: it
-// reports, when the transaction failed on the tallies only, what they hold;
-// unsent says an error came before the transaction was sent, or after it
-// failed: nothing was stored.
-func (s *store) tallyRound(ctx context.Context, guard TallyGuard, keys []string, ifs []clientv3.Cmp, thens []clientv3.Op,
-	othersFailed func(*clientv3.TxnResponse) bool, elses []clientv3.Op) (_ *clientv3.TxnResponse, now []Tally, moved, unsent bool, _ error) {
-	done, err := s.joints.turns.take(ctx, keys)
-	if err != nil {
-		return nil, nil, false, true, err
-	}
-	defer done()
-	var tallies []Tally
-	if guard != nil {
-		tallies = guard.Expect()
-	}
-	tIfs, tThens, tReads := s.tallyOps(tallies)
-	resp, err := s.joints.kv.Txn(ctx).If(slices.Concat(ifs, tIfs)...).Then(slices.Concat(thens, tThens)...).Else(slices.Concat(elses, tReads)...).Commit()
-	if err != nil {
-		return nil, nil, false, false, err
-	}
-	if resp.Succeeded {
-		if guard != nil {
-			guard.Stored(resp.Header.Revision)
-		}
-		return resp, nil, false, false, nil
-	}
-	failed := anyFound(resp.Responses[:len(elses)])
-	if othersFailed != nil {
-		failed = othersFailed(resp)
-	}
-	if failed {
-		return resp, nil, false, false, nil // not the tallies' to decide
-	}
-	now, moved, err = talliesRead(tallies, resp.Responses[len(elses):])
-	if err != nil {
-		return nil, nil, false, true, err
-	}
-	return resp, now, moved, false, nil
 }
 
 // anyFound reports whether any of reads found a key.
@@ -747,7 +720,7 @@ func (s *store) deleteTallied(ctx context.Context, full string, revision int64, 
 	for i, t := range held {
 		keys[i] = t.Key
 	}
-	done, err := s.joints.turns.take(ctx, keys)
+	done, _, err := s.joints.turns.take(ctx, keys, nil)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -773,76 +746,6 @@ func (s *store) deleteTallied(ctx context.Context, full string, revision int64, 
 	resp, err := s.joints.kv.Txn(ctx).If(append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", revision)}, tIfs...)...).
 		Then(append([]clientv3.Op{clientv3.OpDelete(full)}, tThens...)...).Commit()
 	return resp, now, err
-}
-
-// turns lets one of a server's transactions at a time move each tally.
-// Two transactions of one server that expect a tally at one revision
-// cannot both store: without turns, a burst of creates in one project
-// through one replica would retry each other round after round (n² failed
-// transactions, the last past maxTallyRounds answered 429), and a burst
-// of first writes would each count the project, each count's write lost
-// to the others' creates. Taking turns, rounds are lost only to other
-// replicas. What it holds is an entry per tally with a transaction under
-// way or waiting, nothing once the burst is over.
-type turns struct {
-	mu   sync.Mutex
-	held map[string]*turn
-}
-
-// turn is one tally's: its token channel holds a value while a
-// transaction has the turn; users counts those holding or waiting.
-type turn struct {
-	token chan struct{}
-	users int
-}
-
-// take waits for the turn of every one of keys (in order, so two takers of
-// overlapping keys cannot each hold what the other waits for) and returns
-// what gives them back.
-func (t *turns) take(ctx context.Context, keys []string) (func(), error) {
-	if len(keys) == 0 {
-		return noTurns, nil // a create with no tally: most of them
-	}
-	keys = slices.Compact(slices.Sorted(slices.Values(keys)))
-	taken := make([]*turn, 0, len(keys))
-	done := func() {
-		for i, tr := range taken {
-			<-tr.token
-			t.leave(keys[i], tr)
-		}
-	}
-	for _, k := range keys {
-		t.mu.Lock()
-		if t.held == nil {
-			t.held = map[string]*turn{}
-		}
-		tr := t.held[k]
-		if tr == nil {
-			tr = &turn{token: make(chan struct{}, 1)}
-			t.held[k] = tr
-		}
-		tr.users++
-		t.mu.Unlock()
-		select {
-		case tr.token <- struct{}{}:
-			taken = append(taken, tr)
-		case <-ctx.Done():
-			t.leave(k, tr)
-			done()
-			return nil, ctx.Err()
-		}
-	}
-	return done, nil
-}
-
-func noTurns() {}
-
-func (t *turns) leave(key string, tr *turn) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if tr.users--; tr.users == 0 {
-		delete(t.held, key)
-	}
 }
 
 // transformerOf is the transformer the etcd store uses for a resource.

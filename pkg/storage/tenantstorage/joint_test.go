@@ -389,7 +389,7 @@ type stubGuard struct {
 
 const testTally = "_milo/test-tallies/bucket"
 
-func (g *stubGuard) Expect() []Tally {
+func (g *stubGuard) Expect([]int64) []Tally {
 	return []Tally{{Key: testTally, Revision: g.known.Revision, Value: g.known.Value, Add: g.add}}
 }
 
@@ -405,9 +405,9 @@ func (g *stubGuard) Moved(now []Tally) error {
 	return nil
 }
 
-func (g *stubGuard) Stored(revision int64) {
-	g.storedAt = revision
-	g.known = Tally{Key: testTally, Revision: revision, Value: g.known.Value + g.add}
+func (g *stubGuard) Stored(now []Tally) {
+	g.storedAt = now[0].Revision
+	g.known = now[0]
 }
 
 func tallied(name string) []Companion {

@@ -354,10 +354,15 @@ type pairedGuards struct {
 
 func (p *pairedGuards) Keys() []string { return append(p.a.Keys(), p.b.Keys()...) }
 
-func (p *pairedGuards) Expect() []Tally {
-	a := p.a.Expect()
+func (p *pairedGuards) Expect(ahead []int64) []Tally {
+	var aheadA, aheadB []int64
+	if ahead != nil {
+		n := len(p.a.Keys())
+		aheadA, aheadB = ahead[:n], ahead[n:]
+	}
+	a := p.a.Expect(aheadA)
 	p.n = len(a)
-	return append(a, p.b.Expect()...)
+	return append(a, p.b.Expect(aheadB)...)
 }
 
 func (p *pairedGuards) Moved(now []Tally) error {
@@ -367,9 +372,9 @@ func (p *pairedGuards) Moved(now []Tally) error {
 	return p.b.Moved(now[p.n:])
 }
 
-func (p *pairedGuards) Stored(revision int64) {
-	p.a.Stored(revision)
-	p.b.Stored(revision)
+func (p *pairedGuards) Stored(now []Tally) {
+	p.a.Stored(now[:p.n])
+	p.b.Stored(now[p.n:])
 }
 
 // DropUsage deletes every project's usage tally: each is counted again at

@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -104,7 +105,7 @@ func (g *replicaGuard) Keys() []string {
 	return []string{g.w.ObjectsTally()}
 }
 
-func (g *replicaGuard) Expect() []Tally {
+func (g *replicaGuard) Expect(ahead []int64) []Tally {
 	m := g.w.m
 	keys := g.Keys()
 	m.mu.Lock()
@@ -115,7 +116,7 @@ func (g *replicaGuard) Expect() []Tally {
 		unknown = unknown || m.knownBytes.Key != keys[1] || m.knownBytes.Revision == 0
 	}
 	m.mu.Unlock()
-	if unknown || (g.refusable && g.over(out) != nil) {
+	if unknown || (g.refusable && g.over(out, ahead) != nil) {
 		for i := range out {
 			out[i].Revision = -1
 		}
@@ -124,17 +125,24 @@ func (g *replicaGuard) Expect() []Tally {
 	return out
 }
 
-// over refuses what the write adds where the tallies as in now cannot
-// hold it.
-func (g *replicaGuard) over(now []Tally) error {
+// over refuses what the write adds where the tallies as in now, with
+// ahead more (what writes before it in its transaction add), cannot hold
+// it.
+func (g *replicaGuard) over(now []Tally, ahead []int64) error {
 	m := g.w.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if g.objects > 0 && now[0].Value+g.objects > m.limit {
-		return Refused{Err: fmt.Errorf("over the limit of %d objects, %d stored", m.limit, now[0].Value)}
+	at := func(i int) int64 {
+		if i < len(ahead) {
+			return now[i].Value + ahead[i]
+		}
+		return now[i].Value
 	}
-	if len(now) > 1 && g.bytes > 0 && now[1].Value+g.bytes > m.byteLimit {
-		return Refused{Err: fmt.Errorf("over the limit of %d bytes, %d stored", m.byteLimit, now[1].Value)}
+	if g.objects > 0 && at(0)+g.objects > m.limit {
+		return Refused{Err: fmt.Errorf("over the limit of %d objects, %d stored", m.limit, at(0))}
+	}
+	if len(now) > 1 && g.bytes > 0 && at(1)+g.bytes > m.byteLimit {
+		return Refused{Err: fmt.Errorf("over the limit of %d bytes, %d stored", m.byteLimit, at(1))}
 	}
 	return nil
 }
@@ -162,14 +170,14 @@ func (g *replicaGuard) Moved(now []Tally) error {
 		g.w.Learn(t)
 	}
 	if g.refusable {
-		return g.over(now)
+		return g.over(now, nil)
 	}
 	return nil
 }
 
-func (g *replicaGuard) Stored(revision int64) {
-	for _, t := range g.expected {
-		g.w.Learn(Tally{Key: t.Key, Revision: revision, Value: t.Value + t.Add, Keep: true})
+func (g *replicaGuard) Stored(now []Tally) {
+	for _, t := range now {
+		g.w.Learn(t)
 	}
 }
 
@@ -382,6 +390,148 @@ func TestBurstInOneReplicaTakesTurns(t *testing.T) {
 	if v := tally(); v != 0 {
 		t.Fatalf("after the deletes the tally holds %d", v)
 	}
+}
+
+// holdTurn takes the turn of a project's objects count in j, waits until
+// waiting writes of it wait behind it, and returns what gives it back.
+func holdTurn(t *testing.T, j *Joints, key string, waiting int, start func()) func() {
+	t.Helper()
+	done, _, err := j.turns.take(context.Background(), []string{key}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start()
+	for {
+		j.turns.mu.Lock()
+		n := len(j.turns.waiting[batchSet([]string{key})])
+		j.turns.mu.Unlock()
+		if n == waiting {
+			return done
+		}
+		goruntime.Gosched()
+	}
+}
+
+// TestWaitingWritesCommittedTogether: the creates of a metered project
+// waiting for the count's turn are committed in one transaction, as many
+// as fit under the limit after those before them; the others are refused,
+// a create whose own key exists fails alone, and one whose request ends
+// while it waits is not stored.
+func TestWaitingWritesCommittedTogether(t *testing.T) {
+	run := benchRuns.Add(1)
+	resource, project := fmt.Sprintf("together%d", run), fmt.Sprintf("together-%d", run)
+	const limit, burst = 40, 63
+	m := &replicaMeter{project: project, limit: limit, epoch: "e"}
+	j := NewJoints(etcdClient)
+	s, prefixes := newStorage(t, resource, Options{Meter: m, Joints: j})
+	prefixes.KeepUsageTallies("/registry")
+	m.prefixes = prefixes
+	ctx := in(project)
+	at := func(name string) string { return "/" + resource + "/ns/" + name }
+	// The first create counts the project: its count is known from then on.
+	if err := s.Create(ctx, at("first"), configMap("ns", "first", 10), &corev1.ConfigMap{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	key := UsageTallyKey(idOf(project), "e")
+	errs := make([]error, burst)
+	var wg sync.WaitGroup
+	release := holdTurn(t, j, key, burst, func() {
+		for i := range burst {
+			wg.Go(func() {
+				name := fmt.Sprintf("cm-%d", i)
+				errs[i] = s.Create(ctx, at(name), configMap("ns", name, 10), &corev1.ConfigMap{}, 0)
+			})
+		}
+	})
+	release()
+	wg.Wait()
+	refused := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+		case apierrors.IsForbidden(err):
+			refused++
+		default:
+			t.Fatalf("a create of the burst failed: %v", err)
+		}
+	}
+	if want := burst - (limit - 1); refused != want {
+		t.Fatalf("%d of %d creates with %d free were refused, want %d", refused, burst, limit-1, want)
+	}
+	stored, err := etcdClient.Get(context.Background(), "/registry/"+resource+"/", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	revisions := map[int64]int{}
+	for _, kv := range stored.Kvs {
+		revisions[kv.ModRevision]++
+	}
+	if len(stored.Kvs) != limit || len(revisions) != 2 {
+		t.Fatalf("%d objects stored in %d transactions (%v), want %d in 2: the first, then the rest together", len(stored.Kvs), len(revisions), revisions, limit)
+	}
+	if v := tallyOf(t, key); v != limit {
+		t.Fatalf("the count holds %d, want %d", v, limit)
+	}
+
+	// A create whose key exists fails, alone; the others waiting with it
+	// are stored. One whose request ends while it waits is not.
+	var kept []string
+	for i, err := range errs {
+		if err == nil {
+			kept = append(kept, fmt.Sprintf("cm-%d", i))
+		}
+	}
+	existing := kept[0]
+	for _, name := range kept[1:3] {
+		if err := s.Delete(ctx, at(name), &corev1.ConfigMap{}, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := []string{existing, "cm-a", "cm-b"}
+	errs = make([]error, len(names)+1)
+	gone, cancel := context.WithCancel(ctx)
+	release = holdTurn(t, j, key, len(names)+1, func() {
+		for i, name := range names {
+			wg.Go(func() { errs[i] = s.Create(ctx, at(name), configMap("ns", name, 10), &corev1.ConfigMap{}, 0) })
+		}
+		wg.Go(func() {
+			errs[len(names)] = s.Create(gone, at("cm-c"), configMap("ns", "cm-c", 10), &corev1.ConfigMap{}, 0)
+		})
+	})
+	cancel()
+	for {
+		// The ended request leaves the writes waiting.
+		j.turns.mu.Lock()
+		n := len(j.turns.waiting[batchSet([]string{key})])
+		j.turns.mu.Unlock()
+		if n == len(names) {
+			break
+		}
+		goruntime.Gosched()
+	}
+	release()
+	wg.Wait()
+	if !storage.IsExist(errs[0]) || errs[1] != nil || errs[2] != nil || !errors.Is(errs[3], context.Canceled) {
+		t.Fatalf("an existing object, two new ones and a request ended: %v", errs)
+	}
+	if got, err := etcdClient.Get(context.Background(), "/registry/"+resource+"/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || got.Count != limit {
+		t.Fatalf("%d objects stored, want %d: %v", got.Count, limit, err)
+	}
+	if v := tallyOf(t, key); v != limit {
+		t.Fatalf("the count holds %d, want %d", v, limit)
+	}
+}
+
+// tallyOf is what the tally at key (under /registry) holds.
+func tallyOf(t *testing.T, key string) int64 {
+	t.Helper()
+	resp, err := etcdClient.Get(context.Background(), "/registry/"+key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("the tally: %v, %v", resp, err)
+	}
+	var v int64
+	fmt.Sscan(string(resp.Kvs[0].Value), &v)
+	return v
 }
 
 // TestBytesTallyBoundsEveryReplica: two replicas' stores metering a
@@ -781,6 +931,43 @@ func BenchmarkUpdateCounted(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkBurstCounted times creates made 64 at a time in one project
+// whose objects are not counted in storage, and in one whose are: a
+// server's transactions on one count are committed in turn, several
+// waiting writes in one transaction.
+func BenchmarkBurstCounted(b *testing.B) {
+	for _, counted := range []bool{false, true} {
+		b.Run(fmt.Sprintf("counted=%v", counted), func(b *testing.B) {
+			run := benchRuns.Add(1)
+			resource := fmt.Sprintf("benchburst%d", run)
+			project := fmt.Sprintf("bench-burst-%d", run)
+			o := Options{Joints: NewJoints(etcdClient)}
+			m := &replicaMeter{project: project, limit: 1 << 40, epoch: "e"}
+			if counted {
+				o.Meter = m
+			}
+			s, prefixes := newStorage(b, resource, o)
+			prefixes.KeepUsageTallies("/registry")
+			m.prefixes = prefixes
+			ctx := in(project)
+			var n atomic.Int64
+			b.SetParallelism(32) // 64 writers on two cores
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				out := &corev1.ConfigMap{}
+				for pb.Next() {
+					name := fmt.Sprintf("cm-%d", n.Add(1))
+					if err := s.Create(ctx, "/"+resource+"/ns/"+name, configMap("ns", name, 1024), out, 0); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
 		})
 	}
 }
