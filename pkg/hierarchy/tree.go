@@ -3,11 +3,15 @@ package hierarchy
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	registryrest "k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/client-go/dynamic"
@@ -52,6 +56,29 @@ func (t *Tree) UseStorage(resource string, storage registryrest.Getter) {
 	if _, ok := storage.(typedinformer.Storage); !ok {
 		klog.InfoS("The hierarchy's informer of a resource reads it over the loopback: its storage cannot list and watch", "resource", resource)
 	}
+}
+
+// CountProjects counts org's Projects in storage, read in-process: how
+// many, and the revision of storage read (a list at that revision holds
+// every Project stored before it). It reads the Projects' watch cache, as
+// fresh as etcd.
+func (t *Tree) CountProjects(ctx context.Context, org string) (count, revision int64, err error) {
+	lister, ok := t.stores["projects"].(registryrest.Lister)
+	if !ok {
+		return 0, 0, fmt.Errorf("the storage of Projects is not read in-process")
+	}
+	list, err := lister.List(ctx, &metainternalversion.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{tenancy.OrganizationLabel: org})})
+	if err != nil {
+		return 0, 0, err
+	}
+	m, err := meta.ListAccessor(list)
+	if err != nil {
+		return 0, 0, err
+	}
+	if revision, err = strconv.ParseInt(m.GetResourceVersion(), 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("the list of Projects has resource version %q: %w", m.GetResourceVersion(), err)
+	}
+	return int64(meta.LenList(list)), revision, nil
 }
 
 // Init prepares the informers over the server's loopback connection; Run starts

@@ -228,6 +228,12 @@ func (p *plugin) claim(ctx context.Context, a admission.Attributes, o admission.
 		}
 		p.ledger.ReleaseObject(trigger.ObjectKey())
 	}
+	if kind.GroupKind() == projectKind {
+		if err := p.countedWithProject(ctx, accessor, trigger); err != nil {
+			release(reserved)
+			return err
+		}
+	}
 	if len(reserved) == 0 {
 		return nil
 	}
@@ -450,6 +456,33 @@ func (p *plugin) validateQuotaObject(ctx context.Context, a admission.Attributes
 			return apierrors.NewInvalid(a.GetKind().GroupKind(), a.GetName(), field.ErrorList{field.Invalid(path, g.Spec.ConsumerRef,
 				fmt.Sprintf("project %s is in organization %s: its grants live in %s", c.Name, org, want))})
 		}
+	}
+	return nil
+}
+
+// projectKind is the kind organizations' Projects are counted of.
+var projectKind = schema.GroupKind{Group: ConsumerGroup, Kind: KindProject}
+
+// countedWithProject has a Project's create move its organization's count
+// of Projects in storage, in the Project's own transaction, where a grant
+// limits them and the server counts them there (on etcd): the create is
+// stored only where it fits with the count as etcd holds it then, whichever
+// replica stored the others. A create that cannot carry the count (its
+// request ended) is refused rather than stored uncounted: its delete would
+// take from the count what it never added.
+func (p *plugin) countedWithProject(ctx context.Context, project metav1.Object, trigger TriggerRef) error {
+	t := p.ledger.projectTallies()
+	if t == nil {
+		return nil
+	}
+	org := project.GetLabels()[tenancy.OrganizationLabel]
+	g := t.guard(ctx, org, func(e *Exceeded) error { return apierrors.NewForbidden(projectsResource, project.GetName(), e) })
+	if g == nil {
+		return nil
+	}
+	joint := tenantstorage.JointFrom(ctx)
+	if joint == nil || !joint.Add(project.GetUID(), nil, func() { p.ledger.ReleaseObject(trigger.ObjectKey()) }, nil) || !joint.Tally(g) {
+		return apierrors.NewInternalError(fmt.Errorf("the count of organization %s's Projects cannot be stored with Project %s: retry", org, project.GetName()))
 	}
 	return nil
 }

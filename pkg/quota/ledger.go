@@ -123,6 +123,10 @@ type Ledger struct {
 	// caches (MeterAdd), not from claims; metered[t] holds the counts.
 	metered map[string]map[Consumer]int64
 
+	// projects counts organizations' Projects in storage, where set
+	// (CountProjectsInStorage).
+	projects *ProjectTallies
+
 	// pendingWithObject counts the pending claims stored with their object.
 	pendingWithObject atomic.Int64
 

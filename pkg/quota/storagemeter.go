@@ -655,9 +655,15 @@ func (g *usageGuard) Stored(now []tenantstorage.Tally) {
 // uids and generations. The usage tallies are counted anew when it
 // changes.
 func (l *Ledger) usageEpoch(c Consumer) string {
+	return l.grantsEpoch(c, ObjectsPerProject, BytesPerProject)
+}
+
+// grantsEpoch names the grants that limit c's resource types: their uids
+// and generations.
+func (l *Ledger) grantsEpoch(c Consumer, types ...string) string {
 	l.mu.RLock()
 	var named []string
-	for _, t := range []string{ObjectsPerProject, BytesPerProject} {
+	for _, t := range types {
 		_, grants := l.limitLocked(BucketKey{c, t})
 		for _, g := range grants {
 			named = append(named, fmt.Sprintf("%s/%s/%d;", t, g.uid, g.generation))

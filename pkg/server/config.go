@@ -24,6 +24,7 @@ import (
 	generatedopenapi "k8s.io/kubernetes/pkg/generated/openapi"
 
 	quotav1alpha1 "go.miloapis.com/milo/pkg/apis/quota/v1alpha1"
+	resourcemanagerv1alpha1 "go.miloapis.com/milo/pkg/apis/resourcemanager/v1alpha1"
 	"go.miloapis.com/milo/pkg/catalog"
 	"go.miloapis.com/milo/pkg/controllers/allprojects"
 	"go.miloapis.com/milo/pkg/hierarchy"
@@ -212,7 +213,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		c.Joints.Elsewhere(slices.Collect(maps.Keys(c.EtcdElsewhere))...)
 		// A claim stored with its object adds to its buckets' tallies;
 		// its delete takes from them.
-		c.Joints.Tallied(quotav1alpha1.ClaimsResource.GroupResource(), quota.ClaimTallies)
+		c.Joints.Tallied(quotav1alpha1.ClaimsResource.GroupResource(), func(obj runtime.Object) ([]tenantstorage.Tally, string) { return quota.ClaimTallies(obj), "" })
 	}
 	if c.Catalog == nil {
 		c.Catalog = &catalog.Catalog{}
@@ -253,6 +254,14 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 				},
 				Drop: func(ctx context.Context) error { return tenantstorage.DropUsage(ctx, etcdClient, storagePrefix) },
 			})
+			if projects := resourcemanagerv1alpha1.Resource("projects"); !tenantstorage.KeptElsewhere(c.EtcdElsewhere, projects) {
+				// So is an organization's number of Projects, where a
+				// grant limits it: every replica's Project creates and
+				// deletes move its count.
+				c.Joints.Tallied(projects, opts.Quota.CountProjectsInStorage(etcdClient, storagePrefix, func(ctx context.Context, org string) (int64, int64, error) {
+					return c.Hierarchy.CountProjects(ctx, org)
+				}))
+			}
 		}
 	}
 	makeStorageTenantKeyed(c, c.Prefixes)

@@ -152,6 +152,17 @@ func runQuota(ctx context.Context, loopback *rest.Config, storage map[string]typ
 	if err != nil {
 		return err
 	}
+	// What the server knows of a deleted organization's count of
+	// Projects in storage is dropped with it.
+	if _, err := inf.Organizations.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj any) {
+			if _, name, ok := quota.DeletedName(obj); ok {
+				ledger.ForgetOrganization(name)
+			}
+		},
+	}); err != nil {
+		return err
+	}
 	clients, err := allprojects.NewClients(loopback)
 	if err != nil {
 		return err

@@ -171,6 +171,7 @@ func TestReplicasOnAnEtcdCluster(t *testing.T) {
 			quotaAcrossReplicas(t, r1, r2)
 			objectsAcrossReplicas(t, r1, r2)
 			bytesAcrossReplicas(t, r1, r2)
+			projectsAcrossReplicas(t, r1, r2)
 		},
 	})
 }
@@ -313,6 +314,134 @@ func quotaAcrossReplicas(t *testing.T, r1, r2 *milo) {
 		t.Fatalf("10 namespaces created through two replicas at once after 3 were deleted: %d stored, want 3", len(created))
 	}
 	bucketIs(t, buckets, project, "core/namespaces", 14, 14)
+}
+
+// projectsAcrossReplicas: an organization's Projects, limited by a grant
+// of the built-in projects-per-organization type, are created through both
+// replicas at once, each deciding from its own ledger and cache of
+// Projects: the count of the organization's Projects both move in etcd
+// keeps what is stored at the limit; Projects deleted through either
+// replica free exactly as many once purged.
+func projectsAcrossReplicas(t *testing.T, r1, r2 *milo) {
+	ctx := context.Background()
+	const org = "rep-projects"
+	replicas := []*milo{r1, r2}
+	admin := r1.dynamic(t)
+	if _, err := admin.Resource(organizationsGVR).Create(ctx, objectOf("Organization", org, map[string]any{"type": "Standard"}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns := tenancy.OrganizationNamespace(org)
+	eventually(t, "the organization's namespace", func() error {
+		_, err := r1.kube(t).CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return err
+	})
+	grants := admin.Resource(grantsGVR).Namespace(ns)
+	setLimit := func(limit int64) {
+		t.Helper()
+		grant, err := grants.Get(ctx, "projects", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			_, err = grants.Create(ctx, quotaObject("ResourceGrant", ns, "projects", grantSpec("Organization", org, quota.ProjectsPerOrganization, limit)), metav1.CreateOptions{})
+		} else if err == nil {
+			grant.Object["spec"] = grantSpec("Organization", org, quota.ProjectsPerOrganization, limit)
+			_, err = grants.Update(ctx, grant, metav1.UpdateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := func(err error) bool {
+		return apierrors.IsForbidden(err) && strings.Contains(err.Error(), `resource type "`+quota.ProjectsPerOrganization+`"`)
+	}
+	create := func(r *milo, name string) error {
+		_, err := r.dynamic(t).Resource(projectsGVR).Create(ctx, objectOf("Project", name, map[string]any{"ownerRef": map[string]any{"kind": "Organization", "name": org}}), metav1.CreateOptions{})
+		return err
+	}
+	// Each replica has seen the grant: one Project through each, once it
+	// is no longer refused with nothing free.
+	setLimit(0)
+	for i, r := range replicas {
+		eventually(t, fmt.Sprintf("replica %d refuses a project with none free", i+1), func() error {
+			err := create(r, fmt.Sprintf("%s-none-%d", org, i))
+			if refused(err) {
+				return nil
+			}
+			return fmt.Errorf("not refused: %v", err)
+		})
+	}
+	setLimit(10)
+	for i, r := range replicas {
+		eventually(t, fmt.Sprintf("replica %d creates a project", i+1), func() error {
+			err := create(r, fmt.Sprintf("%s-warm-%d", org, i))
+			if apierrors.IsAlreadyExists(err) {
+				return nil
+			}
+			return err
+		})
+	}
+	stored := func(prefix string) []string {
+		t.Helper()
+		list, err := admin.Resource(projectsGVR).List(ctx, metav1.ListOptions{LabelSelector: tenancy.OrganizationLabel + "=" + org})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, p := range list.Items {
+			if strings.HasPrefix(p.GetName(), prefix) {
+				names = append(names, p.GetName())
+			}
+		}
+		return names
+	}
+	burst := func(prefix string, n int) []string {
+		t.Helper()
+		var wg sync.WaitGroup
+		var mu sync.Mutex
+		var other []error
+		for i := range n {
+			wg.Go(func() {
+				name := fmt.Sprintf("%s-%d", prefix, i)
+				var err error
+				for attempt := 0; ; attempt++ {
+					err = create(replicas[i%2], name)
+					if attempt > 0 && apierrors.IsAlreadyExists(err) {
+						err = nil // an earlier try was stored
+					}
+					if err == nil || !retriable(err) || attempt == 10 {
+						break
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+				if err != nil && !refused(err) {
+					mu.Lock()
+					other = append(other, err)
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		if len(other) > 0 {
+			t.Fatalf("%d projects created through two replicas at once: unexpected errors %v", n, other)
+		}
+		return stored(prefix + "-")
+	}
+	if created := burst(org+"-burst", 30); len(created) != 8 {
+		t.Fatalf("30 projects created through two replicas at once, 8 free: %d stored", len(created))
+	} else {
+		for i, name := range created[:3] {
+			if err := replicas[i%2].dynamic(t).Resource(projectsGVR).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		eventually(t, "the deleted projects purged", func() error {
+			if left := stored(org + "-burst-"); len(left) != 5 {
+				return fmt.Errorf("%d left", len(left))
+			}
+			return nil
+		})
+	}
+	if created := burst(org+"-again", 10); len(created) != 3 {
+		t.Fatalf("10 projects created through two replicas at once after 3 were purged: %d stored, want 3", len(created))
+	}
 }
 
 // objectsRefusal matches the refusal of an object past a project's

@@ -45,7 +45,7 @@ type Joints struct {
 	stores    map[schema.GroupResource]*store
 	// tallied are the resources whose objects are counted in tallies,
 	// with what each object adds to them (see Tallied).
-	tallied map[schema.GroupResource]func(runtime.Object) []Tally
+	tallied map[schema.GroupResource]TalliesOf
 	// turns are this server's transactions moving tallies, one at a time
 	// per tally.
 	turns turns
@@ -81,7 +81,7 @@ func KeptElsewhere(elsewhere map[schema.GroupResource]bool, gr schema.GroupResou
 // NewJoints returns the joint writer over kv, the server's etcd, for
 // companions of the resources named.
 func NewJoints(kv clientv3.KV, resources ...schema.GroupResource) *Joints {
-	j := &Joints{kv: kv, resources: map[schema.GroupResource]bool{}, stores: map[schema.GroupResource]*store{}, tallied: map[schema.GroupResource]func(runtime.Object) []Tally{}}
+	j := &Joints{kv: kv, resources: map[schema.GroupResource]bool{}, stores: map[schema.GroupResource]*store{}, tallied: map[schema.GroupResource]TalliesOf{}}
 	for _, gr := range resources {
 		j.resources[gr] = true
 	}
@@ -99,7 +99,7 @@ func (j *Joints) add(gr schema.GroupResource, s *store) {
 
 // talliesOf returns what an object of gr holds of tallies, or nil when gr
 // is not counted in any (or j is nil).
-func (j *Joints) talliesOf(gr schema.GroupResource) func(runtime.Object) []Tally {
+func (j *Joints) talliesOf(gr schema.GroupResource) TalliesOf {
 	if j == nil || !j.reaches(gr) {
 		return nil
 	}
@@ -182,24 +182,30 @@ type TallyGuard interface {
 // maxTallyRounds bounds how many times a create asks its guard again.
 const maxTallyRounds = 32
 
-// Tallied makes objects of gr counted in tallies: of, given an object being
-// deleted, returns what it holds of each tally (Add, positive), which its
-// delete takes away in the same transaction. Call it before the storage is
-// built.
-func (j *Joints) Tallied(gr schema.GroupResource, of func(runtime.Object) []Tally) {
+// TalliesOf returns, given an object being deleted, what it holds of each
+// tally (Add, positive), which its delete takes away in the same
+// transaction, and a key (a mark, under the storage prefix) the delete
+// writes too, if any: where a count of those objects being made meanwhile
+// looks, to count again.
+type TalliesOf func(runtime.Object) (held []Tally, mark string)
+
+// Tallied makes objects of gr counted in tallies, as of says. Call it
+// before the storage is built.
+func (j *Joints) Tallied(gr schema.GroupResource, of TalliesOf) {
 	j.tallied[gr] = of
 }
 
-// Tally sets the guard of the tallies the companions held move; call it
-// after Add for the same object. It reports false, and sets nothing, when
-// the request holds no companions.
+// Tally adds g to the guards of the tallies the create moves with its
+// companions (a guard of its quota claims', one of its consumer's count);
+// call it after Add for the same object. It reports false, and sets
+// nothing, when the request holds no companions.
 func (j *Joint) Tally(g TallyGuard) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.state != held {
 		return false
 	}
-	j.guard = g
+	j.guard = bothGuards(j.guard, g)
 	return true
 }
 
@@ -629,7 +635,8 @@ func (j *Joints) Recount(ctx context.Context, gr schema.GroupResource, namespace
 			if err != nil {
 				return false, fmt.Errorf("decoding %s: %w", kv.Key, err)
 			}
-			for _, t := range of(obj) {
+			held, _ := of(obj)
+			for _, t := range held {
 				if t.Key == key {
 					sum += t.Add
 				}
@@ -665,11 +672,11 @@ const recountPage = 500
 // holds (of, given the object and its size as stored) from them, in one
 // transaction, on the condition that neither the object nor the tallies
 // changed since they were read; it answers as
-// the etcd store's Delete does. mark, if set, is a key the delete writes
-// too (see deletesMark). done, if set, is told the tallies as the delete
-// left them.
+// the etcd store's Delete does. The mark of says, if any, is a key the
+// delete writes too (see deletesMark). done, if set, is told the tallies
+// as the delete left them.
 func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Object, preconditions *storage.Preconditions,
-	validateDeletion storage.ValidateObjectFunc, mark string, of func(obj runtime.Object, size int64) []Tally, done func([]Tally)) error {
+	validateDeletion storage.ValidateObjectFunc, of func(obj runtime.Object, size int64) ([]Tally, string), done func([]Tally)) error {
 	full := s.etcdKey(key)
 	for round := 1; ; round++ {
 		got, err := s.joints.kv.Get(ctx, full)
@@ -692,7 +699,8 @@ func (s *store) talliedDelete(ctx context.Context, key string, out runtime.Objec
 		if err := validateDeletion(ctx, obj); err != nil {
 			return err
 		}
-		resp, now, err := s.deleteTallied(ctx, full, kv.ModRevision, mark, of(obj, int64(len(plain))))
+		held, mark := of(obj, int64(len(plain)))
+		resp, now, err := s.deleteTallied(ctx, full, kv.ModRevision, mark, held)
 		if err != nil {
 			return err
 		}

@@ -438,11 +438,11 @@ func tallyNow(t *testing.T) (int64, int64) {
 // companion takes from the tally in its own transaction.
 func TestTalliesBoundCreatesOfEveryReplica(t *testing.T) {
 	joints := NewJoints(etcdClient, corev1.Resource("tallyclaims"))
-	joints.Tallied(corev1.Resource("tallyclaims"), func(obj runtime.Object) []Tally {
+	joints.Tallied(corev1.Resource("tallyclaims"), func(obj runtime.Object) ([]Tally, string) {
 		if m, err := meta.Accessor(obj); err == nil && m.GetAnnotations()["tallied"] == "1" {
-			return []Tally{{Key: testTally, Add: 1}}
+			return []Tally{{Key: testTally, Add: 1}}, ""
 		}
-		return nil
+		return nil, ""
 	})
 	objects, _ := newStorage(t, "tallyobjects", Options{Joints: joints})
 	claims, _ := newStorage(t, "tallyclaims", Options{Joints: joints})

@@ -282,7 +282,7 @@ func (s *store) create(ctx context.Context, k string, obj, out runtime.Object, t
 		if err != nil {
 			return err
 		}
-		if companions == nil {
+		if companions == nil && guard == nil {
 			j = nil // nothing held for this object: no release to make
 		}
 		guard = bothGuards(guard, usage)
@@ -308,7 +308,7 @@ func (s *store) Delete(ctx context.Context, key string, out runtime.Object, prec
 		// Platform objects (quota claims): never metered. An object that
 		// cannot be read (the unsafe deletion of a corrupt one) is deleted
 		// as upstream does, its tallies left as they are.
-		return s.talliedDelete(ctx, k, out, preconditions, validateDeletion, "", func(obj runtime.Object, _ int64) []Tally { return of(obj) }, nil)
+		return s.talliedDelete(ctx, k, out, preconditions, validateDeletion, func(obj runtime.Object, _ int64) ([]Tally, string) { return of(obj) }, nil)
 	}
 	// A delete only frees: it never waits for the project's usage to be
 	// read, so a project can always be cleaned up.

@@ -294,7 +294,7 @@ const txnLimit = 100
 func (s *store) meteredDelete(ctx context.Context, tw TalliedWrite, tally, key string, out runtime.Object, preconditions *storage.Preconditions,
 	validateDeletion storage.ValidateObjectFunc) error {
 	mark := path.Dir(tally) + "/" + deletesMark
-	return s.talliedDelete(ctx, key, out, preconditions, validateDeletion, mark, func(_ runtime.Object, size int64) []Tally {
+	return s.talliedDelete(ctx, key, out, preconditions, validateDeletion, func(_ runtime.Object, size int64) ([]Tally, string) {
 		held := []Tally{{Key: tally, Add: 1, Keep: true}}
 		if b := tw.BytesTally(); b != "" {
 			// The bytes as stored, which a create or update added: not
@@ -302,7 +302,7 @@ func (s *store) meteredDelete(ctx context.Context, tw TalliedWrite, tally, key s
 			// it may have grown.
 			held = append(held, Tally{Key: b, Add: size, Keep: true})
 		}
-		return held
+		return held, mark
 	}, func(now []Tally) {
 		for _, t := range now {
 			tw.Learn(t)
