@@ -211,6 +211,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		// object whose create makes them.
 		c.Joints = tenantstorage.NewJoints(etcdClient, append(projectbootstrap.Resources(), quotav1alpha1.ClaimsResource.GroupResource())...)
 		c.Joints.Elsewhere(slices.Collect(maps.Keys(c.EtcdElsewhere))...)
+		c.Joints.SetMaxTxnOps(opts.EtcdMaxTxnOps)
 		// A claim stored with its object adds to its buckets' tallies;
 		// its delete takes from them.
 		c.Joints.Tallied(quotav1alpha1.ClaimsResource.GroupResource(), func(obj runtime.Object) ([]tenantstorage.Tally, string) { return quota.ClaimTallies(obj), "" })

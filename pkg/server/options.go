@@ -67,6 +67,8 @@ type Options struct {
 	// MaxListItems bounds one LIST of a project or an organization context
 	// (package tenantstorage); 0 leaves lists unbounded.
 	MaxListItems int64
+	// EtcdMaxTxnOps is the --max-txn-ops of the etcd --etcd-servers names.
+	EtcdMaxTxnOps int
 	// MaxWatches bounds the watches one project or organization context
 	// holds open at once (package tenancy); 0 leaves them unbounded.
 	MaxWatches int
@@ -124,7 +126,7 @@ func NewOptions() *Options {
 	hierarchy.Register(cp.Admission.GenericAdmission.Plugins, tree)
 	iam := evaluator.New()
 	iamadmission.Register(cp.Admission.GenericAdmission.Plugins, iam, tree)
-	o := &Options{DataDir: ".milo", TypedStorageMediaType: typedgroup.StorageMediaType, Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, MaxWatches: tenancy.DefaultMaxWatches, TenantCPUShare: fairness.DefaultCPUShare, TenantConcurrency: fairness.DefaultSeats(), TopProjects: telemetry.DefaultTopOptions,
+	o := &Options{DataDir: ".milo", TypedStorageMediaType: typedgroup.StorageMediaType, Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, EtcdMaxTxnOps: tenantstorage.DefaultMaxTxnOps, MaxWatches: tenancy.DefaultMaxWatches, TenantCPUShare: fairness.DefaultCPUShare, TenantConcurrency: fairness.DefaultSeats(), TopProjects: telemetry.DefaultTopOptions,
 		ProjectCRDs: projectcrds.Rules{Enabled: true, MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}, catalog: &catalog.Catalog{},
 		quota: quota.NewLedger(), suspensions: suspension.NewIndex()}
 	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs, o.projectCRDs)
@@ -228,6 +230,10 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"API groups, each with its subdomains, that projects may not define CustomResourceDefinitions in (422), beside "+
 		"miloapis.com: the groups of CRDs the platform installs or will install, which a project holding names in first "+
 		"would keep the platform from installing (409).")
+	fss.FlagSet("etcd").IntVar(&o.EtcdMaxTxnOps, "etcd-max-txn-ops", o.EtcdMaxTxnOps, ""+
+		"With --etcd-servers: the etcd cluster's --max-txn-ops, how many compares and operations it accepts in one transaction. "+
+		"Creates waiting for the same quota count are committed together in one transaction up to it; raise both "+
+		"together (a project's create takes seven of each). The embedded etcd (and `milo etcd`) accepts "+strconv.Itoa(embeddedetcd.MaxTxnOps)+".")
 	fs.Int64Var(&o.MaxListItems, "max-project-list-items", o.MaxListItems, ""+
 		"The most items one LIST of a project or an organization context returns: a larger page is cut to this many "+
 		"(with a continue token), a list asked without a limit that would hold more is refused with 400. "+
@@ -272,6 +278,9 @@ type CompletedOptions struct {
 	ProjectListConcurrency int
 	// MaxListItems bounds one tenant LIST.
 	MaxListItems int64
+	// EtcdMaxTxnOps is how many compares and operations the etcd accepts in
+	// one transaction.
+	EtcdMaxTxnOps int
 	// MaxWatches bounds a tenant's open watches.
 	MaxWatches int
 	// TenantCPUShare is each tenant's part of the server's CPUs.
@@ -338,6 +347,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 
 	var etcd *embeddedetcd.Config
 	var sql *sqlstorage.Config
+	maxTxnOps := o.EtcdMaxTxnOps
 	if o.StorageBackend != "" {
 		sql = &sqlstorage.Config{Endpoint: o.StorageBackend, Socket: kineSocket(dataDir)}
 		t := &cp.Etcd.StorageConfig.Transport
@@ -348,6 +358,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		if err != nil {
 			return CompletedOptions{}, err
 		}
+		maxTxnOps = embeddedetcd.MaxTxnOps
 		t := &cp.Etcd.StorageConfig.Transport
 		t.ServerList = []string{etcd.ClientURL.String()}
 		t.CertFile, t.KeyFile, t.TrustedCAFile = files.EtcdClient.CertFile, files.EtcdClient.KeyFile, files.CA.CertFile
@@ -370,7 +381,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, MaxWatches: o.MaxWatches, TenantCPUShare: o.TenantCPUShare, TenantConcurrency: o.TenantConcurrency, TopProjects: o.TopProjects, AuditProjects: o.AuditProjects, TypedStorageMediaType: o.TypedStorageMediaType, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, EtcdMaxTxnOps: maxTxnOps, MaxWatches: o.MaxWatches, TenantCPUShare: o.TenantCPUShare, TenantConcurrency: o.TenantConcurrency, TopProjects: o.TopProjects, AuditProjects: o.AuditProjects, TypedStorageMediaType: o.TypedStorageMediaType, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {
@@ -380,6 +391,9 @@ func (o *Options) validateMiloFlags() []error {
 	}
 	if o.MaxListItems < 0 {
 		errs = append(errs, errors.New("--max-project-list-items must not be negative"))
+	}
+	if o.EtcdMaxTxnOps < 1 {
+		errs = append(errs, errors.New("--etcd-max-txn-ops must be positive"))
 	}
 	if o.TypedStorageMediaType != runtime.ContentTypeProtobuf && o.TypedStorageMediaType != runtime.ContentTypeJSON {
 		errs = append(errs, fmt.Errorf("--typed-storage-media-type: %q is neither %s nor %s", o.TypedStorageMediaType, runtime.ContentTypeProtobuf, runtime.ContentTypeJSON))

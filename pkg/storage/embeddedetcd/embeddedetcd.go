@@ -58,6 +58,10 @@ const defaultQuota = 8 << 30
 // streamWorkers is how many goroutines serve gRPC calls (see Start).
 const streamWorkers = 128
 
+// MaxTxnOps is how many compares, and how many operations, the embedded
+// etcd accepts in one transaction (etcd's --max-txn-ops; 128 by default).
+const MaxTxnOps = 1024
+
 // Start starts the member and returns once it serves client requests.
 func Start(ctx context.Context, c Config) (*Server, error) {
 	clientURL, peerURL := c.ClientURL, c.PeerURL
@@ -100,6 +104,10 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 	// life, so there are more workers than the API server has watch
 	// streams (one per resource).
 	cfg.GRPCAdditionalServerOptions = append(cfg.GRPCAdditionalServerOptions, grpc.NumStreamWorkers(streamWorkers))
+	// Creates waiting for the same quota count are committed in one
+	// transaction (tenantstorage's turns), a project's seven keys each:
+	// at etcd's default of 128 operations, 18 of them.
+	cfg.MaxTxnOps = MaxTxnOps
 	cfg.LogLevel = "error"
 	// embed.NewConfig leaves this at 0, which makes every request "slow":
 	// etcd then renders each request and response as text for a warning

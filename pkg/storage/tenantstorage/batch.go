@@ -76,11 +76,13 @@ type round struct {
 }
 
 // Bounds of one transaction committing several writes: etcd refuses a
-// transaction of more compares or operations than its --max-txn-ops (128
-// by default) or larger than its --max-request-bytes (1.5 MiB).
+// transaction of more compares or operations than its --max-txn-ops (see
+// Joints.SetMaxTxnOps) or larger than its --max-request-bytes (1.5 MiB by
+// default).
 const (
-	maxBatchOps   = 128
-	maxBatchBytes = 1 << 20
+	// DefaultMaxTxnOps is etcd's default --max-txn-ops.
+	DefaultMaxTxnOps = 128
+	maxBatchBytes    = 1 << 20
 	// batchTimeout bounds a transaction committing other requests' writes
 	// besides the request's own, which does not end with the request:
 	// the others wait for its outcome.
@@ -186,8 +188,9 @@ func (t *turns) setWaitingLocked(set string, ws []*talliedTxn) {
 }
 
 // drain takes from the writes of set waiting, in the order they came, as
-// many as one transaction may hold beside lead's (which has the turn).
-func (t *turns) drain(set string, lead *talliedTxn) []*talliedTxn {
+// many as one transaction of at most maxOps compares and operations may
+// hold beside lead's (which has the turn).
+func (t *turns) drain(set string, lead *talliedTxn, maxOps int) []*talliedTxn {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	ws := slices.DeleteFunc(t.waiting[set], func(w *talliedTxn) bool { return w == lead })
@@ -196,7 +199,7 @@ func (t *turns) drain(set string, lead *talliedTxn) []*talliedTxn {
 	n := 0
 	for _, w := range ws {
 		i, th, e, b := w.size()
-		if ifs+i+tallies > maxBatchOps || thens+th+tallies > maxBatchOps || elses+e+tallies > maxBatchOps || bytes+b > maxBatchBytes {
+		if ifs+i+tallies > maxOps || thens+th+tallies > maxOps || elses+e+tallies > maxOps || bytes+b > maxBatchBytes {
 			break
 		}
 		ifs, thens, elses, bytes = ifs+i, thens+th, elses+e, bytes+b
@@ -249,7 +252,7 @@ func (s *store) batchRound(ctx context.Context, w *talliedTxn) round {
 		t.unwait(set, w)
 		return s.commitBatch(ctx, []*talliedTxn{w}, lead)
 	}
-	batch := append([]*talliedTxn{w}, t.drain(set, w)...)
+	batch := append([]*talliedTxn{w}, t.drain(set, w, s.joints.maxTxnOps())...)
 	return s.commitBatch(ctx, batch, lead)
 }
 

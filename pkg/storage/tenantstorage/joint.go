@@ -49,6 +49,23 @@ type Joints struct {
 	// turns are this server's transactions moving tallies, one at a time
 	// per tally.
 	turns turns
+	// maxOps is etcd's --max-txn-ops (0: its default).
+	maxOps int
+}
+
+// SetMaxTxnOps tells the Joints how many compares, and how many
+// operations, etcd accepts in one transaction (its --max-txn-ops): the
+// writes waiting for the same tallies are committed together up to that.
+// Call it before the storage serves.
+func (j *Joints) SetMaxTxnOps(n int) {
+	j.maxOps = n
+}
+
+func (j *Joints) maxTxnOps() int {
+	if j.maxOps <= 0 {
+		return DefaultMaxTxnOps
+	}
+	return j.maxOps
 }
 
 // Elsewhere tells the Joints of resources kept in another etcd than theirs
