@@ -303,6 +303,11 @@ func TestStorageMeterGuardsTheCountInStorage(t *testing.T) {
 	if e := g.Expect(nil); e[0].Revision != 6 || e[0].Value != 3 {
 		t.Fatalf("the count expected as %+v, want 3 at 6", e[0])
 	}
+	// Committed after another create in one transaction, it no longer
+	// fits the limit of 4: a revision no key has, to be decided alone.
+	if e := g.Expect([]int64{1}); e[0].Revision != -1 {
+		t.Fatalf("the count expected after another create as %+v, want a forced read", e[0])
+	}
 	var refused tenantstorage.Refused
 	var exceeded *Exceeded
 	if err := g.Moved([]tenantstorage.Tally{{Key: w.ObjectsTally(), Revision: 8, Value: 4, Keep: true}}); !errors.As(err, &refused) || !errors.As(err, &exceeded) ||
