@@ -468,11 +468,15 @@ var projectKind = schema.GroupKind{Group: ConsumerGroup, Kind: KindProject}
 // limits them and the server counts them there (on etcd): the create is
 // stored only where it fits with the count as etcd holds it then, whichever
 // replica stored the others. A create that cannot carry the count (its
-// request ended) is refused rather than stored uncounted: its delete would
-// take from the count what it never added.
+// request ended) is refused rather than stored uncounted. A Project created
+// through an update (a server-side apply, a PUT: no Joint) is stored
+// uncounted, checked by this server's ledger alone; the count, which its
+// delete takes from, is then found below the server's cache of Projects
+// and counted again (projectsGuard.low).
 func (p *plugin) countedWithProject(ctx context.Context, project metav1.Object, trigger TriggerRef) error {
 	t := p.ledger.projectTallies()
-	if t == nil {
+	joint := tenantstorage.JointFrom(ctx)
+	if t == nil || joint == nil {
 		return nil
 	}
 	org := project.GetLabels()[tenancy.OrganizationLabel]
@@ -480,8 +484,7 @@ func (p *plugin) countedWithProject(ctx context.Context, project metav1.Object, 
 	if g == nil {
 		return nil
 	}
-	joint := tenantstorage.JointFrom(ctx)
-	if joint == nil || !joint.Add(project.GetUID(), nil, func() { p.ledger.ReleaseObject(trigger.ObjectKey()) }, nil) || !joint.Tally(g) {
+	if !joint.Add(project.GetUID(), nil, func() { p.ledger.ReleaseObject(trigger.ObjectKey()) }, nil) || !joint.Tally(g) {
 		return apierrors.NewInternalError(fmt.Errorf("the count of organization %s's Projects cannot be stored with Project %s: retry", org, project.GetName()))
 	}
 	return nil

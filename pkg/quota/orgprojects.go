@@ -222,10 +222,24 @@ func (g *projectsGuard) Expect(ahead []int64) []tenantstorage.Tally {
 		more = ahead[0]
 	}
 	out := tenantstorage.Tally{Key: g.key, Revision: known.Revision, Value: known.Value, Add: 1, Keep: true}
-	if !ok || g.exceeded(known.Value+more) != nil {
+	if !ok || g.low(known) || g.exceeded(known.Value+more) != nil {
 		out.Revision = -1
 	}
 	return []tenantstorage.Tally{out}
+}
+
+// low reports whether the count holds fewer Projects than the server's
+// cache of Projects shows the organization has: some were stored without
+// moving it (created through an update — a server-side apply, a PUT —,
+// by a server that did not know the grant yet, or with the quota's
+// admission off), and their deletes take from it. It is counted again. A
+// Project purged a moment ago and still in the cache makes it count again
+// needlessly, once.
+func (g *projectsGuard) low(known tenantstorage.Tally) bool {
+	l := g.t.ledger
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	return l.allocatedLocked(BucketKey{Consumer{Kind: KindOrganization, Name: g.org}, ProjectsPerOrganization}) > known.Value
 }
 
 func (g *projectsGuard) Moved(now []tenantstorage.Tally) error {
@@ -233,8 +247,8 @@ func (g *projectsGuard) Moved(now []tenantstorage.Tally) error {
 		g.learn(now[0])
 	}
 	known, ok := g.known()
-	if !ok {
-		if err := g.countProjects(); err != nil {
+	if !ok || g.low(known) {
+		if err := g.countProjects(known.Revision); err != nil {
 			return err
 		}
 		if known, ok = g.known(); !ok {
@@ -254,11 +268,12 @@ func (g *projectsGuard) Stored(now []tenantstorage.Tally) {
 }
 
 // countProjects counts the organization's Projects in storage into its
-// count, unless another create of this server counted since the guard last
-// expected. The count is written only where there is none yet and no
-// Project of the organization was deleted since the Projects were read;
-// one made wrong by a delete is made again.
-func (g *projectsGuard) countProjects() error {
+// count (as was is: at that revision, 0 for none), unless another create
+// of this server counted since the guard last expected. The count is
+// written only where it did not move and no Project of the organization
+// was deleted since the Projects were read; one made wrong meanwhile is
+// made again.
+func (g *projectsGuard) countProjects(was int64) error {
 	g.t.mu.Lock()
 	e := g.entryLocked()
 	g.t.mu.Unlock()
@@ -281,12 +296,20 @@ func (g *projectsGuard) countProjects() error {
 			err = apierrors.NewServiceUnavailable(fmt.Sprintf("counting the Projects of organization %s, for its quota: %v", g.org, cerr))
 			break
 		}
-		now, ok, cerr := tenantstorage.SetCount(ctx, g.t.kv, g.t.prefix, g.key, projectsDeletesMark(g.org), n, revision)
+		now, ok, cerr := tenantstorage.SetCount(ctx, g.t.kv, g.t.prefix, g.key, projectsDeletesMark(g.org), n, revision, was)
 		if cerr != nil {
 			err = apierrors.NewServiceUnavailable(fmt.Sprintf("writing the count of organization %s's Projects, for its quota: %v", g.org, cerr))
 			break
 		}
 		if ok {
+			g.learn(now)
+			err = nil
+			break
+		}
+		if was != 0 && now.Revision != 0 {
+			// Counting again a count that moved meanwhile (a create or a
+			// delete stored, which keep it): the next create decides
+			// from it as it is now.
 			g.learn(now)
 			err = nil
 			break

@@ -47,6 +47,9 @@ type turn struct {
 // its round: what it requires, writes and reads when it fails, and, once
 // another write committed it in its own transaction, the outcome.
 type talliedTxn struct {
+	// ctx is its request's: one that ended is not taken into another's
+	// transaction.
+	ctx          context.Context
 	guard        TallyGuard
 	keys         []string
 	ifs          []clientv3.Cmp
@@ -196,18 +199,45 @@ func (t *turns) drain(set string, lead *talliedTxn, maxOps int) []*talliedTxn {
 	ws := slices.DeleteFunc(t.waiting[set], func(w *talliedTxn) bool { return w == lead })
 	ifs, thens, elses, bytes := lead.size()
 	tallies := len(lead.keys)
-	n := 0
-	for _, w := range ws {
-		i, th, e, b := w.size()
-		if ifs+i+tallies > maxOps || thens+th+tallies > maxOps || elses+e+tallies > maxOps || bytes+b > maxBatchBytes {
+	// etcd refuses a transaction that writes one key twice: a write of a
+	// key another in it writes (two updates of one object, two creates of
+	// one name) waits for a transaction of its own.
+	written := map[string]bool{}
+	lead.written(written)
+	var taken, left []*talliedTxn
+	for i, w := range ws {
+		wi, th, e, b := w.size()
+		if ifs+wi+tallies > maxOps || thens+th+tallies > maxOps || elses+e+tallies > maxOps || bytes+b > maxBatchBytes {
+			left = append(left, ws[i:]...)
 			break
 		}
-		ifs, thens, elses, bytes = ifs+i, thens+th, elses+e, bytes+b
-		n++
+		if w.overlaps(written) || w.ctx.Err() != nil {
+			left = append(left, w) // an ended one takes itself out
+			continue
+		}
+		w.written(written)
+		ifs, thens, elses, bytes = ifs+wi, thens+th, elses+e, bytes+b
+		taken = append(taken, w)
 	}
-	taken := slices.Clone(ws[:n])
-	t.setWaitingLocked(set, ws[n:])
+	t.setWaitingLocked(set, left)
 	return taken
+}
+
+// written adds the keys w writes to keys.
+func (w *talliedTxn) written(keys map[string]bool) {
+	for _, op := range w.thens {
+		keys[string(op.KeyBytes())] = true
+	}
+}
+
+// overlaps reports whether w writes any of keys.
+func (w *talliedTxn) overlaps(keys map[string]bool) bool {
+	for _, op := range w.thens {
+		if keys[string(op.KeyBytes())] {
+			return true
+		}
+	}
+	return false
 }
 
 // size is what w's part of a transaction holds: its compares, writes and
@@ -226,8 +256,10 @@ func (w *talliedTxn) size() (ifs, thens, elses, bytes int) {
 func (s *store) batchRound(ctx context.Context, w *talliedTxn) round {
 	t := &s.joints.turns
 	set := batchSet(w.keys)
+	// A new channel each round: the last one was closed when another
+	// write committed this one, or told it to wait anew.
+	w.joined = make(chan struct{})
 	if !w.alone {
-		w.joined = make(chan struct{})
 		t.wait(set, w)
 	}
 	done, joined, err := t.take(ctx, w.keys, w.joined)
@@ -314,6 +346,13 @@ func (s *store) commitBatch(ctx context.Context, batch []*talliedTxn, lead []Tal
 	resp, err := s.joints.kv.Txn(txnCtx).If(append(ifs, tIfs...)...).Then(append(thens, tThens...)...).Else(append(elses, tReads...)...).Commit()
 	outs := make([]round, len(in))
 	switch {
+	case err != nil && len(in) > 1 && notApplied(err):
+		// etcd refused the transaction unapplied (too large, say):
+		// each write is committed alone next, to be refused, or not, on
+		// its own.
+		for i, w := range in {
+			w.alone, outs[i] = true, round{again: true}
+		}
 	case err != nil:
 		for i := range outs {
 			outs[i] = round{err: err}

@@ -544,7 +544,7 @@ func (s *store) companionsFirst(ctx context.Context, companions []Companion, j *
 // nothing was stored.
 func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clientv3.Cmp, thens []clientv3.Op,
 	othersFailed func(*clientv3.TxnResponse) bool, elses ...clientv3.Op) (_ *clientv3.TxnResponse, refused bool, _ error) {
-	w := &talliedTxn{guard: guard, ifs: ifs, thens: thens, othersFailed: othersFailed, elses: elses}
+	w := &talliedTxn{ctx: ctx, guard: guard, ifs: ifs, thens: thens, othersFailed: othersFailed, elses: elses}
 	if guard != nil {
 		w.keys = guard.Keys()
 	}

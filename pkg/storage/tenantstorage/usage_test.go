@@ -396,14 +396,20 @@ func TestBurstInOneReplicaTakesTurns(t *testing.T) {
 // waiting writes of it wait behind it, and returns what gives it back.
 func holdTurn(t *testing.T, j *Joints, key string, waiting int, start func()) func() {
 	t.Helper()
-	done, _, err := j.turns.take(context.Background(), []string{key}, nil)
+	return holdTurns(t, j, []string{key}, waiting, start)
+}
+
+// holdTurns is holdTurn of the tallies keys.
+func holdTurns(t *testing.T, j *Joints, keys []string, waiting int, start func()) func() {
+	t.Helper()
+	done, _, err := j.turns.take(context.Background(), keys, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	start()
 	for {
 		j.turns.mu.Lock()
-		n := len(j.turns.waiting[batchSet([]string{key})])
+		n := len(j.turns.waiting[batchSet(keys)])
 		j.turns.mu.Unlock()
 		if n == waiting {
 			return done
@@ -519,6 +525,41 @@ func TestWaitingWritesCommittedTogether(t *testing.T) {
 	}
 	if v := tallyOf(t, key); v != limit {
 		t.Fatalf("the count holds %d, want %d", v, limit)
+	}
+}
+
+// TestWaitingUpdatesOfOneObjectCommittedApart: two updates of one object
+// of a project whose bytes are counted, waiting for the count's turn
+// together, are not put in one transaction (etcd refuses one that writes a
+// key twice): both are stored, one after the other.
+func TestWaitingUpdatesOfOneObjectCommittedApart(t *testing.T) {
+	run := benchRuns.Add(1)
+	resource, project := fmt.Sprintf("apart%d", run), fmt.Sprintf("apart-%d", run)
+	m := &replicaMeter{project: project, limit: 1000, byteLimit: 1 << 20, epoch: "e"}
+	j := NewJoints(etcdClient)
+	s, prefixes := newStorage(t, resource, Options{Meter: m, Joints: j})
+	prefixes.KeepUsageTallies("/registry")
+	m.prefixes = prefixes
+	ctx := in(project)
+	key := "/" + resource + "/ns/cm"
+	if err := s.Create(ctx, key, configMap("ns", "cm", 10), &corev1.ConfigMap{}, 0); err != nil {
+		t.Fatal(err)
+	}
+	w, _ := m.Begin(ctx, tenancy.Tenant{Name: project}, false)
+	keys := w.(*replicaWrite).Guard(0, 1, true).Keys()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	release := holdTurns(t, j, keys, 2, func() {
+		for i := range errs {
+			wg.Go(func() {
+				errs[i] = s.GuaranteedUpdate(ctx, key, &corev1.ConfigMap{}, false, nil, grow(100*(i+1)), nil)
+			})
+		}
+	})
+	release()
+	wg.Wait()
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatalf("two updates of one object waiting together: %v", errs)
 	}
 }
 
