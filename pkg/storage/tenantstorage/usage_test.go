@@ -905,25 +905,31 @@ var _ TalliedWrite = (*replicaWrite)(nil)
 
 var benchRuns atomic.Int64
 
+// benchStorage is a storage of a resource of its own (its watch cache
+// starts empty) with a project, whose objects are counted in storage where
+// counted, and the project's context.
+func benchStorage(b *testing.B, name string, counted bool) (storage.Interface, context.Context, string) {
+	run := benchRuns.Add(1)
+	resource := fmt.Sprintf("bench%s%d", name, run)
+	project := fmt.Sprintf("bench-%s-%d", name, run)
+	o := Options{Joints: NewJoints(etcdClient)}
+	m := &replicaMeter{project: project, limit: 1 << 40, epoch: "e"}
+	if counted {
+		o.Meter = m
+	}
+	s, prefixes := newStorage(b, resource, o)
+	prefixes.KeepUsageTallies("/registry")
+	m.prefixes = prefixes
+	return s, in(project), resource
+}
+
 // BenchmarkCreateCounted times a create stored alone (upstream's
 // transaction) against one stored with its project's object count moved
 // in the same transaction, one after the other on the package's etcd.
 func BenchmarkCreateCounted(b *testing.B) {
 	for _, counted := range []bool{false, true} {
 		b.Run(fmt.Sprintf("counted=%v", counted), func(b *testing.B) {
-			// A resource of its own each run: its watch cache starts empty.
-			run := benchRuns.Add(1)
-			resource := fmt.Sprintf("benchcounted%d", run)
-			project := fmt.Sprintf("bench-counted-%d", run)
-			o := Options{Joints: NewJoints(etcdClient)}
-			m := &replicaMeter{project: project, limit: 1 << 40, epoch: "e"}
-			if counted {
-				o.Meter = m
-			}
-			s, prefixes := newStorage(b, resource, o)
-			prefixes.KeepUsageTallies("/registry")
-			m.prefixes = prefixes
-			ctx := in(project)
+			s, ctx, resource := benchStorage(b, "counted", counted)
 			out := &corev1.ConfigMap{}
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -983,18 +989,7 @@ func BenchmarkUpdateCounted(b *testing.B) {
 func BenchmarkBurstCounted(b *testing.B) {
 	for _, counted := range []bool{false, true} {
 		b.Run(fmt.Sprintf("counted=%v", counted), func(b *testing.B) {
-			run := benchRuns.Add(1)
-			resource := fmt.Sprintf("benchburst%d", run)
-			project := fmt.Sprintf("bench-burst-%d", run)
-			o := Options{Joints: NewJoints(etcdClient)}
-			m := &replicaMeter{project: project, limit: 1 << 40, epoch: "e"}
-			if counted {
-				o.Meter = m
-			}
-			s, prefixes := newStorage(b, resource, o)
-			prefixes.KeepUsageTallies("/registry")
-			m.prefixes = prefixes
-			ctx := in(project)
+			s, ctx, resource := benchStorage(b, "burst", counted)
 			var n atomic.Int64
 			b.SetParallelism(32) // 64 writers on two cores
 			b.ReportAllocs()
