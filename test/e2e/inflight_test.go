@@ -90,10 +90,16 @@ webhooks:
 	if err := m.dynamic(t).Resource(projectsGVR).Delete(ctx, project, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Gone from storage, and from the server's own view of the hierarchy,
+	// which ends the project's requests (a moment after etcd: a create
+	// reaching storage in between is not ended; docs/security.md).
 	eventually(t, "the project purged and gone", func() error {
 		_, err := m.dynamic(t).Resource(projectsGVR).Get(ctx, project, metav1.GetOptions{})
 		if !apierrors.IsNotFound(err) {
 			return fmt.Errorf("project: %v", err)
+		}
+		if _, err := c.CoreV1().Namespaces().List(ctx, metav1.ListOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("the project's namespaces: %v", err)
 		}
 		return nil
 	})
