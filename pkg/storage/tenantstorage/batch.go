@@ -303,7 +303,7 @@ func storable(tallies []Tally) bool {
 // yet), with the other writes of batch whose guards expect the tallies
 // where lead does and let them store after those before them, in one
 // transaction moving the tallies by what they all add. The others are
-// told to wait for their turn again. It returns batch[0]'s outcome and
+// told to wait for their turn again, to be committed alone. It returns batch[0]'s outcome and
 // sets the others' (their out, joined closed).
 func (s *store) commitBatch(ctx context.Context, batch []*talliedTxn, lead []Tally) round {
 	first := batch[0]
@@ -318,7 +318,10 @@ func (s *store) commitBatch(ctx context.Context, batch []*talliedTxn, lead []Tal
 	for _, w := range batch[1:] {
 		e := w.guard.Expect(ahead)
 		if !sameTallies(e, lead) {
-			w.out = round{again: true}
+			// It does not fit after those before it (or knows the tallies
+			// otherwise): decided alone at its next turn, not drained
+			// into each next transaction only to be sent back again.
+			w.alone, w.out = true, round{again: true}
 			close(w.joined)
 			continue
 		}
