@@ -212,6 +212,10 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 		c.Joints = tenantstorage.NewJoints(etcdClient, append(projectbootstrap.Resources(), quotav1alpha1.ClaimsResource.GroupResource())...)
 		c.Joints.Elsewhere(slices.Collect(maps.Keys(c.EtcdElsewhere))...)
 		c.Joints.SetMaxTxnOps(opts.EtcdMaxTxnOps)
+		// A create in a project requires, in its transaction, that the
+		// project is not purged: one admitted before its project's
+		// deletion cannot be stored after its purge.
+		c.Joints.RequireLiveProjects(opts.ControlPlane.Etcd.StorageConfig.Prefix, resourcemanagerv1alpha1.Resource("projects"))
 		// A claim stored with its object adds to its buckets' tallies;
 		// its delete takes from them.
 		c.Joints.Tallied(quotav1alpha1.ClaimsResource.GroupResource(), func(obj runtime.Object) ([]tenantstorage.Tally, string) { return quota.ClaimTallies(obj), "" })

@@ -51,6 +51,9 @@ type Joints struct {
 	turns turns
 	// maxOps is etcd's --max-txn-ops (0: its default).
 	maxOps int
+	// lives, if not nil, makes creates in a project require that it
+	// lives (see RequireLiveProjects).
+	lives *lives
 }
 
 // SetMaxTxnOps tells the Joints how many compares, and how many
@@ -469,9 +472,9 @@ func (j *Joints) companionOps(ctx context.Context, companions []Companion) ([]cl
 }
 
 // jointCreate stores obj at key (its tenant's) with companions, in one
-// transaction that requires every key to be new and moves the tallies
-// guard keeps; it answers as the etcd store's Create does. j is nil for a
-// create with no companions, moving its project's usage tally only.
+// transaction that requires every key to be new, and a project's object
+// its project to live, and moves the tallies guard keeps; it answers as
+// the etcd store's Create does. j is nil for a create with no companions.
 func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Object, companions []Companion, j *Joint, guard TallyGuard) error {
 	full := s.etcdKey(key)
 	ifs, thens, err := s.joints.companionOps(ctx, companions)
@@ -485,25 +488,49 @@ func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Ob
 		return err
 	}
 	ifs = append([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", 0)}, ifs...)
-	thens = append([]clientv3.Op{clientv3.OpPut(full, string(data))}, thens...)
+	thens = append(append([]clientv3.Op{clientv3.OpPut(full, string(data))}, thens...), s.createdLives(obj)...)
+	elses := []clientv3.Op{clientv3.OpGet(full, clientv3.WithCountOnly())}
+	var othersFailed func(*clientv3.TxnResponse) bool
+	lives := s.livesKey(ctx)
+	if lives != "" {
+		ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(lives), ">", 0))
+		elses = append(elses, clientv3.OpGet(lives, clientv3.WithCountOnly()))
+		othersFailed = func(resp *clientv3.TxnResponse) bool {
+			return anyFound(resp.Responses[:1]) || livesGone(resp.Responses[1])
+		}
+	}
 	if j != nil && j.together != nil {
 		j.together()
 	}
-	resp, refused, err := s.commitTallied(ctx, guard, ifs, thens, nil, clientv3.OpGet(full, clientv3.WithCountOnly()))
-	if err != nil {
-		if refused || notApplied(err) {
+	for revived := false; ; revived = true {
+		resp, refused, err := s.commitTallied(ctx, guard, ifs, thens, othersFailed, elses...)
+		if err != nil {
+			if refused || notApplied(err) {
+				j.failed()
+			} // else stored or not, unknown: the companions' reader settles it
+			return err
+		}
+		if resp.Succeeded {
+			return s.decoder.Decode(plain, out, resp.Header.Revision)
+		}
+		if lives != "" && livesGone(resp.Responses[1]) {
+			if !revived {
+				if err := s.joints.revive(ctx); err == nil {
+					continue
+				} else if !apierrors.IsNotFound(err) {
+					j.failed()
+					return err
+				}
+			}
 			j.failed()
-		} // else stored or not, unknown: the companions' reader settles it
-		return err
-	}
-	if !resp.Succeeded {
+			return projectGone(ctx)
+		}
 		j.failed()
 		if r := resp.Responses[0].GetResponseRange(); r != nil && r.Count > 0 {
 			return storage.NewKeyExistsError(full, 0)
 		}
 		return apierrors.NewConflict(s.resource, path.Base(key), fmt.Errorf("what is stored with the object exists already"))
 	}
-	return s.decoder.Decode(plain, out, resp.Header.Revision)
 }
 
 // companionsFirst stores companions in a transaction of their own, before

@@ -21,9 +21,11 @@ import (
 // tenant's keys can be found across all of them. It grows with the number of
 // resources (and CRDs), never with the number of tenants.
 type Prefixes struct {
-	mu         sync.Mutex
-	set        map[string]struct{}
-	byResource map[schema.GroupResource]string
+	mu sync.Mutex
+	// storagePrefix is the server's storage prefix (every resource's).
+	storagePrefix string
+	set           map[string]struct{}
+	byResource    map[schema.GroupResource]string
 }
 
 // NewPrefixes returns an empty record.
@@ -35,6 +37,9 @@ func (p *Prefixes) add(storagePrefix, resourcePrefix string, resource schema.Gro
 	full := path.Join("/", storagePrefix, resourcePrefix)
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.storagePrefix == "" {
+		p.storagePrefix = storagePrefix
+	}
 	p.set[full] = struct{}{}
 	if !resource.Empty() {
 		p.byResource[resource] = full
@@ -196,6 +201,8 @@ func (p *Prefixes) unmeteredPrefixes() map[string]bool {
 // a purge costs one consensus round and one disk sync; on kine, one key at a
 // time (keyranges). It reports how many keys it deleted. It refuses ids that
 // are not project storage ids, so it can never touch the platform's keys.
+// The project's lives key goes first (see RequireLiveProjects): once it is
+// gone, no create of the project is stored.
 func Purge(ctx context.Context, keys keyranges.Store, prefixes *Prefixes, projectID string, more ...string) (int64, error) {
 	return PurgeUnchanged(ctx, keys, prefixes, projectID, 0, more...)
 }
@@ -214,6 +221,13 @@ func PurgeUnchanged(ctx context.Context, keys keyranges.Store, prefixes *Prefixe
 		return 0, fmt.Errorf("purge: %q is not a project storage id", projectID)
 	}
 	all := prefixes.projectRanges(projectID, nil, more)
+	prefixes.mu.Lock()
+	if prefixes.storagePrefix != "" {
+		// The project's lives key first, in the first transaction: no
+		// create of the project is stored after it (RequireLiveProjects).
+		all = append([]string{livesRangeOf(prefixes.storagePrefix, projectID)}, all...)
+	}
+	prefixes.mu.Unlock()
 	for _, prefix := range all {
 		if !strings.HasSuffix(prefix, "/"+projectID+"/") {
 			return 0, fmt.Errorf("purge: refusing unexpected prefix %q", prefix)

@@ -17,6 +17,11 @@ import (
 // again by talliedUpdate.
 var errCountedSince = errors.New("the project's usage is counted in storage since the update began")
 
+// errCreatesInProject ends an attempt of upstream's update that would
+// create an object in a project that must live (see RequireLiveProjects):
+// it is made again by talliedUpdate, whose transaction requires it.
+var errCreatesInProject = errors.New("the update creates an object in a project that must live")
+
 // usageTallied reports whether an update in ctx's project moves its usage
 // counted in storage this store's transactions reach: every update, where
 // its bytes are counted; one that may create, where its objects are. Such
@@ -76,6 +81,7 @@ func (s *store) talliedUpdate(ctx context.Context, key string, destination runti
 	if err != nil {
 		return err
 	}
+	revived := false
 	for {
 		if err := preconditions.Check(full, cur.obj); err != nil {
 			return err
@@ -104,6 +110,16 @@ func (s *store) talliedUpdate(ctx context.Context, key string, destination runti
 			return s.decoder.Decode(cur.plain, destination, cur.rev)
 		}
 		revision, err := s.commitUpdate(ctx, key, full, cur, old, out, plain, data)
+		if errors.Is(err, errNotLive) {
+			if revived {
+				return projectGone(ctx)
+			}
+			if err := s.joints.revive(ctx); err != nil {
+				return err
+			}
+			revived = true
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -160,8 +176,21 @@ func (s *store) commitUpdate(ctx context.Context, key, full string, cur *current
 		}
 		return r.Kvs[0].ModRevision != cur.rev // written, or created
 	}
-	resp, refused, err := s.commitTallied(ctx, guard, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", cur.rev)},
-		[]clientv3.Op{clientv3.OpPut(full, string(data))}, moved, clientv3.OpGet(full, clientv3.WithKeysOnly()))
+	ifs := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(full), "=", cur.rev)}
+	elses := []clientv3.Op{clientv3.OpGet(full, clientv3.WithKeysOnly())}
+	failed := moved
+	lives := ""
+	if cur.rev == 0 {
+		// It creates: its project must live (an update of a stored
+		// object requires the object, which the purge deletes).
+		lives = s.livesKey(ctx)
+	}
+	if lives != "" {
+		ifs = append(ifs, clientv3.Compare(clientv3.CreateRevision(lives), ">", 0))
+		elses = append(elses, clientv3.OpGet(lives, clientv3.WithCountOnly()))
+		failed = func(resp *clientv3.TxnResponse) bool { return moved(resp) || livesGone(resp.Responses[1]) }
+	}
+	resp, refused, err := s.commitTallied(ctx, guard, ifs, []clientv3.Op{clientv3.OpPut(full, string(data))}, failed, elses...)
 	if err != nil {
 		if refused {
 			return 0, s.asRefusal(key, err)
@@ -172,6 +201,9 @@ func (s *store) commitUpdate(ctx context.Context, key, full string, cur *current
 		return 0, err
 	}
 	if !resp.Succeeded {
+		if lives != "" && !moved(resp) && livesGone(resp.Responses[1]) {
+			return 0, errNotLive
+		}
 		return 0, nil
 	}
 	stored = true

@@ -274,7 +274,11 @@ func (s *store) Create(ctx context.Context, key string, obj, out runtime.Object,
 
 // create stores obj at k (its tenant's key), with the companions the
 // request's Joint holds for it; usage, if not nil, guards its project's
-// usage tally, which the create moves too.
+// usage tally, which the create moves too. Where a create in a project
+// requires the project to live, it is always a joint create: upstream's
+// transaction has no room for the condition. Objects that expire (Events)
+// are upstream's to store (their lease is its), and do not require it:
+// one stored in a purged project is gone with its lease.
 func (s *store) create(ctx context.Context, k string, obj, out runtime.Object, ttl uint64, usage TallyGuard) error {
 	if s.joints.reaches(s.resource) {
 		j := JointFrom(ctx)
@@ -286,7 +290,7 @@ func (s *store) create(ctx context.Context, k string, obj, out runtime.Object, t
 			j = nil // nothing held for this object: no release to make
 		}
 		guard = bothGuards(guard, usage)
-		if companions != nil || guard != nil {
+		if companions != nil || guard != nil || (ttl == 0 && (s.livesKey(ctx) != "" || s.createdLives(obj) != nil)) {
 			if ttl == 0 {
 				return s.jointCreate(ctx, k, obj, out, companions, j, guard)
 			}
@@ -396,6 +400,10 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 	}
 	defer end(false)
 	stamped := func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
+		if res.ResourceVersion == 0 && s.livesKey(ctx) != "" {
+			// It creates: in a transaction that requires the project.
+			return nil, nil, errCreatesInProject
+		}
 		end(false)
 		out, ttl, err := tryUpdate(input, res)
 		if err != nil {
@@ -435,7 +443,7 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 		return out, ttl, nil
 	}
 	err = s.Interface.GuaranteedUpdate(ctx, k, destination, ignoreNotFound, preconditions, stamped, cachedExistingObject)
-	if errors.Is(err, errCountedSince) {
+	if errors.Is(err, errCountedSince) || errors.Is(err, errCreatesInProject) {
 		end(false)
 		return s.talliedUpdate(ctx, k, destination, ignoreNotFound, preconditions, tryUpdate)
 	}
