@@ -169,3 +169,55 @@ func TestCreatesRequireTheirProjectToLive(t *testing.T) {
 		t.Fatalf("the refused create moved the tally from %d to %d", tallyBefore, v)
 	}
 }
+
+// BenchmarkCreateInLiveProject times creates in a project stored by
+// upstream's transaction against creates whose transaction requires the
+// project's lives key, one after another and 64 at a time.
+func BenchmarkCreateInLiveProject(b *testing.B) {
+	for _, parallel := range []bool{false, true} {
+		for _, lives := range []bool{false, true} {
+			b.Run(fmt.Sprintf("parallel=%v/lives=%v", parallel, lives), func(b *testing.B) {
+				run := livesSeq.Add(1)
+				resource, projectsResource := fmt.Sprintf("benchlive%d", run), fmt.Sprintf("benchliveprojects%d", run)
+				project := fmt.Sprintf("bench-live-%d", run)
+				joints := NewJoints(etcdClient)
+				if lives {
+					joints.RequireLiveProjects("/registry", corev1.Resource(projectsResource))
+				}
+				projects, _ := newStorage(b, projectsResource, Options{Joints: joints})
+				p := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: project, UID: types.UID("uid-of-" + project)}}
+				if err := projects.Create(context.Background(), "/"+projectsResource+"//"+project, p, &corev1.ConfigMap{}, 0); err != nil {
+					b.Fatal(err)
+				}
+				s, _ := newStorage(b, resource, Options{Joints: joints})
+				ctx := in(project)
+				var n atomic.Int64
+				create := func(out *corev1.ConfigMap) error {
+					name := fmt.Sprintf("cm-%d", n.Add(1))
+					return s.Create(ctx, "/"+resource+"/ns/"+name, configMap("ns", name, 1024), out, 0)
+				}
+				b.ReportAllocs()
+				b.ResetTimer()
+				if !parallel {
+					out := &corev1.ConfigMap{}
+					for range b.N {
+						if err := create(out); err != nil {
+							b.Fatal(err)
+						}
+					}
+					return
+				}
+				b.SetParallelism(32) // 64 writers on two cores
+				b.RunParallel(func(pb *testing.PB) {
+					out := &corev1.ConfigMap{}
+					for pb.Next() {
+						if err := create(out); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
