@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/etcd3/metrics"
 	"k8s.io/apiserver/pkg/storage/value"
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
 
@@ -475,7 +477,9 @@ func (j *Joints) companionOps(ctx context.Context, companions []Companion) ([]cl
 // transaction that requires every key to be new, and a project's object
 // its project to live, and moves the tallies guard keeps; it answers as
 // the etcd store's Create does. j is nil for a create with no companions.
-func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Object, companions []Companion, j *Joint, guard TallyGuard) error {
+func (s *store) jointCreate(ctx context.Context, key string, obj, out runtime.Object, companions []Companion, j *Joint, guard TallyGuard) (err error) {
+	// Recorded as upstream's Create records its request.
+	defer func(start time.Time) { metrics.RecordEtcdRequest("create", s.resource, err, start) }(time.Now())
 	full := s.etcdKey(key)
 	ifs, thens, err := s.joints.companionOps(ctx, companions)
 	if err != nil {

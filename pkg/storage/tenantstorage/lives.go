@@ -64,12 +64,17 @@ func (j *Joints) RequireLiveProjects(storagePrefix string, projects schema.Group
 	j.lives = &lives{storagePrefix: storagePrefix, projects: projects}
 }
 
+// expiring are the resources whose objects expire (an etcd lease, which
+// upstream's store keeps): their writes require no lives key, and one
+// stored in a purged project is gone with its lease.
+var expiring = map[schema.GroupResource]bool{{Resource: "events"}: true, {Group: "events.k8s.io", Resource: "events"}: true}
+
 // livesKey returns the lives key a create in ctx's project requires, or
 // "" when it requires none (not a project, or not storage these Joints
 // reach, or not asked to).
 func (s *store) livesKey(ctx context.Context) string {
 	j := s.joints
-	if j == nil || j.lives == nil || !j.reaches(s.resource) {
+	if j == nil || j.lives == nil || !j.reaches(s.resource) || expiring[s.resource] {
 		return ""
 	}
 	t := tenancy.From(ctx)

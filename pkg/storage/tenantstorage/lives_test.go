@@ -116,6 +116,22 @@ func TestCreatesRequireTheirProjectToLive(t *testing.T) {
 		t.Fatalf("writes after the purge stored %v", keys)
 	}
 
+	// Objects that expire are upstream's to store, with their lease: an
+	// update that creates one in a live project is stored as before.
+	events, _ := newStorage(t, "events", Options{Joints: joints})
+	delta := fmt.Sprintf("delta-%d", n)
+	newProject(delta, types.UID("uid-of-"+delta))
+	err = events.GuaranteedUpdate(in(delta), "/events/default/ev", &corev1.ConfigMap{}, true, nil,
+		func(input runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
+			ev := input.(*corev1.ConfigMap).DeepCopy()
+			ev.Namespace, ev.Name = "default", "ev"
+			ttl := uint64(3600)
+			return ev, &ttl, nil
+		}, nil)
+	if err != nil {
+		t.Fatalf("an update that creates an object that expires: %v", err)
+	}
+
 	// A live project with no lives key: given one at its first create,
 	// or its first update that creates.
 	for i, write := range []func(string, string) error{createIn, applyIn} {

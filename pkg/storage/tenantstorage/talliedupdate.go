@@ -5,11 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/etcd3/metrics"
 )
 
 // errCountedSince ends an attempt of upstream's update whose project's
@@ -81,7 +83,6 @@ func (s *store) talliedUpdate(ctx context.Context, key string, destination runti
 	if err != nil {
 		return err
 	}
-	revived := false
 	for {
 		if err := preconditions.Check(full, cur.obj); err != nil {
 			return err
@@ -111,14 +112,14 @@ func (s *store) talliedUpdate(ctx context.Context, key string, destination runti
 		}
 		revision, err := s.commitUpdate(ctx, key, full, cur, old, out, plain, data)
 		if errors.Is(err, errNotLive) {
-			if revived {
-				return projectGone(ctx)
-			}
+			// A live project without its lives key is given it, and the
+			// same attempt is committed again (its admission not rerun).
 			if err := s.joints.revive(ctx); err != nil {
 				return err
 			}
-			revived = true
-			continue
+			if revision, err = s.commitUpdate(ctx, key, full, cur, old, out, plain, data); errors.Is(err, errNotLive) {
+				return projectGone(ctx)
+			}
 		}
 		if err != nil {
 			return err
@@ -137,7 +138,8 @@ func (s *store) talliedUpdate(ctx context.Context, key string, destination runti
 // commitUpdate stores one attempt of talliedUpdate, metered: it returns
 // the write's revision, or 0 when the object moved since the attempt read
 // it (the tallies did not, or commitTallied would have decided again).
-func (s *store) commitUpdate(ctx context.Context, key, full string, cur *current, old, out runtime.Object, plain, data []byte) (int64, error) {
+func (s *store) commitUpdate(ctx context.Context, key, full string, cur *current, old, out runtime.Object, plain, data []byte) (_ int64, err error) {
+	defer func(start time.Time) { metrics.RecordEtcdRequest("update", s.resource, err, start) }(time.Now())
 	w, err := s.begin(ctx, false)
 	if err != nil {
 		return 0, err
