@@ -17,6 +17,10 @@ func TestUpgradeLayoutKeepsOldProjectsWhereTheyAre(t *testing.T) {
 	ctx := context.Background()
 	const prefix = "/upgrade"
 	key := func(name string) string { return prefix + "/" + projectsKeyPrefix + name }
+	// From an empty prefix, also when the test runs again (-count).
+	if _, err := etcdClient.Delete(ctx, prefix+"/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
 	old := `{"apiVersion":"resourcemanager.miloapis.com/v1alpha1","kind":"Project","metadata":{"name":"web","uid":"1111","generation":9007199254740993,"annotations":{"keep":"me"}},"spec":{"ownerRef":{"kind":"Organization","name":"acme"}}}`
 	if _, err := etcdClient.Put(ctx, key("web"), old); err != nil {
 		t.Fatal(err)

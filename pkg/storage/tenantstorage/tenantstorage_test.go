@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -125,9 +126,29 @@ func newStorageOf(t testing.TB, resource string, o Options, c storagebackend.Con
 	return newCachedStorage(t, resource, o, c, watchcache.Options{PageSize: fillPageSize})
 }
 
+// emptied are the top-level tests (and benchmarks) whose run has emptied
+// the package's etcd.
+var emptied sync.Map
+
+// startEmpty empties the package's etcd at the first storage a test
+// builds, once per run of the test: the tests share one etcd and many
+// name their objects and tallies, which a test run again in the same
+// process (-count) would otherwise find stored by its last run.
+func startEmpty(t testing.TB) {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	if _, done := emptied.LoadOrStore(top, true); done {
+		return
+	}
+	t.Cleanup(func() { emptied.Delete(top) })
+	if _, err := etcdClient.Delete(context.Background(), "/registry/", clientv3.WithPrefix()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // newCachedStorage is newStorageOf whose watch cache w shapes.
 func newCachedStorage(t testing.TB, resource string, o Options, c storagebackend.Config, w watchcache.Options) (storage.Interface, *Prefixes) {
 	t.Helper()
+	startEmpty(t)
 	o.Prefixes = NewPrefixes()
 	prefix := "/" + resource
 	cfg := &storagebackend.ConfigForResource{Config: c, GroupResource: corev1.Resource(resource)}
