@@ -75,7 +75,11 @@ type round struct {
 	now           []Tally
 	moved, unsent bool
 	again         bool
-	err           error
+	// lost says the transaction failed on another write's own
+	// condition, the tallies as expected: not a round the write's
+	// tallies were moved in by others (maxTallyRounds).
+	lost bool
+	err  error
 }
 
 // Bounds of one transaction committing several writes: etcd refuses a
@@ -418,9 +422,12 @@ func (s *store) failedBatch(in []*talliedTxn, tallies []Tally, resp *clientv3.Tx
 			outs[i].now, outs[i].moved = now, moved
 		default:
 			// The tallies as read: what they hold, whether they moved or
-			// not.
+			// not. A write lost to another's own failure is committed
+			// alone next, so that a burst of failing writes (creates of
+			// names that exist) cannot take every round of it.
 			outs[i].now, outs[i].moved = now, true
-			w.alone = !anyFailed && !moved
+			outs[i].lost = anyFailed && !moved
+			w.alone = !moved
 		}
 	}
 	return outs

@@ -592,10 +592,12 @@ func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clien
 		if r.err != nil || !r.moved {
 			return r.resp, r.unsent, r.err
 		}
-		if rounds == maxTallyRounds {
-			return nil, true, apierrors.NewTooManyRequests("the quota this write is charged to was changed by other requests at each of its tries: retry", 1)
+		if !r.lost {
+			if rounds == maxTallyRounds {
+				return nil, true, apierrors.NewTooManyRequests("the quota this write is charged to was changed by other requests at each of its tries: retry", 1)
+			}
+			rounds++
 		}
-		rounds++
 		if err := guard.Moved(r.now); err != nil {
 			return nil, true, err
 		}
