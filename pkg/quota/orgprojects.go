@@ -74,11 +74,9 @@ type orgProjects struct {
 	epoch string
 	// tally is the count as last known (Revision 0: not known).
 	tally tenantstorage.Tally
-	// countMu makes one count at a time; counts is how many were made,
-	// and countErr the last one's failure.
-	countMu  sync.Mutex
-	counts   int64
-	countErr error
+	// count makes one count at a time (its n and err under the
+	// tallies' mu).
+	count oneCount
 }
 
 // CountProjectsInStorage makes every organization's Projects that a grant
@@ -179,7 +177,7 @@ func (g *projectsGuard) known() (tenantstorage.Tally, bool) {
 	g.t.mu.Lock()
 	defer g.t.mu.Unlock()
 	e := g.entryLocked()
-	g.counts = e.counts
+	g.counts = e.count.n
 	return e.tally, e.tally.Revision > 0
 }
 
@@ -277,49 +275,30 @@ func (g *projectsGuard) countProjects(was int64) error {
 	g.t.mu.Lock()
 	e := g.entryLocked()
 	g.t.mu.Unlock()
-	e.countMu.Lock()
-	defer e.countMu.Unlock()
-	g.t.mu.Lock()
-	since, last := e.counts != g.counts, e.countErr
-	g.t.mu.Unlock()
-	if since {
-		return last
-	}
-	// The count is every waiting create's: the request that makes it
-	// ending does not end it.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(g.ctx), countTimeout)
-	defer cancel()
-	var err error = apierrors.NewServiceUnavailable(fmt.Sprintf("counting the Projects of organization %s, for its quota: Projects were deleted meanwhile at each of %d tries: retry", g.org, maxProjectCounts))
-	for range maxProjectCounts {
-		n, revision, cerr := g.t.count(ctx, g.org)
-		if cerr != nil {
-			err = apierrors.NewServiceUnavailable(fmt.Sprintf("counting the Projects of organization %s, for its quota: %v", g.org, cerr))
-			break
+	return e.count.run(&g.t.mu, g.counts, func() error {
+		// The count is every waiting create's: the request that makes
+		// it ending does not end it.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(g.ctx), countTimeout)
+		defer cancel()
+		for range maxProjectCounts {
+			n, revision, err := g.t.count(ctx, g.org)
+			if err != nil {
+				return apierrors.NewServiceUnavailable(fmt.Sprintf("counting the Projects of organization %s, for its quota: %v", g.org, err))
+			}
+			now, ok, err := tenantstorage.SetCount(ctx, g.t.kv, g.t.prefix, g.key, projectsDeletesMark(g.org), n, revision, was)
+			if err != nil {
+				return apierrors.NewServiceUnavailable(fmt.Sprintf("writing the count of organization %s's Projects, for its quota: %v", g.org, err))
+			}
+			if ok || (was != 0 && now.Revision != 0) {
+				// Written; or, counting again a count that moved
+				// meanwhile (a create or a delete stored, which keep
+				// it), the next create decides from it as it is now.
+				g.learn(now)
+				return nil
+			}
 		}
-		now, ok, cerr := tenantstorage.SetCount(ctx, g.t.kv, g.t.prefix, g.key, projectsDeletesMark(g.org), n, revision, was)
-		if cerr != nil {
-			err = apierrors.NewServiceUnavailable(fmt.Sprintf("writing the count of organization %s's Projects, for its quota: %v", g.org, cerr))
-			break
-		}
-		if ok {
-			g.learn(now)
-			err = nil
-			break
-		}
-		if was != 0 && now.Revision != 0 {
-			// Counting again a count that moved meanwhile (a create or a
-			// delete stored, which keep it): the next create decides
-			// from it as it is now.
-			g.learn(now)
-			err = nil
-			break
-		}
-	}
-	g.t.mu.Lock()
-	e.counts++
-	e.countErr = err
-	g.t.mu.Unlock()
-	return err
+		return apierrors.NewServiceUnavailable(fmt.Sprintf("counting the Projects of organization %s, for its quota: Projects were deleted meanwhile at each of %d tries: retry", g.org, maxProjectCounts))
+	})
 }
 
 // ForgetOrganization drops what the server knows of org's count of

@@ -82,13 +82,9 @@ type meteredProject struct {
 	// bytesTally is what the server last knew the tally of the project's
 	// bytes to hold, where they are limited (kept beside its objects').
 	bytesTally tenantstorage.Tally
-	// counts is how many counts of the project this server finished, and
-	// countErr the last one's error (nil: it was written); countMu lets
-	// one write count at a time, and a write that waited for another
-	// write's count takes its outcome rather than counting again.
-	counts   int64
-	countErr error
-	countMu  sync.Mutex
+	// count lets one write count the project at a time (its n and err
+	// under tallyMu).
+	count oneCount
 	// recount says the tally must be counted again before it is trusted:
 	// objects were removed behind the storage layer's back.
 	recount atomic.Bool
@@ -532,7 +528,7 @@ func (g *usageGuard) known() ([]tenantstorage.Tally, bool) {
 	w, p := g.w, g.w.p
 	p.tallyMu.Lock()
 	defer p.tallyMu.Unlock()
-	g.counts = p.counts
+	g.counts = p.count.n
 	known := p.epoch == w.epoch && p.counted == w.epoch && !p.recount.Load()
 	out := make([]tenantstorage.Tally, len(g.adds))
 	for i, a := range g.adds {
@@ -610,33 +606,22 @@ func (g *usageGuard) Moved(now []tenantstorage.Tally) error {
 // another write of this server counted it since the guard last expected.
 func (g *usageGuard) count() error {
 	w, p := g.w, g.w.p
-	p.countMu.Lock()
-	defer p.countMu.Unlock()
-	p.tallyMu.Lock()
-	since, last := p.counts != g.counts, p.countErr
-	p.tallyMu.Unlock()
-	if since {
-		return last
-	}
-	again := p.recount.Swap(false)
-	objects, bytes, err := w.m.count(w.ctx, p.id, w.ObjectsTally(), w.BytesTally())
-	if err != nil {
-		if again {
-			p.recount.Store(true)
+	return p.count.run(&p.tallyMu, g.counts, func() error {
+		again := p.recount.Swap(false)
+		objects, bytes, err := w.m.count(w.ctx, p.id, w.ObjectsTally(), w.BytesTally())
+		if err != nil {
+			if again {
+				p.recount.Store(true)
+			}
+			return apierrors.NewServiceUnavailable(fmt.Sprintf("counting what project %s stores, for its quota: %v", w.consumer.Name, err))
 		}
-		err = apierrors.NewServiceUnavailable(fmt.Sprintf("counting what project %s stores, for its quota: %v", w.consumer.Name, err))
-	} else {
 		w.Learn(objects)
 		w.Learn(bytes)
-	}
-	p.tallyMu.Lock()
-	if err == nil {
+		p.tallyMu.Lock()
 		p.counted = w.epoch
-	}
-	p.counts++
-	p.countErr = err
-	p.tallyMu.Unlock()
-	return err
+		p.tallyMu.Unlock()
+		return nil
+	})
 }
 
 func (g *usageGuard) Stored(now []tenantstorage.Tally) {
