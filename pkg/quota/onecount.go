@@ -18,8 +18,10 @@ type oneCount struct {
 
 // run counts with count, unless a count finished since the write read
 // n as seen: then it returns that count's outcome. owner is the lock
-// that guards n and err.
-func (c *oneCount) run(owner sync.Locker, seen int64, count func() error) error {
+// that guards n and err; done, if not nil, runs under it with the count
+// made (n moved) when the count succeeded, so that a write reading n
+// sees what the count set with it.
+func (c *oneCount) run(owner sync.Locker, seen int64, count func() error, done func()) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	owner.Lock()
@@ -32,6 +34,9 @@ func (c *oneCount) run(owner sync.Locker, seen int64, count func() error) error 
 	owner.Lock()
 	c.n++
 	c.err = err
+	if err == nil && done != nil {
+		done()
+	}
 	owner.Unlock()
 	return err
 }

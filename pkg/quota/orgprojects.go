@@ -298,7 +298,7 @@ func (g *projectsGuard) countProjects(was int64) error {
 			}
 		}
 		return apierrors.NewServiceUnavailable(fmt.Sprintf("counting the Projects of organization %s, for its quota: Projects were deleted meanwhile at each of %d tries: retry", g.org, maxProjectCounts))
-	})
+	}, nil)
 }
 
 // ForgetOrganization drops what the server knows of org's count of

@@ -617,11 +617,8 @@ func (g *usageGuard) count() error {
 		}
 		w.Learn(objects)
 		w.Learn(bytes)
-		p.tallyMu.Lock()
-		p.counted = w.epoch
-		p.tallyMu.Unlock()
 		return nil
-	})
+	}, func() { p.counted = w.epoch })
 }
 
 func (g *usageGuard) Stored(now []tenantstorage.Tally) {

@@ -389,7 +389,8 @@ func (s *store) commitBatch(ctx context.Context, batch []*talliedTxn, lead []Tal
 // tallies) failed: each is given the answer as if its transaction had been
 // its own. A write whose own compares failed is done (not the tallies' to
 // decide). Where none did and the tallies moved, each asks its guard again
-// with what they hold; where one did, the others do so too; where none
+// with what they hold; where one did, the others do so too, their round
+// lost to it (not counted) where the tallies did not move; where none
 // did and the tallies did not move, what failed is what one of them
 // requires without reading it, and each is committed alone next.
 func (s *store) failedBatch(in []*talliedTxn, tallies []Tally, resp *clientv3.TxnResponse) []round {
@@ -422,12 +423,11 @@ func (s *store) failedBatch(in []*talliedTxn, tallies []Tally, resp *clientv3.Tx
 			outs[i].now, outs[i].moved = now, moved
 		default:
 			// The tallies as read: what they hold, whether they moved or
-			// not. A write lost to another's own failure is committed
-			// alone next, so that a burst of failing writes (creates of
-			// names that exist) cannot take every round of it.
+			// not. A write lost to another's own failure, the tallies
+			// as expected, lost no round to them (commitTallied).
 			outs[i].now, outs[i].moved = now, true
 			outs[i].lost = anyFailed && !moved
-			w.alone = !moved
+			w.alone = !anyFailed && !moved
 		}
 	}
 	return outs

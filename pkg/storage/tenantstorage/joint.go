@@ -579,7 +579,7 @@ func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clien
 	if guard != nil {
 		w.keys = guard.Keys()
 	}
-	for rounds := 1; ; {
+	for rounds, lost := 1, 0; ; {
 		var r round
 		if len(w.keys) == 0 {
 			r = s.commitBatch(ctx, []*talliedTxn{w}, nil)
@@ -592,7 +592,14 @@ func (s *store) commitTallied(ctx context.Context, guard TallyGuard, ifs []clien
 		if r.err != nil || !r.moved {
 			return r.resp, r.unsent, r.err
 		}
-		if !r.lost {
+		// A round lost to another write's own failure (its key
+		// existed) is not one the tallies moved in: a burst of creates
+		// of names that exist does not use up this write's rounds, up
+		// to as many such rounds again.
+		if r.lost {
+			lost++
+		}
+		if !r.lost || lost > maxTallyRounds {
 			if rounds == maxTallyRounds {
 				return nil, true, apierrors.NewTooManyRequests("the quota this write is charged to was changed by other requests at each of its tries: retry", 1)
 			}

@@ -133,7 +133,10 @@ var emptied sync.Map
 // startEmpty empties the package's etcd at the first storage a test
 // builds, once per run of the test: the tests share one etcd and many
 // name their objects and tallies, which a test run again in the same
-// process (-count) would otherwise find stored by its last run.
+// process (-count) would otherwise find stored by its last run. A test
+// builds its first storage before it writes to etcd itself, and before
+// its subtests (whose own first storage would empty etcd again), and no
+// test runs in parallel with another.
 func startEmpty(t testing.TB) {
 	top, _, _ := strings.Cut(t.Name(), "/")
 	if _, done := emptied.LoadOrStore(top, true); done {
