@@ -53,9 +53,14 @@ func TestCreatesRequireTheirProjectToLive(t *testing.T) {
 		obj := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}
 		return objects.Create(in(project), "/"+objectsResource+"/default/"+name, obj, &corev1.ConfigMap{}, 0)
 	}
+	// updates counts the update function's calls (admission's, in a
+	// server): an update that creates makes it once, as upstream does.
+	var updates int
 	applyIn := func(project, name string) error {
+		updates = 0
 		return objects.GuaranteedUpdate(in(project), "/"+objectsResource+"/default/"+name, &corev1.ConfigMap{}, true, nil,
 			func(input runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
+				updates++
 				cm := input.(*corev1.ConfigMap).DeepCopy()
 				cm.Namespace, cm.Name = "default", name
 				cm.Data = map[string]string{"applied": "yes"}
@@ -77,8 +82,8 @@ func TestCreatesRequireTheirProjectToLive(t *testing.T) {
 	if err := createIn(alpha, "before"); err != nil {
 		t.Fatal(err)
 	}
-	if err := applyIn(alpha, "applied-before"); err != nil {
-		t.Fatal(err)
+	if err := applyIn(alpha, "applied-before"); err != nil || updates != 1 {
+		t.Fatalf("an update that creates: %v, its update made %d times", err, updates)
 	}
 
 	// The project's deletion begins, then its purge: creates admitted
@@ -140,8 +145,8 @@ func TestCreatesRequireTheirProjectToLive(t *testing.T) {
 		if _, err := etcdClient.Delete(ctx, livesOf(beta)); err != nil {
 			t.Fatal(err)
 		}
-		if err := write(beta, "first"); err != nil {
-			t.Fatalf("the first write in a project without its lives key: %v", err)
+		if err := write(beta, "first"); err != nil || (i == 1 && updates != 1) {
+			t.Fatalf("the first write in a project without its lives key: %v (an update that creates made %d times)", err, updates)
 		}
 		if modRevision(t, livesOf(beta)) == 0 {
 			t.Fatal("a live project's first write did not give it its lives key")

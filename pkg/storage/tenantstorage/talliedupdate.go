@@ -19,10 +19,19 @@ import (
 // again by talliedUpdate.
 var errCountedSince = errors.New("the project's usage is counted in storage since the update began")
 
-// errCreatesInProject ends an attempt of upstream's update that would
-// create an object in a project that must live (see RequireLiveProjects):
-// it is made again by talliedUpdate, whose transaction requires it.
-var errCreatesInProject = errors.New("the update creates an object in a project that must live")
+// createsInProject ends an attempt of upstream's update that would create
+// an object in a project that must live (see RequireLiveProjects): it is
+// committed by talliedUpdate, whose transaction requires the project,
+// with out, what the attempt's update made, unless the object appeared
+// meanwhile.
+type createsInProject struct {
+	out runtime.Object
+	ttl *uint64
+}
+
+func (*createsInProject) Error() string {
+	return "the update creates an object in a project that must live"
+}
 
 // usageTallied reports whether an update in ctx's project moves its usage
 // counted in storage this store's transactions reach: every update, where
@@ -67,7 +76,7 @@ type current struct {
 // the etcd store's GuaranteedUpdate does; unlike it, it always reads the
 // object first (a cached copy is not trusted for the sizes it moves).
 func (s *store) talliedUpdate(ctx context.Context, key string, destination runtime.Object, ignoreNotFound bool,
-	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc) error {
+	preconditions *storage.Preconditions, tryUpdate storage.UpdateFunc, creates *createsInProject) error {
 	full := s.etcdKey(key)
 	load := func() (*current, error) {
 		got, err := s.joints.kv.Get(ctx, full)
@@ -79,8 +88,15 @@ func (s *store) talliedUpdate(ctx context.Context, key string, destination runti
 		}
 		return s.readCurrent(ctx, full, got.Kvs)
 	}
-	cur, err := load()
-	if err != nil {
+	var cur *current
+	var err error
+	if creates != nil {
+		// Upstream's attempt found the object absent and made it: its
+		// first commit here requires it still absent (as any attempt
+		// requires the object at the revision it read), so neither the
+		// read nor the update (admission) is made again.
+		cur = &current{obj: s.newFunc()}
+	} else if cur, err = load(); err != nil {
 		return err
 	}
 	for {
@@ -91,8 +107,11 @@ func (s *store) talliedUpdate(ctx context.Context, key string, destination runti
 		if cur.rev != 0 {
 			old = cur.obj.DeepCopyObject()
 		}
-		out, ttl, err := tryUpdate(cur.obj, storage.ResponseMeta{ResourceVersion: uint64(cur.rev)})
-		if err != nil {
+		var out runtime.Object
+		var ttl *uint64
+		if creates != nil {
+			out, ttl, creates = creates.out, creates.ttl, nil
+		} else if out, ttl, err = tryUpdate(cur.obj, storage.ResponseMeta{ResourceVersion: uint64(cur.rev)}); err != nil {
 			return err
 		}
 		if ttl != nil && *ttl != 0 {

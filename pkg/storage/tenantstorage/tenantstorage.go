@@ -385,7 +385,7 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 	if tallied, err := s.usageTallied(ctx, ignoreNotFound); err != nil {
 		return err
 	} else if tallied {
-		return s.talliedUpdate(ctx, k, destination, ignoreNotFound, preconditions, tryUpdate)
+		return s.talliedUpdate(ctx, k, destination, ignoreNotFound, preconditions, tryUpdate, nil)
 	}
 	// Each attempt is metered from its update on, and a retried attempt
 	// first gives back what the last one took and lets go of the project:
@@ -401,8 +401,13 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 	defer end(false)
 	stamped := func(input runtime.Object, res storage.ResponseMeta) (runtime.Object, *uint64, error) {
 		if res.ResourceVersion == 0 && s.livesKey(ctx) != "" {
-			// It creates: in a transaction that requires the project.
-			return nil, nil, errCreatesInProject
+			// It creates: in a transaction that requires the project,
+			// with what this attempt's update made.
+			out, ttl, err := tryUpdate(input, res)
+			if err != nil {
+				return out, ttl, err
+			}
+			return nil, nil, &createsInProject{out: out, ttl: ttl}
 		}
 		end(false)
 		out, ttl, err := tryUpdate(input, res)
@@ -443,9 +448,10 @@ func (s *store) GuaranteedUpdate(ctx context.Context, key string, destination ru
 		return out, ttl, nil
 	}
 	err = s.Interface.GuaranteedUpdate(ctx, k, destination, ignoreNotFound, preconditions, stamped, cachedExistingObject)
-	if errors.Is(err, errCountedSince) || errors.Is(err, errCreatesInProject) {
+	var creates *createsInProject
+	if errors.Is(err, errCountedSince) || errors.As(err, &creates) {
 		end(false)
-		return s.talliedUpdate(ctx, k, destination, ignoreNotFound, preconditions, tryUpdate)
+		return s.talliedUpdate(ctx, k, destination, ignoreNotFound, preconditions, tryUpdate, creates)
 	}
 	end(err == nil)
 	return err
