@@ -27,6 +27,7 @@ func Registry() manager.Registry {
 			if err == nil {
 				c.StoredByResource = s.StoredByResource
 				c.Purge = s.Purge
+				c.OrganizationGone = s.OrganizationGone
 			}
 			return c, err
 		},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/url"
+	"path"
 	"sync"
 	"time"
 
@@ -29,6 +30,13 @@ func ProjectsTallyKey(org, epoch string) string {
 // projectsDeletesMark is the key every delete of one of org's Projects
 // writes, while the organization is limited: a count made meanwhile is
 // made again.
+// ProjectsCountsPrefix is the etcd key prefix, under storagePrefix, of
+// org's counts of Projects and of its deletes mark: what to delete once
+// the organization's Projects are gone.
+func ProjectsCountsPrefix(storagePrefix, org string) string {
+	return path.Join("/", storagePrefix, projectsTallies+url.PathEscape(org)) + "/"
+}
+
 func projectsDeletesMark(org string) string {
 	return projectsTallies + url.PathEscape(org) + "/deletes"
 }

@@ -49,6 +49,7 @@ import (
 	"go.miloapis.com/milo/pkg/iam/authz"
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/projectbootstrap"
+	"go.miloapis.com/milo/pkg/quota"
 	"go.miloapis.com/milo/pkg/registry"
 	quotaregistry "go.miloapis.com/milo/pkg/registry/quota"
 	"go.miloapis.com/milo/pkg/registry/resourcemanager"
@@ -312,7 +313,7 @@ func NewServer(c CompletedConfig) (*Server, error) {
 				purge = nil
 			}
 			mgr, err := manager.New(controllers.Registry(), c.Options.Controllers, manager.Shared{Config: loopback, Hierarchy: tree.Factory(), Workers: 16, RootCA: rootCA,
-				StoredByResource: c.storedByResource(), Purge: purge})
+				StoredByResource: c.storedByResource(), Purge: purge, OrganizationGone: c.organizationGone()})
 			if err != nil {
 				return err
 			}
@@ -539,6 +540,21 @@ func (c CompletedConfig) bootstrapProject() func(ctx context.Context, p *resourc
 // the instances of its own CRDs too, whose storage may not be built.
 func (c CompletedConfig) purgeProject(ctx context.Context, projectID string) error {
 	return c.purgeProjectSince(ctx, projectID, 0)
+}
+
+// organizationGone is how the controllers in this server remove an
+// organization's Projects' counts in storage once its Projects are gone
+// (quota.ProjectsCountsPrefix), or nil where no server keeps them: no
+// quota, or no count in storage (SQL).
+func (c CompletedConfig) organizationGone() func(ctx context.Context, org string) error {
+	if c.Joints == nil || c.Options.Quota == nil || c.Keys == nil {
+		return nil
+	}
+	prefix := c.Options.ControlPlane.Etcd.StorageConfig.Prefix
+	return func(ctx context.Context, org string) error {
+		_, err := c.Keys.DeletePrefixes(ctx, quota.ProjectsCountsPrefix(prefix, org))
+		return err
+	}
 }
 
 // purgeProjectSince is purgeProject on the condition, when since is not 0,

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -160,6 +162,15 @@ func TestReplicasOnAnEtcdCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	members, etcdArgs := etcdCluster(t, dir, files)
+	tls, err := transport.TLSInfo{CertFile: files.EtcdClient.CertFile, KeyFile: files.EtcdClient.KeyFile, TrustedCAFile: files.CA.CertFile}.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(etcdArgs[1], ","), TLS: tls, DialTimeout: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Close() })
 	replicaStory(t, dir, etcdArgs, replicaLoad{
 		during: func(i, writes int) {
 			if i == writes/3 {
@@ -171,7 +182,7 @@ func TestReplicasOnAnEtcdCluster(t *testing.T) {
 			quotaAcrossReplicas(t, r1, r2)
 			objectsAcrossReplicas(t, r1, r2)
 			bytesAcrossReplicas(t, r1, r2)
-			projectsAcrossReplicas(t, r1, r2)
+			projectsAcrossReplicas(t, r1, r2, etcd)
 		},
 	})
 }
@@ -322,7 +333,7 @@ func quotaAcrossReplicas(t *testing.T, r1, r2 *milo) {
 // Projects: the count of the organization's Projects both move in etcd
 // keeps what is stored at the limit; Projects deleted through either
 // replica free exactly as many once purged.
-func projectsAcrossReplicas(t *testing.T, r1, r2 *milo) {
+func projectsAcrossReplicas(t *testing.T, r1, r2 *milo, etcd *clientv3.Client) {
 	ctx := context.Background()
 	const org = "rep-projects"
 	replicas := []*milo{r1, r2}
@@ -459,6 +470,57 @@ func projectsAcrossReplicas(t *testing.T, r1, r2 *milo) {
 	}
 	if created := burst(org+"-again", 10); len(created) != 3 {
 		t.Fatalf("10 projects created through two replicas at once after 3 were purged: %d stored, want 3", len(created))
+	}
+
+	// In etcd: each live Project's lives key (what its creates require),
+	// and the organization's count. The organization deleted, its
+	// Projects purged: none of them is left.
+	keys := func(prefix string) []string {
+		t.Helper()
+		resp, err := etcd.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, kv := range resp.Kvs {
+			out = append(out, string(kv.Key))
+		}
+		return out
+	}
+	list, err := admin.Resource(projectsGVR).List(ctx, metav1.ListOptions{LabelSelector: tenancy.OrganizationLabel + "=" + org})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lives []string
+	for _, p := range list.Items {
+		lives = append(lives, "/registry/_milo/lives/"+tenancy.StorageIDOf(&p)+"/project")
+	}
+	for _, key := range lives {
+		if len(keys(key)) != 1 {
+			t.Fatalf("a live project has no lives key %s", key)
+		}
+	}
+	counts := quota.ProjectsCountsPrefix("/registry", org)
+	if len(keys(counts)) == 0 {
+		t.Fatalf("no count of the organization's Projects under %s", counts)
+	}
+	if err := admin.Resource(organizationsGVR).Delete(ctx, org, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the organization gone", func() error {
+		_, err := admin.Resource(organizationsGVR).Get(ctx, org, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+	for _, key := range lives {
+		if left := keys(key); len(left) != 0 {
+			t.Errorf("a purged project's lives key is left: %v", left)
+		}
+	}
+	if left := keys(counts); len(left) != 0 {
+		t.Errorf("the deleted organization's counts are left: %v", left)
 	}
 }
 

@@ -55,6 +55,12 @@ func (c *Controllers) deleteOrganization(ctx context.Context, org *unstructured.
 		c.event(org, corev1.EventTypeNormal, "DeletingContents", "%s", waiting)
 		return errWaiting{waiting}
 	}
+	if c.OrganizationGone != nil {
+		// Its Projects are all gone: so are their counts.
+		if err := c.OrganizationGone(ctx, org.GetName()); err != nil {
+			return err
+		}
+	}
 	return c.released(ctx, organizations, org, hierarchy.OrganizationFinalizer)
 }
 

@@ -78,6 +78,10 @@ type Controllers struct {
 	// is then purged and released in one write, instead of being released
 	// to the server's Purger, which would write it again.
 	Purge func(ctx context.Context, projectID string, since int64) error
+	// OrganizationGone, if set, removes what the API server keeps in
+	// storage for an organization whose contents are gone, before the
+	// Organization is released.
+	OrganizationGone func(ctx context.Context, org string) error
 }
 
 // New prepares the controllers over a client configuration of the platform and

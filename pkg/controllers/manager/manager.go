@@ -53,6 +53,12 @@ type Shared struct {
 	// revision (tenantstorage.PurgeUnchanged); nil in a controller manager
 	// of its own.
 	Purge func(ctx context.Context, projectID string, since int64) error
+	// OrganizationGone, when the controllers run inside the API server,
+	// removes what the server keeps in storage for an organization whose
+	// contents are all gone, before it is released (its Projects' quota
+	// counts); nil where there is nothing to remove, or in a controller
+	// manager of its own.
+	OrganizationGone func(ctx context.Context, org string) error
 }
 
 // Runner is a built controller: Run works until ctx ends and returns once it
