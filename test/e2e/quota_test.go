@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 
 	"go.miloapis.com/milo/pkg/tenancy"
 )
@@ -320,14 +321,7 @@ func TestProviderQuotas(t *testing.T) {
 		t.Fatal(err)
 	}
 	conditionIs(t, admin.Resource(grantPoliciesGVR), gpName, "Ready")
-	grant, err := admin.Resource(grantsGVR).Namespace(ns).Get(ctx, "projects", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	grant.Object["spec"] = grantSpec("Organization", org, "resourcemanager.miloapis.com/projects", 20)
-	if _, err := admin.Resource(grantsGVR).Namespace(ns).Update(ctx, grant, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	setGrantSpec(t, admin.Resource(grantsGVR).Namespace(ns), "projects", grantSpec("Organization", org, "resourcemanager.miloapis.com/projects", 20))
 	bucketIs(t, aliceBuckets, org, "resourcemanager.miloapis.com/projects", 20, 10)
 	small := org + "-starter"
 	if _, err := aliceOrg.Resource(projectsGVR).Create(ctx, project(small, map[string]any{"plan": starter}), metav1.CreateOptions{}); err != nil {
@@ -580,15 +574,8 @@ func TestStoredObjectsAndBytesPerProject(t *testing.T) {
 	stored := objectsBucketMatches(t, m, aliceBuckets, web, 1000)
 
 	// Ten objects free; fifty writers.
-	g, err := grants.Get(ctx, "web-objects", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	limit := stored + 10
-	g.Object["spec"] = grantSpec("Project", web, "storage.miloapis.com/objects", limit)
-	if _, err := grants.Update(ctx, g, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	setGrantSpec(t, grants, "web-objects", grantSpec("Project", web, "storage.miloapis.com/objects", limit))
 	bucketIs(t, aliceBuckets, web, "storage.miloapis.com/objects", limit, stored)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -645,14 +632,7 @@ func TestStoredObjectsAndBytesPerProject(t *testing.T) {
 		used = a
 		return nil
 	})
-	g, err = grants.Get(ctx, "web-bytes", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g.Object["spec"] = grantSpec("Project", web, "storage.miloapis.com/bytes", used+100_000)
-	if _, err := grants.Update(ctx, g, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	setGrantSpec(t, grants, "web-bytes", grantSpec("Project", web, "storage.miloapis.com/bytes", used+100_000))
 	bucketIs(t, aliceBuckets, web, "storage.miloapis.com/bytes", used+100_000, used)
 	// Make room for two more objects, so only bytes can refuse.
 	for _, name := range []string{"before-1", "before-2"} {
@@ -708,4 +688,22 @@ func failedCreateHoldsNothing(t *testing.T, aliceWeb kubernetes.Interface, bucke
 		t.Fatal(err)
 	}
 	bucketIs(t, buckets, web, premium, 12, 5)
+}
+
+// setGrantSpec sets the spec of the stored grant name, again on a
+// conflict: the quota controller writes grants' status.
+func setGrantSpec(t *testing.T, grants dynamic.ResourceInterface, name string, spec map[string]any) {
+	t.Helper()
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		g, err := grants.Get(context.Background(), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		g.Object["spec"] = spec
+		_, err = grants.Update(context.Background(), g, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -25,6 +25,7 @@ import (
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
+	"k8s.io/client-go/util/retry"
 
 	"go.miloapis.com/milo/pkg/pki"
 	"go.miloapis.com/milo/pkg/quota"
@@ -349,13 +350,18 @@ func projectsAcrossReplicas(t *testing.T, r1, r2 *milo, etcd *clientv3.Client) {
 	grants := admin.Resource(grantsGVR).Namespace(ns)
 	setLimit := func(limit int64) {
 		t.Helper()
-		grant, err := grants.Get(ctx, "projects", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			_, err = grants.Create(ctx, quotaObject("ResourceGrant", ns, "projects", grantSpec("Organization", org, quota.ProjectsPerOrganization, limit)), metav1.CreateOptions{})
-		} else if err == nil {
-			grant.Object["spec"] = grantSpec("Organization", org, quota.ProjectsPerOrganization, limit)
-			_, err = grants.Update(ctx, grant, metav1.UpdateOptions{})
-		}
+		// Again on a conflict: the quota controller writes the grant's
+		// status.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			grant, err := grants.Get(ctx, "projects", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				_, err = grants.Create(ctx, quotaObject("ResourceGrant", ns, "projects", grantSpec("Organization", org, quota.ProjectsPerOrganization, limit)), metav1.CreateOptions{})
+			} else if err == nil {
+				grant.Object["spec"] = grantSpec("Organization", org, quota.ProjectsPerOrganization, limit)
+				_, err = grants.Update(ctx, grant, metav1.UpdateOptions{})
+			}
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -682,13 +688,18 @@ func meteredAcross(t *testing.T, r1 *milo, project, resourceType string) (func(*
 	}
 	setLimit := func(limit int64) {
 		t.Helper()
-		grant, err := grants.Get(ctx, project, metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			_, err = grants.Create(ctx, quotaObject("ResourceGrant", ns, project, grantSpec("Project", project, resourceType, limit)), metav1.CreateOptions{})
-		} else if err == nil {
-			grant.Object["spec"] = grantSpec("Project", project, resourceType, limit)
-			_, err = grants.Update(ctx, grant, metav1.UpdateOptions{})
-		}
+		// Again on a conflict: the quota controller writes the grant's
+		// status.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			grant, err := grants.Get(ctx, project, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				_, err = grants.Create(ctx, quotaObject("ResourceGrant", ns, project, grantSpec("Project", project, resourceType, limit)), metav1.CreateOptions{})
+			} else if err == nil {
+				grant.Object["spec"] = grantSpec("Project", project, resourceType, limit)
+				_, err = grants.Update(ctx, grant, metav1.UpdateOptions{})
+			}
+			return err
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
