@@ -66,7 +66,8 @@ func (j *Joints) RequireLiveProjects(storagePrefix string, projects schema.Group
 
 // expiring are the resources whose objects expire (an etcd lease, which
 // upstream's store keeps): their writes require no lives key, and one
-// stored in a purged project is gone with its lease.
+// stored in a purged project is gone with its lease; nor are they metered
+// (unmetered).
 var expiring = map[schema.GroupResource]bool{{Resource: "events"}: true, {Group: "events.k8s.io", Resource: "events"}: true}
 
 // livesKey returns the lives key a create in ctx's project requires, or

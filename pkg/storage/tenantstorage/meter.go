@@ -2,6 +2,7 @@ package tenantstorage
 
 import (
 	"context"
+	"maps"
 	"path"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -44,11 +45,13 @@ type MeteredWrite interface {
 }
 
 // unmetered are the resources whose objects are not a project's to count:
-// Events expire on their own (an etcd lease), unseen by this layer.
-var unmetered = map[schema.GroupResource]bool{
-	{Resource: "events"}: true, {Group: "events.k8s.io", Resource: "events"}: true,
-	usageResource: true,
-}
+// those that expire on their own (an etcd lease), unseen by this layer,
+// and the usage tallies.
+var unmetered = func() map[schema.GroupResource]bool {
+	m := maps.Clone(expiring)
+	m[usageResource] = true
+	return m
+}()
 
 // begin starts a metered write for the tenant of ctx, or returns nil.
 func (s *store) begin(ctx context.Context, release bool) (MeteredWrite, error) {
