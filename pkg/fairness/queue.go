@@ -43,10 +43,18 @@ type queueOf struct {
 	waiting []*place
 	// stuck is how many holders no longer counted are still in flight.
 	stuck int
+	// timer wakes the tenant's queue when its oldest counted holder has
+	// held its place for stuckAfter, while some wait (armed): one timer for
+	// the tenant, reused, not one per waiter, since a waiter is only ever
+	// given a place when a holder ends or stops counting. A thousand watches
+	// waiting for their turn at every event would otherwise make and stop a
+	// thousand timers.
+	timer *time.Timer
+	armed bool
 }
 
-// place is one holder's place: held since a time, or, while waiting, the
-// channel it is handed over on.
+// place is one holder's place: held since a time, or, while waiting, waiting
+// since a time, and the channel it is handed over on.
 type place struct {
 	since  time.Time
 	given  chan struct{}
@@ -72,45 +80,79 @@ func (q *queue) take(ctx context.Context, tenant string) (release func(), ok, ti
 	}
 	mine := &place{}
 	release = func() { q.release(sh, tenant, of, mine) }
-	if q.takeLocked(of, mine, time.Now()) {
+	now := time.Now()
+	if q.takeLocked(of, mine, now) {
 		sh.mu.Unlock()
 		return release, true, false
 	}
-	mine.given = make(chan struct{})
+	mine.since, mine.given = now, make(chan struct{})
 	of.waiting = append(of.waiting, mine)
+	q.armLocked(sh, tenant, of, now)
 	sh.mu.Unlock()
 	q.counts.waits.Inc()
-	stuck := time.NewTimer(q.stuckAfter)
-	defer stuck.Stop()
 	var deadline <-chan time.Time
 	if q.maxWait > 0 {
 		d := time.NewTimer(q.maxWait)
 		defer d.Stop()
 		deadline = d.C
 	}
-	for {
-		select {
-		case <-mine.given:
-			return release, true, false
-		case <-ctx.Done():
-			q.giveUp(sh, tenant, of, mine)
-			return nil, false, false
-		case <-deadline:
-			q.giveUp(sh, tenant, of, mine)
-			return nil, false, true
-		case now := <-stuck.C:
-			sh.mu.Lock()
-			if !mine.counts && q.uncountStuckLocked(of, now) {
-				q.handOverLocked(of)
-			}
-			given := mine.counts
-			sh.mu.Unlock()
-			if given {
-				return release, true, false
-			}
-			stuck.Reset(q.stuckAfter)
+	select {
+	case <-mine.given:
+		return release, true, false
+	case <-ctx.Done():
+		q.giveUp(sh, tenant, of, mine)
+		return nil, false, false
+	case <-deadline:
+		q.giveUp(sh, tenant, of, mine)
+		return nil, false, true
+	}
+}
+
+// armLocked sets of's timer, if some wait and it is not set, for when the
+// first waiting will have waited stuckAfter behind a holder counted for as
+// long: then that holder stops counting. Holders that maxStuck keeps
+// counted wait for a stuck one to end instead (release).
+func (q *queue) armLocked(sh *tenantShard[queueOf], tenant string, of *queueOf, now time.Time) {
+	if of.armed || len(of.waiting) == 0 || len(of.holding) == 0 || (q.maxStuck > 0 && of.stuck >= q.maxStuck) {
+		return
+	}
+	from := of.waiting[0].since
+	oldest := of.holding[0].since
+	for _, h := range of.holding[1:] {
+		if h.since.Before(oldest) {
+			oldest = h.since
 		}
 	}
+	if oldest.After(from) {
+		from = oldest
+	}
+	of.armed = true
+	d := max(0, from.Add(q.stuckAfter).Sub(now))
+	if of.timer == nil {
+		of.timer = time.AfterFunc(d, func() { q.stuckDue(sh, tenant, of) })
+		return
+	}
+	of.timer.Reset(d)
+}
+
+// stuckDue stops counting of's holders that held their places for
+// stuckAfter once the first waiting has waited as long, gives their places
+// to the first waiting, and sets the timer again for the next.
+func (q *queue) stuckDue(sh *tenantShard[queueOf], tenant string, of *queueOf) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	of.armed = false
+	if sh.tenants[tenant] != of {
+		return // forgotten since: nothing of it in flight
+	}
+	// Set for an earlier first waiting (given a place since, or gone), the
+	// timer may fire before the first waiting now has waited stuckAfter:
+	// then it is only set again.
+	now := time.Now()
+	if len(of.waiting) > 0 && now.Sub(of.waiting[0].since) >= q.stuckAfter && q.uncountStuckLocked(of, now) {
+		q.handOverLocked(of)
+	}
+	q.armLocked(sh, tenant, of, now)
 }
 
 // giveUp takes a waiter that stops waiting out of the queue, or, if it was
@@ -179,9 +221,11 @@ func (q *queue) release(sh *tenantShard[queueOf], tenant string, of *queueOf, p 
 			// in its stead, if maxStuck held one counted.
 			p.stuck = false
 			of.stuck--
-			if q.maxStuck > 0 && len(of.waiting) > 0 && q.uncountStuckLocked(of, time.Now()) {
+			now := time.Now()
+			if q.maxStuck > 0 && len(of.waiting) > 0 && q.uncountStuckLocked(of, now) {
 				q.handOverLocked(of)
 			}
+			q.armLocked(sh, tenant, of, now)
 		}
 		q.forgetLocked(sh, tenant, of)
 		return
@@ -213,5 +257,9 @@ func (q *queue) forgetLocked(sh *tenantShard[queueOf], tenant string, of *queueO
 	if len(of.holding) == 0 && len(of.waiting) == 0 && of.stuck == 0 && sh.tenants[tenant] == of {
 		delete(sh.tenants, tenant)
 		q.counts.tenants.Dec()
+		if of.timer != nil {
+			of.timer.Stop()
+			of.armed = false
+		}
 	}
 }
