@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -100,6 +101,9 @@ type Tenancy struct {
 	EtcdElsewhere map[schema.GroupResource]bool
 	// Top names the heaviest projects (nil with --top-projects=0).
 	Top *telemetry.TopProjects
+	// inProcess makes the storages of what the embedded etcd keeps on its
+	// in-process client; nil without one.
+	inProcess *inProcessEtcd
 }
 
 // CompletedConfig is a Config whose parts have been completed.
@@ -151,9 +155,16 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 
 	// Admission plugins answer for the request's tenant; they read a project's
 	// namespaces through the namespace storage, captured when it is built.
-	etcdClient, err := NewEtcdClient(opts.ControlPlane.Etcd.StorageConfig.Transport)
-	if err != nil {
-		return nil, err
+	var inProcess *inProcessEtcd
+	var etcdClient *clientv3.Client
+	if opts.EtcdInProcess != nil {
+		etcdClient = opts.EtcdInProcess()
+		inProcess = newInProcessEtcd(opts.EtcdInProcess(), opts.ControlPlane.Etcd.StorageConfig.Transport.ServerList)
+	}
+	if etcdClient == nil {
+		if etcdClient, err = NewEtcdClient(opts.ControlPlane.Etcd.StorageConfig.Transport); err != nil {
+			return nil, err
+		}
 	}
 	keys := keyRangesOf(etcdClient, opts.SQL != nil)
 	if err := tenantstorage.UpgradeLayout(context.Background(), keys, opts.ControlPlane.Etcd.StorageConfig.Prefix); err != nil {
@@ -194,7 +205,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	// their availability is not checked by probing endpoints.
 	aggregator.ExtraConfig.DisableRemoteAvailableConditionController = true
 
-	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Tenancy: Tenancy{
+	c := &Config{Options: opts, Aggregator: aggregator, ControlPlane: cp, APIExtensions: apiExtensions, Tenancy: Tenancy{inProcess: inProcess,
 		Prefixes: prefixes, Tenant: tenant, RBAC: projectrbac.NewStorage(tenant), Keys: keys,
 		IAM: opts.IAM, Users: users.NewRecorder(), Catalog: opts.Catalog,
 	}}

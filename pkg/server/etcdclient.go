@@ -125,14 +125,20 @@ type endingStore struct {
 	storage.Interface
 	ctx    context.Context
 	stream string
+	// streams, if not nil, counts the streams with a watch open.
+	streams *streamCount
 }
 
 func (s *endingStore) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
+	s.streams.open(s.stream)
 	// Released however the watch ends: stopped, or its request ended
 	// without stopping it (a watch the handler could not serve).
-	context.AfterFunc(ctx, func() { stop() })
+	context.AfterFunc(ctx, func() {
+		stop()
+		s.streams.close(s.stream)
+	})
 	// The etcd client puts watches whose outgoing metadata are equal on one
 	// stream: one per resource, as with upstream's client per storage, so
 	// that no resource's watches wait behind another's.
@@ -142,6 +148,14 @@ func (s *endingStore) Watch(ctx context.Context, key string, opts storage.ListOp
 		return nil, err
 	}
 	return &endingWatch{Interface: w, cancel: cancel}, nil
+}
+
+// RequestWatchProgress asks for a progress notification on the resource's
+// own stream: a request on a context without the resource's metadata would
+// go to a stream none of its watches is on, and a watch cache waiting for
+// it to serve a consistent list would wait in vain.
+func (s *endingStore) RequestWatchProgress(ctx context.Context) error {
+	return s.Interface.RequestWatchProgress(grpcmetadata.AppendToOutgoingContext(ctx, "milo-resource", s.stream))
 }
 
 // endingWatch ends its context when stopped.

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -260,6 +261,9 @@ type CompletedOptions struct {
 	Etcd *embeddedetcd.Config
 	// SQL is the SQL storage to serve through kine, or nil.
 	SQL *sqlstorage.Config
+	// EtcdInProcess, once Run started the embedded etcd, makes clients that
+	// call it in-process (nil from it: the member is one of a cluster).
+	EtcdInProcess func() *clientv3.Client
 	// AdminKubeconfig is the path of the kubeconfig of the admin identity.
 	AdminKubeconfig string
 	// TypedStorageMediaType is how the typed groups' objects are written.

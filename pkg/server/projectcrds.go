@@ -27,6 +27,10 @@ func newProjectCRDServing(c CompletedConfig) (*projectcrds.Serving, error) {
 	}
 	storage.uncached = true
 	storage.raw = (&sharedEtcd{}).storage
+	if c.inProcess != nil {
+		// The in-process client is one client already.
+		storage.raw = c.inProcess.decorator
+	}
 	return projectcrds.NewServing(projectcrds.ServingConfig{
 		RESTOptions:          storage,
 		Admission:            g.AdmissionControl,

@@ -36,10 +36,13 @@ type tenantRESTOptions struct {
 	// uncached storage reads and watches etcd directly, without a watch cache.
 	uncached bool
 	// raw makes uncached storage; nil: upstream's, a client per storage.
-	raw    generic.StorageDecorator
-	shown  tenantstorage.Shown
-	meter  tenantstorage.Meter
-	joints *tenantstorage.Joints
+	raw generic.StorageDecorator
+	// inProcess makes storage in the embedded etcd on its in-process
+	// client, cached and uncached (raw takes precedence); nil: none.
+	inProcess *inProcessEtcd
+	shown     tenantstorage.Shown
+	meter     tenantstorage.Meter
+	joints    *tenantstorage.Joints
 	// maps is one set of shared annotations maps for every resource.
 	maps *tenantstorage.TenancyMaps
 	// revisions reads the keys and revisions of the storage the server
@@ -57,6 +60,9 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 	}
 	if watchcache.IsUpstreamCached(opts.Decorator) {
 		o := watchcache.Options{PageSize: watchcache.FillPageSize}
+		if g.inProcess != nil {
+			o.Raw = g.inProcess.raw
+		}
 		if !tenantstorage.KeptElsewhere(g.elsewhere, resource) {
 			o.Revisions = g.revisions
 		}
@@ -64,6 +70,9 @@ func (g tenantRESTOptions) GetRESTOptions(resource schema.GroupResource, example
 	}
 	if g.uncached || uncachedResources.Has(resource) {
 		opts.Decorator = generic.UndecoratedStorage
+		if g.inProcess != nil {
+			opts.Decorator = g.inProcess.decorator
+		}
 		if g.raw != nil {
 			opts.Decorator = g.raw
 		}
@@ -101,7 +110,7 @@ func makeStorageTenantKeyed(c *Config, prefixes *tenantstorage.Prefixes) {
 			return nil
 		}
 		return tenantRESTOptions{inner: g, prefixes: prefixes, maxList: c.Options.MaxListItems, uncached: uncached, shown: c.Catalog, meter: meterOf(c), joints: c.Joints,
-			maps: maps, revisions: c.Keys, elsewhere: c.EtcdElsewhere}
+			maps: maps, revisions: c.Keys, elsewhere: c.EtcdElsewhere, inProcess: c.inProcess}
 	}
 	c.ControlPlane.Generic.RESTOptionsGetter = wrap(c.ControlPlane.Generic.RESTOptionsGetter, false)
 	// CustomResourceDefinitions themselves have no watch cache: it would

@@ -56,15 +56,22 @@ type Options struct {
 	// Checked, if not nil, is told the outcome of every check (nil: the
 	// cache holds what storage holds).
 	Checked func(schema.GroupResource, error)
+	// Raw, if not nil, makes the storage a cache fills from and delegates
+	// to; nil: generic.NewRawStorage.
+	Raw func(config *storagebackend.ConfigForResource, newFunc, newListFunc func() runtime.Object, resourcePrefix string) (storage.Interface, factory.DestroyFunc, error)
 }
 
 // Decorator is a storage decorator that puts a watch cache in front of the
 // resource's storage, as o shapes it.
 func Decorator(o Options) generic.StorageDecorator {
 	pageSize := o.PageSize
+	newRaw := o.Raw
+	if newRaw == nil {
+		newRaw = generic.NewRawStorage
+	}
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string, keyFunc func(obj runtime.Object) (string, error),
 		newFunc, newListFunc func() runtime.Object, getAttrs storage.AttrFunc, triggers storage.IndexerFuncs, indexers *cache.Indexers) (storage.Interface, factory.DestroyFunc, error) {
-		raw, destroyRaw, err := generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
+		raw, destroyRaw, err := newRaw(config, newFunc, newListFunc, resourcePrefix)
 		if err != nil {
 			return raw, destroyRaw, err
 		}
