@@ -462,11 +462,10 @@ func (s *system) measure(ctx context.Context, profile string) (resources, error)
 	r.HeapLiveBytes = m.sum("go_memstats_heap_alloc_bytes")
 	r.Goroutines = m.sum("go_goroutines")
 	// The server's own etcd clients, Milo's one client of projects' kinds,
-	// and Milo's in-process client of its embedded etcd.
-	for _, prefix := range []string{"", "milo_project_kinds_"} {
+	// and Milo's clients of its embedded etcd.
+	for _, prefix := range []string{"", "milo_project_kinds_", "milo_etcd_"} {
 		r.EtcdWatches += m.sum(prefix+"grpc_client_started_total", `grpc_method="Watch"`) - m.sum(prefix+"grpc_client_handled_total", `grpc_method="Watch"`)
 	}
-	r.EtcdWatches += m.sum("milo_etcd_in_process_watch_streams")
 	r.EtcdDBBytes = m.max("apiserver_storage_size_bytes")
 	r.Series = float64(len(m))
 	for _, line := range m {

@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.opentelemetry.io/otel"
 	apiextensionsapiserver "k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -155,16 +154,18 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 
 	// Admission plugins answer for the request's tenant; they read a project's
 	// namespaces through the namespace storage, captured when it is built.
-	var inProcess *inProcessEtcd
-	var etcdClient *clientv3.Client
-	if opts.EtcdInProcess != nil {
-		etcdClient = opts.EtcdInProcess()
-		inProcess = newInProcessEtcd(opts.EtcdInProcess(), opts.ControlPlane.Etcd.StorageConfig.Transport.ServerList)
+	etcdClient, err := NewEtcdClient(opts.ControlPlane.Etcd.StorageConfig.Transport)
+	if err != nil {
+		return nil, err
 	}
-	if etcdClient == nil {
-		if etcdClient, err = NewEtcdClient(opts.ControlPlane.Etcd.StorageConfig.Transport); err != nil {
-			return nil, err
-		}
+	var inProcess *inProcessEtcd
+	if opts.EtcdInProcess != nil {
+		inProcess = newInProcessEtcd(opts.EtcdInProcess(), opts.ControlPlane.Etcd.StorageConfig.Transport)
+	}
+	if inProcess != nil {
+		// Milo's own transactions (a project's creation and purge, quota
+		// counts) and key reads, in-process too; its watches on gRPC.
+		etcdClient.KV = inProcess.kv
 	}
 	keys := keyRangesOf(etcdClient, opts.SQL != nil)
 	if err := tenantstorage.UpgradeLayout(context.Background(), keys, opts.ControlPlane.Etcd.StorageConfig.Prefix); err != nil {

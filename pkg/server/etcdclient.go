@@ -60,6 +60,10 @@ func etcdClientConfig(t storagebackend.TransportConfig) (clientv3.Config, error)
 // open a client of their own (upstream's storage factory does), a
 // connection and its goroutines for every distinct schema.
 type sharedEtcd struct {
+	// inProcess, if not nil, is the embedded etcd, which the client reads
+	// and writes in-process.
+	inProcess *inProcessEtcd
+
 	mu     sync.Mutex
 	client *kubernetes.Client
 }
@@ -80,8 +84,12 @@ func (s *sharedEtcd) storage(config *storagebackend.ConfigForResource, resourceP
 			s.client, err = kubernetes.New(cfg)
 		}
 		if err == nil {
+			kv := s.client.KV
+			if s.inProcess.serves(config) {
+				kv = s.inProcess.kv
+			}
 			// Latency per request, as upstream's clients record it.
-			s.client.KV = etcd3.NewETCDLatencyTracker(s.client.KV)
+			s.client.KV = etcd3.NewETCDLatencyTracker(kv)
 		}
 		if err != nil {
 			s.mu.Unlock()
@@ -125,20 +133,14 @@ type endingStore struct {
 	storage.Interface
 	ctx    context.Context
 	stream string
-	// streams, if not nil, counts the streams with a watch open.
-	streams *streamCount
 }
 
 func (s *endingStore) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(s.ctx, cancel)
-	s.streams.open(s.stream)
 	// Released however the watch ends: stopped, or its request ended
 	// without stopping it (a watch the handler could not serve).
-	context.AfterFunc(ctx, func() {
-		stop()
-		s.streams.close(s.stream)
-	})
+	context.AfterFunc(ctx, func() { stop() })
 	// The etcd client puts watches whose outgoing metadata are equal on one
 	// stream: one per resource, as with upstream's client per storage, so
 	// that no resource's watches wait behind another's.

@@ -1,12 +1,14 @@
 package server
 
 import (
-	"context"
+	"fmt"
 	"slices"
 	"sync"
 
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/kubernetes"
+	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/runtime"
 	genericfeatures "k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -17,66 +19,86 @@ import (
 	"k8s.io/apiserver/pkg/storage/value/encrypt/identity"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
 )
 
 // inProcessEtcd makes the storages of the resources kept in the embedded
-// etcd member on one client that calls the member in-process
-// (embeddedetcd.Server.InProcessClient), where upstream's factory opens a
-// gRPC connection per resource over the loopback. Every read and write of
-// the API server then skips gRPC's encoding and framing on both sides, and
-// the hand-offs between four transport goroutines that a request's round
-// trip otherwise waits for: on a busy server (another tenant's watches
-// being woken for an event), each hand-off waits for a core, and a quiet
-// tenant's GET, which upstream reads from etcd, waited longest there.
-// Resources kept in another etcd (--etcd-servers-overrides) keep upstream's
-// clients.
+// etcd member as upstream's factory makes them — a gRPC client each, for
+// its watches, leases and status — except that their reads and writes go
+// through etcd's in-process client (embeddedetcd.Server.InProcessClient):
+// the member's request handlers run in the caller's goroutine, with none of
+// gRPC's encoding and framing on either side and none of the hand-offs
+// between four transport goroutines that a round trip otherwise waits for
+// (on a busy server, each waits for a core: a quiet tenant's GET, which
+// upstream reads from etcd, waited longest there). Watches stay on gRPC:
+// etcd's in-process watch streams can stall for good when many watches of
+// one stream are cancelled at once (their cancel requests and replies wait
+// on each other through buffers of one and sixteen; etcd-io/etcd#18879),
+// which HTTP/2's buffering prevents. Resources kept in another etcd
+// (--etcd-servers-overrides) keep upstream's clients.
 type inProcessEtcd struct {
-	client *kubernetes.Client
-	// servers are the member's client URLs as the storage configs name them.
-	servers []string
+	// kv is the in-process client's KV: reads, writes, transactions.
+	kv clientv3.KV
+	// transport is how the member is reached over gRPC.
+	transport storagebackend.TransportConfig
 
-	mu        sync.Mutex
-	compactor compactor
-	refs      int
+	mu sync.Mutex
+	// compactor compacts the member (upstream's, on a client of its own),
+	// while some storage uses it.
+	compactor interface {
+		etcd3.Compactor
+		Stop()
+	}
+	compactorClient *clientv3.Client
+	refs            int
 }
 
-// compactor is upstream's etcd compactor (etcd3.StartCompactorPerEndpoint).
-type compactor interface {
-	etcd3.Compactor
-	Stop()
-}
-
-// newInProcessEtcd returns the maker of storages on c, a client of the
-// member servers names; nil if c is nil.
-func newInProcessEtcd(c *clientv3.Client, servers []string) *inProcessEtcd {
-	if c == nil {
+// newInProcessEtcd returns the maker of storages that read and write
+// through in, a client of the member transport reaches; nil if in is nil.
+func newInProcessEtcd(in *clientv3.Client, transport storagebackend.TransportConfig) *inProcessEtcd {
+	if in == nil {
 		return nil
 	}
-	kc := &kubernetes.Client{Client: c}
-	kc.Kubernetes = kc
-	// Latency per request, as upstream's clients record it.
-	kc.KV = etcd3.NewETCDLatencyTracker(kc.KV)
-	return &inProcessEtcd{client: kc, servers: servers}
+	return &inProcessEtcd{kv: in.KV, transport: transport}
 }
 
 // serves tells whether config's resource is kept in the member.
 func (p *inProcessEtcd) serves(config *storagebackend.ConfigForResource) bool {
 	return p != nil && (config.Type == "" || config.Type == storagebackend.StorageTypeETCD3) &&
-		slices.Equal(config.Transport.ServerList, p.servers)
+		slices.Equal(config.Transport.ServerList, p.transport.ServerList)
+}
+
+// client is a gRPC client of the member, as upstream's storages have one,
+// whose KV is the in-process one (timed per request, as upstream's are).
+func (p *inProcessEtcd) client(metrics *grpcprom.ClientMetrics) (*kubernetes.Client, error) {
+	cfg, err := etcdClientConfig(p.transport)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(metrics.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(metrics.StreamClientInterceptor()))
+	c, err := kubernetes.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.KV = etcd3.NewETCDLatencyTracker(p.kv)
+	return c, nil
 }
 
 // raw makes a resource's storage without a cache, as generic.NewRawStorage
-// does: on the in-process client where the member keeps the resource.
+// does, reading and writing in-process where the member keeps it.
 func (p *inProcessEtcd) raw(config *storagebackend.ConfigForResource, newFunc, newListFunc func() runtime.Object, resourcePrefix string) (storage.Interface, factory.DestroyFunc, error) {
 	if !p.serves(config) {
 		return generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
 	}
-	comp := p.startCompactor(config)
-	release := func() {}
-	if comp != nil {
-		release = p.stopCompactor
+	client, err := p.client(inProcessGRPCMetrics)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the etcd client of %s: %w", config.GroupResource, err)
+	}
+	comp, err := p.startCompactor(config)
+	if err != nil {
+		client.Close() //nolint:errcheck
+		return nil, nil, err
 	}
 	transformer := config.Transformer
 	if transformer == nil {
@@ -84,75 +106,37 @@ func (p *inProcessEtcd) raw(config *storagebackend.ConfigForResource, newFunc, n
 	}
 	versioner := storage.APIObjectVersioner{}
 	decoder := etcd3.NewDefaultDecoder(config.Codec, versioner)
-	if utilfeature.DefaultFeatureGate.Enabled(genericfeatures.AllowUnsafeMalformedObjectDeletion) {
+	unsafeDeletion := utilfeature.DefaultFeatureGate.Enabled(genericfeatures.AllowUnsafeMalformedObjectDeletion)
+	if unsafeDeletion {
 		transformer = etcd3.WithCorruptObjErrorHandlingTransformer(transformer)
 		decoder = etcd3.WithCorruptObjErrorHandlingDecoder(decoder)
 	}
 	var c etcd3.Compactor
+	release := func() {}
 	if comp != nil {
-		c = comp
+		c, release = comp, p.stopCompactor
 	}
-	store, err := etcd3.New(p.client, c, config.Codec, newFunc, newListFunc, config.Prefix, resourcePrefix, config.GroupResource,
+	store, err := etcd3.New(client, c, config.Codec, newFunc, newListFunc, config.Prefix, resourcePrefix, config.GroupResource,
 		transformer, config.LeaseManagerConfig, decoder, versioner)
 	if err != nil {
 		release()
+		client.Close() //nolint:errcheck
 		return nil, nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	var once sync.Once
-	// Each resource's watches on a stream of their own, ended when the
-	// storage is torn down, as for projects' kinds on the shared client.
-	return &endingStore{Interface: store, ctx: ctx, stream: resourcePrefix, streams: inProcessStreams}, func() {
+	destroy := func() {
 		once.Do(func() {
-			cancel()
 			store.Close()
 			release()
+			client.Close() //nolint:errcheck // ends the storage's watches
 		})
-	}, nil
-}
-
-// streamCount counts the watch streams of a client with a watch open, by
-// stream, for a metric: the in-process client has no gRPC client metrics.
-type streamCount struct {
-	mu       sync.Mutex
-	watching map[string]int
-	gauge    *metrics.Gauge
-}
-
-func (c *streamCount) open(stream string) {
-	if c == nil {
-		return
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.watching[stream]++; c.watching[stream] == 1 {
-		c.gauge.Set(float64(len(c.watching)))
+	var s storage.Interface = store
+	if unsafeDeletion {
+		s = etcd3.NewStoreWithUnsafeCorruptObjectDeletion(s, config.GroupResource)
 	}
+	return s, destroy, nil
 }
-
-func (c *streamCount) close(stream string) {
-	if c == nil {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.watching[stream]--; c.watching[stream] <= 0 {
-		delete(c.watching, stream)
-		c.gauge.Set(float64(len(c.watching)))
-	}
-}
-
-// inProcessStreams counts the in-process client's watch streams: one per
-// resource with a watch open, as upstream's gRPC clients of etcd count
-// theirs (grpc_client_started_total less grpc_client_handled_total of
-// method Watch).
-var inProcessStreams = &streamCount{watching: map[string]int{}, gauge: metrics.NewGauge(&metrics.GaugeOpts{
-	Name:           "milo_etcd_in_process_watch_streams",
-	Help:           "Watch streams the API server holds on the embedded etcd's in-process client: one per resource with a watch of etcd open.",
-	StabilityLevel: metrics.ALPHA,
-})}
-
-func init() { legacyregistry.MustRegister(inProcessStreams.gauge) }
 
 // decorator is raw as a storage decorator, for the resources without a
 // watch cache.
@@ -162,20 +146,26 @@ func (p *inProcessEtcd) decorator(config *storagebackend.ConfigForResource, reso
 }
 
 // startCompactor starts upstream's compactor of the member with the first
-// storage, as upstream's factory does with a storage's client (and the
-// member is compacted as before: every --etcd-compaction-interval, by one
-// server of those sharing it); nil when compaction is off.
-func (p *inProcessEtcd) startCompactor(config *storagebackend.ConfigForResource) compactor {
+// storage, on a client of its own, as upstream's factory does (one per
+// member in the process: a storage upstream made shares it), so that the
+// member is compacted as before, every --etcd-compaction-interval; nil
+// when compaction is off.
+func (p *inProcessEtcd) startCompactor(config *storagebackend.ConfigForResource) (etcd3.Compactor, error) {
 	if config.CompactionInterval == 0 {
-		return nil
+		return nil, nil
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.compactor == nil {
-		p.compactor = etcd3.StartCompactorPerEndpoint(p.client.Client, config.CompactionInterval)
+		c, err := p.client(inProcessGRPCMetrics)
+		if err != nil {
+			return nil, fmt.Errorf("the etcd client of the compactor: %w", err)
+		}
+		p.compactorClient = c.Client
+		p.compactor = etcd3.StartCompactorPerEndpoint(c.Client, config.CompactionInterval)
 	}
 	p.refs++
-	return p.compactor
+	return p.compactor, nil
 }
 
 // stopCompactor stops the compactor once no storage uses it.
@@ -184,6 +174,14 @@ func (p *inProcessEtcd) stopCompactor() {
 	defer p.mu.Unlock()
 	if p.refs--; p.refs == 0 {
 		p.compactor.Stop()
-		p.compactor = nil
+		p.compactorClient.Close() //nolint:errcheck
+		p.compactor, p.compactorClient = nil, nil
 	}
 }
+
+// inProcessGRPCMetrics count the gRPC calls of the storages' clients of the
+// embedded etcd (their watches: their reads and writes are in-process), as
+// upstream's grpc_client_* metrics count those of its own clients.
+var inProcessGRPCMetrics = grpcprom.NewClientMetrics(grpcprom.WithClientCounterOptions(grpcprom.WithNamespace("milo_etcd")))
+
+func init() { legacyregistry.RawMustRegister(inProcessGRPCMetrics) }

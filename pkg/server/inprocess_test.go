@@ -14,7 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
-	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/component-base/metrics/legacyregistry"
 	"k8s.io/kubernetes/pkg/api/legacyscheme"
 	"k8s.io/kubernetes/pkg/apis/core"
 	_ "k8s.io/kubernetes/pkg/apis/core/install"
@@ -25,13 +25,11 @@ import (
 	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 )
 
-// A storage on the embedded etcd's in-process client reads and writes, and
-// its watches are on a stream of the resource's own, where a progress
-// request must reach them: a watch cache serving a consistent list of a
-// resource nobody writes waits for that progress notification (without it,
-// such lists waited their three seconds and failed). The stream is counted
-// while a watch is open.
-func TestInProcessStorageWatchesOnTheResourcesStream(t *testing.T) {
+// A storage on the embedded etcd reads and writes in-process, with no gRPC
+// call, and watches over gRPC, where a progress request reaches its watch: a
+// watch cache serving a consistent list of a resource nobody writes waits
+// for that progress notification.
+func TestInProcessStorageReadsInProcessAndWatchesOverGRPC(t *testing.T) {
 	dir := t.TempDir()
 	files, err := pki.Ensure(filepath.Join(dir, "pki"), pki.ServingNames{IPs: []net.IP{net.ParseIP("127.0.0.1")}})
 	if err != nil {
@@ -50,7 +48,8 @@ func TestInProcessStorageWatchesOnTheResourcesStream(t *testing.T) {
 
 	cfg := storagebackend.NewDefaultConfig("/registry", legacyscheme.Codecs.LegacyCodec(corev1.SchemeGroupVersion))
 	cfg.Transport.ServerList = []string{member.ClientURL()}
-	p := newInProcessEtcd(member.InProcessClient(), cfg.Transport.ServerList)
+	cfg.Transport.CertFile, cfg.Transport.KeyFile, cfg.Transport.TrustedCAFile = files.EtcdClient.CertFile, files.EtcdClient.KeyFile, files.CA.CertFile
+	p := newInProcessEtcd(member.InProcessClient(), cfg.Transport)
 	other := cfg.ForResource(schema.GroupResource{Resource: "configmaps"})
 	other.Transport.ServerList = []string{"https://127.0.0.1:1"}
 	if p.serves(other) {
@@ -65,6 +64,7 @@ func TestInProcessStorageWatchesOnTheResourcesStream(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
+	calls := grpcCalls(t)
 	var created core.ConfigMap
 	if err := store.Create(ctx, "/configmaps/default/a", &core.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: "default"}}, &created, 0); err != nil {
 		t.Fatalf("create: %v", err)
@@ -73,16 +73,16 @@ func TestInProcessStorageWatchesOnTheResourcesStream(t *testing.T) {
 	if err := store.Get(ctx, "/configmaps/default/a", storage.GetOptions{}, &got); err != nil || got.UID != created.UID {
 		t.Fatalf("get: %v, %v", got.UID, err)
 	}
+	if n := grpcCalls(t); n["Range"] != calls["Range"] || n["Txn"] != calls["Txn"] {
+		t.Fatalf("a create and a get made gRPC calls: %v, then %v", calls, n)
+	}
 
-	opened := streamsOpen(t)
 	w, err := store.Watch(ctx, "/configmaps/", storage.ListOptions{ResourceVersion: created.ResourceVersion, Recursive: true,
 		Predicate: storage.Everything, ProgressNotify: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := streamsOpen(t); n != opened+1 {
-		t.Fatalf("%v watch streams counted with the watch open, want %v", n, opened+1)
-	}
+	defer w.Stop()
 	// Another resource's write moves etcd's revision past the watch's last
 	// event: only a progress notification tells the watch.
 	put, err := member.InProcessClient().Put(ctx, "/registry/secrets/default/s", "x")
@@ -113,21 +113,31 @@ func TestInProcessStorageWatchesOnTheResourcesStream(t *testing.T) {
 			t.Fatal("no progress notification reached the resource's watch")
 		}
 	}
-	w.Stop()
-	deadline := time.Now().Add(10 * time.Second)
-	for streamsOpen(t) != opened {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v watch streams counted after the watch stopped, want %v", streamsOpen(t), opened)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if grpcCalls(t)["Watch"] <= calls["Watch"] {
+		t.Fatal("the watch was not opened over gRPC")
 	}
 }
 
-func streamsOpen(t *testing.T) float64 {
+// grpcCalls are the gRPC calls the storages' clients of the embedded etcd
+// started, by method.
+func grpcCalls(t *testing.T) map[string]float64 {
 	t.Helper()
-	v, err := testutil.GetGaugeMetricValue(inProcessStreams.gauge)
+	families, err := legacyregistry.DefaultGatherer.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return v
+	out := map[string]float64{}
+	for _, f := range families {
+		if f.GetName() != "milo_etcd_grpc_client_started_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "grpc_method" {
+					out[l.GetValue()] += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return out
 }

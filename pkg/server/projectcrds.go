@@ -26,11 +26,7 @@ func newProjectCRDServing(c CompletedConfig) (*projectcrds.Serving, error) {
 		return nil, fmt.Errorf("the storage of custom resources is not tenant-keyed")
 	}
 	storage.uncached = true
-	storage.raw = (&sharedEtcd{}).storage
-	if c.inProcess != nil {
-		// The in-process client is one client already.
-		storage.raw = c.inProcess.decorator
-	}
+	storage.raw = (&sharedEtcd{inProcess: c.inProcess}).storage
 	return projectcrds.NewServing(projectcrds.ServingConfig{
 		RESTOptions:          storage,
 		Admission:            g.AdmissionControl,

@@ -151,11 +151,12 @@ func Start(ctx context.Context, c Config) (*Server, error) {
 // the caller's goroutine (etcd's v3client): no gRPC framing, no loopback
 // connection, no encoding of requests and responses, and none of the
 // hand-offs between the client's and the server's transport goroutines,
-// which a busy server's scheduler delays. nil when the member is one of a
-// cluster: etcd's gRPC layer, which this skips, is what ends a watch on a
-// member that lost its leader, and there a client must reach the leader
-// through it. Each call makes a client of its own (a caller may decorate
-// its KV), which ends with the member.
+// which a busy server's scheduler delays. Its watches are etcd's in-process
+// streams, which can stall when many of one stream's watches are cancelled
+// at once (etcd-io/etcd#18879): the API server watches over gRPC and uses
+// this client's KV. nil when the member is one of a cluster, whose clients
+// reach it over gRPC as any member of a cluster. Each call makes a client
+// of its own, which ends with the member.
 func (s *Server) InProcessClient() *clientv3.Client {
 	if !s.single {
 		return nil
