@@ -70,6 +70,8 @@ type Options struct {
 	MaxListItems int64
 	// EtcdMaxTxnOps is the --max-txn-ops of the etcd --etcd-servers names.
 	EtcdMaxTxnOps int
+	// EtcdInProcess reads and writes the embedded etcd in-process.
+	EtcdInProcess bool
 	// MaxWatches bounds the watches one project or organization context
 	// holds open at once (package tenancy); 0 leaves them unbounded.
 	MaxWatches int
@@ -184,6 +186,9 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"election of every `milo controller-manager`, so only one instance acts at a time; with --controllers=false "+
 		"a separate `milo controller-manager` must run. Deleted projects' storage is always purged by the server.")
 	fs.Lookup("controllers").NoOptDefVal = "*"
+	fs.BoolVar(&o.EtcdInProcess, "etcd-in-process", o.EtcdInProcess, ""+
+		"Experimental: the API server reads and writes the embedded etcd through etcd's in-process client, "+
+		"its watches still over gRPC (see docs/operations.md, Embedded etcd). Ignored with --etcd-servers or SQL storage.")
 	fs.BoolVar(&o.ProjectFlows, "project-flows", o.ProjectFlows, ""+
 		"Classify every project's requests into API Priority and Fairness's priority level milo-projects, "+
 		"one flow per project, so that one project's load cannot starve another's (see docs/fairness.md). "+
@@ -261,8 +266,11 @@ type CompletedOptions struct {
 	Etcd *embeddedetcd.Config
 	// SQL is the SQL storage to serve through kine, or nil.
 	SQL *sqlstorage.Config
-	// EtcdInProcess, once Run started the embedded etcd, makes clients that
-	// call it in-process (nil from it: the member is one of a cluster).
+	// EtcdInProcessOn is --etcd-in-process.
+	EtcdInProcessOn bool
+	// EtcdInProcess, once Run started the embedded etcd with
+	// EtcdInProcessOn, makes clients that call it in-process (nil from it:
+	// the member is one of a cluster).
 	EtcdInProcess func() *clientv3.Client
 	// AdminKubeconfig is the path of the kubeconfig of the admin identity.
 	AdminKubeconfig string
@@ -385,7 +393,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, EtcdMaxTxnOps: maxTxnOps, MaxWatches: o.MaxWatches, TenantCPUShare: o.TenantCPUShare, TenantConcurrency: o.TenantConcurrency, TopProjects: o.TopProjects, AuditProjects: o.AuditProjects, TypedStorageMediaType: o.TypedStorageMediaType, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, EtcdMaxTxnOps: maxTxnOps, MaxWatches: o.MaxWatches, EtcdInProcessOn: o.EtcdInProcess, TenantCPUShare: o.TenantCPUShare, TenantConcurrency: o.TenantConcurrency, TopProjects: o.TopProjects, AuditProjects: o.AuditProjects, TypedStorageMediaType: o.TypedStorageMediaType, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {

@@ -372,7 +372,9 @@ func Run(ctx context.Context, opts CompletedOptions, out io.Writer) error {
 		}
 		// Closed after the API server stopped, so that in-flight writes finish.
 		defer etcd.Close()
-		opts.EtcdInProcess = etcd.InProcessClient
+		if opts.EtcdInProcessOn {
+			opts.EtcdInProcess = etcd.InProcessClient
+		}
 		// Where the running member is, for `milo backup save`.
 		urlFile := EtcdURLFile(opts.DataDir)
 		if err := os.WriteFile(urlFile, []byte(etcd.ClientURL()+"\n"), 0o600); err != nil {
