@@ -54,6 +54,27 @@ func etcdClientConfig(t storagebackend.TransportConfig) (clientv3.Config, error)
 	return cfg, nil
 }
 
+// storageClient is a client of the etcd transport names, its gRPC calls
+// counted in metrics, reading and writing through kv (nil: its own gRPC
+// KV), each request's latency recorded as upstream's clients record it.
+func storageClient(transport storagebackend.TransportConfig, metrics *grpcprom.ClientMetrics, kv clientv3.KV) (*kubernetes.Client, error) {
+	cfg, err := etcdClientConfig(transport)
+	if err != nil {
+		return nil, err
+	}
+	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(metrics.UnaryClientInterceptor()),
+		grpc.WithChainStreamInterceptor(metrics.StreamClientInterceptor()))
+	c, err := kubernetes.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if kv == nil {
+		kv = c.KV
+	}
+	c.KV = etcd3.NewETCDLatencyTracker(kv)
+	return c, nil
+}
+
 // sharedEtcd opens one etcd client for every storage it makes: the
 // storages of projects' own kinds — one per schema class and version, built
 // and torn down as tenants define and change CRDs — would otherwise each
@@ -77,24 +98,16 @@ func (s *sharedEtcd) storage(config *storagebackend.ConfigForResource, resourceP
 	}
 	s.mu.Lock()
 	if s.client == nil {
-		cfg, err := etcdClientConfig(config.Transport)
-		cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(projectKindsGRPCMetrics.UnaryClientInterceptor()),
-			grpc.WithChainStreamInterceptor(projectKindsGRPCMetrics.StreamClientInterceptor()))
-		if err == nil {
-			s.client, err = kubernetes.New(cfg)
+		var kv clientv3.KV
+		if s.inProcess.serves(config) {
+			kv = s.inProcess.kv
 		}
-		if err == nil {
-			kv := s.client.KV
-			if s.inProcess.serves(config) {
-				kv = s.inProcess.kv
-			}
-			// Latency per request, as upstream's clients record it.
-			s.client.KV = etcd3.NewETCDLatencyTracker(kv)
-		}
+		c, err := storageClient(config.Transport, projectKindsGRPCMetrics, kv)
 		if err != nil {
 			s.mu.Unlock()
 			return nil, nil, fmt.Errorf("the etcd client of projects' kinds: %w", err)
 		}
+		s.client = c
 	}
 	client := s.client
 	s.mu.Unlock()
@@ -150,14 +163,6 @@ func (s *endingStore) Watch(ctx context.Context, key string, opts storage.ListOp
 		return nil, err
 	}
 	return &endingWatch{Interface: w, cancel: cancel}, nil
-}
-
-// RequestWatchProgress asks for a progress notification on the resource's
-// own stream: a request on a context without the resource's metadata would
-// go to a stream none of its watches is on, and a watch cache waiting for
-// it to serve a consistent list would wait in vain.
-func (s *endingStore) RequestWatchProgress(ctx context.Context) error {
-	return s.Interface.RequestWatchProgress(grpcmetadata.AppendToOutgoingContext(ctx, "milo-resource", s.stream))
 }
 
 // endingWatch ends its context when stopped.

@@ -7,8 +7,6 @@ import (
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/kubernetes"
-	"google.golang.org/grpc"
 	"k8s.io/apimachinery/pkg/runtime"
 	genericfeatures "k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -68,30 +66,13 @@ func (p *inProcessEtcd) serves(config *storagebackend.ConfigForResource) bool {
 		slices.Equal(config.Transport.ServerList, p.transport.ServerList)
 }
 
-// client is a gRPC client of the member, as upstream's storages have one,
-// whose KV is the in-process one (timed per request, as upstream's are).
-func (p *inProcessEtcd) client(metrics *grpcprom.ClientMetrics) (*kubernetes.Client, error) {
-	cfg, err := etcdClientConfig(p.transport)
-	if err != nil {
-		return nil, err
-	}
-	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(metrics.UnaryClientInterceptor()),
-		grpc.WithChainStreamInterceptor(metrics.StreamClientInterceptor()))
-	c, err := kubernetes.New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	c.KV = etcd3.NewETCDLatencyTracker(p.kv)
-	return c, nil
-}
-
 // raw makes a resource's storage without a cache, as generic.NewRawStorage
 // does, reading and writing in-process where the member keeps it.
 func (p *inProcessEtcd) raw(config *storagebackend.ConfigForResource, newFunc, newListFunc func() runtime.Object, resourcePrefix string) (storage.Interface, factory.DestroyFunc, error) {
 	if !p.serves(config) {
 		return generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
 	}
-	client, err := p.client(inProcessGRPCMetrics)
+	client, err := storageClient(p.transport, inProcessGRPCMetrics, p.kv)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the etcd client of %s: %w", config.GroupResource, err)
 	}
@@ -157,7 +138,7 @@ func (p *inProcessEtcd) startCompactor(config *storagebackend.ConfigForResource)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.compactor == nil {
-		c, err := p.client(inProcessGRPCMetrics)
+		c, err := storageClient(p.transport, inProcessGRPCMetrics, p.kv)
 		if err != nil {
 			return nil, fmt.Errorf("the etcd client of the compactor: %w", err)
 		}
