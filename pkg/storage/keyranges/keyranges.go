@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"slices"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -50,12 +51,14 @@ type Store interface {
 	// so a wide range costs the square of its keys over the page size:
 	// callers split a wide range into narrow ones.
 	KeysBetween(ctx context.Context, start, end string, f func(key string) error) error
-	// KeyRevisions calls f with every key under prefix as stored at
-	// revision, and the revision it was last written at, in key order,
-	// values unread: pageSize keys a page (etcd counts the rest of the
-	// range for every page, so a large range wants large pages). A
-	// revision compacted away is an error.
-	KeyRevisions(ctx context.Context, prefix string, revision, pageSize int64, f func(key string, written int64) error) error
+	// KeyRevisions calls f with every key from start (included) to end
+	// (excluded) as stored at revision, and the revision it was last
+	// written at, in key order, pageSize keys a page. The answer leaves
+	// values out, but etcd reads and decodes them, and each page costs a
+	// visit of every key from its start to end, as KeysBetween's do:
+	// callers split a wide range into narrow ones. A revision compacted
+	// away is an error.
+	KeyRevisions(ctx context.Context, start, end string, revision, pageSize int64, f func(key string, written int64) error) error
 	// Get returns key's value, if it is stored.
 	Get(ctx context.Context, key string) (KV, bool, error)
 	// Put writes key unconditionally.
@@ -172,9 +175,13 @@ func (c common) between(ctx context.Context, start, end string, keysOnly bool, f
 	return c.pages(ctx, start, end, opts, start, f)
 }
 
-func (c common) KeyRevisions(ctx context.Context, prefix string, revision, pageSize int64, f func(key string, written int64) error) error {
-	opts := []clientv3.OpOption{clientv3.WithLimit(pageSize), clientv3.WithKeysOnly(), clientv3.WithRev(revision)}
-	return c.pages(ctx, prefix, clientv3.GetPrefixRangeEnd(prefix), opts, fmt.Sprintf("%s at revision %d", prefix, revision),
+func (c common) KeyRevisions(ctx context.Context, start, end string, revision, pageSize int64, f func(key string, written int64) error) error {
+	return c.keyRevisions(ctx, start, end, revision, pageSize, f)
+}
+
+func (c common) keyRevisions(ctx context.Context, start, end string, revision, pageSize int64, f func(key string, written int64) error, opts ...clientv3.OpOption) error {
+	opts = append(opts, clientv3.WithLimit(pageSize), clientv3.WithKeysOnly(), clientv3.WithRev(revision))
+	return c.pages(ctx, start, end, opts, fmt.Sprintf("%s to %s at revision %d", start, end, revision),
 		func(kv KV) error { return f(kv.Key, kv.Revision) })
 }
 
@@ -229,6 +236,22 @@ func (c common) Measure(ctx context.Context, prefixes ...string) (keys, bytes in
 
 // etcdStore batches range operations into transactions.
 type etcdStore struct{ common }
+
+// KeyRevisions reads at revision from the member the client is connected
+// to, without the round of consensus a linearizable read waits for on
+// every page: every member holds the same keys at a revision it has
+// applied. A member that has not applied it yet answers that the revision
+// is in the future; it is then read linearizably, which waits until it
+// has. (kine refuses serializable reads: its store reads as common does.)
+func (s etcdStore) KeyRevisions(ctx context.Context, start, end string, revision, pageSize int64, f func(key string, written int64) error) error {
+	err := s.keyRevisions(ctx, start, end, revision, pageSize, f, clientv3.WithSerializable())
+	if errors.Is(err, rpctypes.ErrFutureRev) {
+		// Only the first page can be ahead of the member: nothing was
+		// passed to f yet.
+		err = s.keyRevisions(ctx, start, end, revision, pageSize, f)
+	}
+	return err
+}
 
 func (s etcdStore) Count(ctx context.Context, prefixes ...string) (int64, error) {
 	counts, _, err := s.CountEach(ctx, prefixes...)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"go.miloapis.com/milo/pkg/storage/keyranges"
@@ -216,16 +217,21 @@ func TestKeyRanges(t *testing.T) {
 					seen = append(seen, keyRevision{k, written})
 					return nil
 				}
-				if err := s.KeyRevisions(ctx, root+"a/", before, 300, collect); err != nil {
+				if err := s.KeyRevisions(ctx, root+"a/", root+"a0", before, 300, collect); err != nil {
 					t.Fatalf("keys of a/ at revision %d: %v", before, err)
 				}
 				if !slices.Equal(seen, then) {
 					t.Fatalf("keys of a/ at revision %d, in pages of 300: %d keys, not the %d listed then", before, len(seen), many)
 				}
 				seen = nil
-				if err := s.KeyRevisions(ctx, root+"a/", 0, 300, collect); err != nil || len(seen) != many ||
+				if err := s.KeyRevisions(ctx, root+"a/", root+"a0", 0, 300, collect); err != nil || len(seen) != many ||
 					seen[5].written <= before || seen[6].key != root+"a/00007" || seen[many-1].key != root+"a/zz" {
 					t.Fatalf("keys of a/ now: %d %v", len(seen), err)
+				}
+				seen = nil
+				if err := s.KeyRevisions(ctx, root+"a/00100", root+"a/00700", before, 300, collect); err != nil || len(seen) != 600 ||
+					seen[0] != then[100] || seen[599] != then[699] {
+					t.Fatalf("keys of a/ from 00100 to 00700 at revision %d: %d %v", before, len(seen), err)
 				}
 				put("a/00006", 10)
 				if _, err := s.Delete(ctx, root+"a/zz"); err != nil {
@@ -340,6 +346,72 @@ func TestKeyRanges(t *testing.T) {
 					t.Fatalf("a range beside the purged one lost its key: %v %v", ok, err)
 				}
 			})
+		}
+	}
+}
+
+// readsCounted is a KV that counts the serializable and the linearizable
+// reads made through it; behind, it answers every serializable read as a
+// member that has not applied the revision asked for yet.
+type readsCounted struct {
+	clientv3.KV
+	behind                     bool
+	serializable, linearizable int
+}
+
+func (r *readsCounted) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if !clientv3.OpGet(key, opts...).IsSerializable() {
+		r.linearizable++
+		return r.KV.Get(ctx, key, opts...)
+	}
+	r.serializable++
+	if r.behind {
+		return nil, rpctypes.ErrFutureRev
+	}
+	return r.KV.Get(ctx, key, opts...)
+}
+
+// Keys and revisions are read serializably, at the revision asked for;
+// from a member that has not applied that revision yet, linearizably.
+func TestKeyRevisionsReadSerializablyUnlessTheMemberIsBehind(t *testing.T) {
+	etcd, err := framework.StartEtcd(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(etcd.Close)
+	ctx := context.Background()
+	var revision int64
+	for i := range 5 {
+		resp, err := etcd.Client.Put(ctx, fmt.Sprintf("/behind/%d", i), "v")
+		if err != nil {
+			t.Fatal(err)
+		}
+		revision = resp.Header.Revision
+	}
+	if _, err := etcd.Client.Put(ctx, "/behind/later", "v"); err != nil {
+		t.Fatal(err)
+	}
+	for _, behind := range []bool{false, true} {
+		kv := &readsCounted{KV: etcd.Client.KV, behind: behind}
+		client := clientv3.NewCtxClient(ctx)
+		client.KV = kv
+		var keys []string
+		if err := keyranges.Etcd(client).KeyRevisions(ctx, "/behind/", "/behind0", revision, 2, func(key string, _ int64) error {
+			keys = append(keys, key)
+			return nil
+		}); err != nil {
+			t.Fatalf("behind %v: %v", behind, err)
+		}
+		if want := []string{"/behind/0", "/behind/1", "/behind/2", "/behind/3", "/behind/4"}; !slices.Equal(keys, want) {
+			t.Errorf("behind %v: keys %v, want %v", behind, keys, want)
+		}
+		// Five keys in pages of two: three reads.
+		wantSerializable, wantLinearizable := 3, 0
+		if behind {
+			wantSerializable, wantLinearizable = 1, 3
+		}
+		if kv.serializable != wantSerializable || kv.linearizable != wantLinearizable {
+			t.Errorf("behind %v: %d serializable and %d linearizable reads, want %d and %d", behind, kv.serializable, kv.linearizable, wantSerializable, wantLinearizable)
 		}
 	}
 }

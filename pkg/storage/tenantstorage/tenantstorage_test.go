@@ -272,17 +272,26 @@ func TestCacheFilledInPagesHoldsEveryObject(t *testing.T) {
 }
 
 // skewed answers storage's keys and revisions as revisions does, except
-// that key is written one revision later, or missing if drop.
+// that key is written one revision later, or missing if drop, or followed
+// by key+"-extra" if extra.
 type skewed struct {
 	watchcache.Revisions
-	key  string
-	drop bool
+	key         string
+	drop, extra bool
 }
 
-func (s skewed) KeyRevisions(ctx context.Context, prefix string, revision, pageSize int64, f func(string, int64) error) error {
-	return s.Revisions.KeyRevisions(ctx, prefix, revision, pageSize, func(key string, written int64) error {
+func (s skewed) KeyRevisions(ctx context.Context, start, end string, revision, pageSize int64, f func(string, int64) error) error {
+	added := s.key + "-extra"
+	pending := s.extra && start <= added && added < end
+	err := s.Revisions.KeyRevisions(ctx, start, end, revision, pageSize, func(key string, written int64) error {
+		if pending && added < key {
+			pending = false
+			if err := f(added, revision); err != nil {
+				return err
+			}
+		}
 		switch {
-		case key != s.key:
+		case key != s.key || s.extra:
 			return f(key, written)
 		case s.drop:
 			return nil
@@ -290,6 +299,10 @@ func (s skewed) KeyRevisions(ctx context.Context, prefix string, revision, pageS
 			return f(key, written+1)
 		}
 	})
+	if err == nil && pending {
+		err = f(added, revision)
+	}
+	return err
 }
 
 // The watch cache is checked against etcd's keys and revisions: a cache
@@ -301,6 +314,9 @@ func TestCacheCheckedAgainstStorageKeys(t *testing.T) {
 		outcomes := make(chan error, 1)
 		s, _ := newCachedStorage(t, resource, Options{TenancyMaps: NewTenancyMaps()}, etcdConfig, watchcache.Options{
 			PageSize: fillPageSize, Revisions: revisions, CheckPeriod: 20 * time.Millisecond,
+			// Chunks of two objects: the six objects of fill are compared
+			// with three reads of storage's keys.
+			CheckChunk: 2,
 			Checked: func(_ schema.GroupResource, err error) {
 				select {
 				case outcomes <- err:
@@ -378,6 +394,7 @@ func TestCacheCheckedAgainstStorageKeys(t *testing.T) {
 	}{
 		{"a key at another revision", skewed{Revisions: keyRanges, key: webKey}, webKey},
 		{"a key missing", skewed{Revisions: keyRanges, key: webKey, drop: true}, webKey},
+		{"a key the cache does not hold", skewed{Revisions: keyRanges, key: webKey, extra: true}, webKey + "-extra"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, outcomes := checkedWith("checked-apart", tc.skew)

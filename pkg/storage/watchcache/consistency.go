@@ -26,12 +26,23 @@ import (
 // Revisions reads the keys storage holds and the revisions they were last
 // written at, without their values (keyranges.Store does).
 type Revisions interface {
-	KeyRevisions(ctx context.Context, prefix string, revision, pageSize int64, f func(key string, written int64) error) error
+	KeyRevisions(ctx context.Context, start, end string, revision, pageSize int64, f func(key string, written int64) error) error
 }
 
-// checkPageSize is the keys a check reads from storage a page: keys and
-// revisions only, a few MB a page.
-const checkPageSize = 50000
+// checkChunk is how many of the cache's objects a check compares with one
+// read of storage's keys, bounded by the first and last of them. etcd
+// visits every key of a read's range for each page it answers, and decodes
+// every value it leaves out of its answer: narrow ranges keep the check's
+// work in proportion to the keys and a read's memory to a few MB, where
+// one range over the whole resource cost the square of its keys and a
+// value of every key of a page at once.
+const checkChunk = 5000
+
+// checkTurn lets one check run at a time in the process. A check holds its
+// resource's list from the cache and a read of storage: the checks of
+// every cache, which start together a period after the server does, would
+// otherwise hold them all at once.
+var checkTurn = make(chan struct{}, 1)
 
 // checking tells whether watch caches are checked against storage, as
 // upstream's delegator decides for its own check.
@@ -65,12 +76,15 @@ type checker struct {
 	// resourcePrefix is the cache's key of the resource's root.
 	resourcePrefix string
 	revisions      Revisions
+	// chunk is how many objects are compared with one read of storage
+	// (0: checkChunk).
+	chunk int
 	// checked, if not nil, is told every check's outcome.
 	checked func(schema.GroupResource, error)
 }
 
 func newChecker(resource schema.GroupResource, c *cacher.Cacher, storagePrefix, resourcePrefix string, newList func() runtime.Object,
-	key func(runtime.Object) (string, error), revisions Revisions, checked func(schema.GroupResource, error)) *checker {
+	key func(runtime.Object) (string, error), revisions Revisions, chunk int, checked func(schema.GroupResource, error)) *checker {
 	// As etcd3's store joins its prefix with a key.
 	keyPrefix := path.Join("/", storagePrefix)
 	if !strings.HasSuffix(keyPrefix, "/") {
@@ -81,7 +95,7 @@ func newChecker(resource schema.GroupResource, c *cacher.Cacher, storagePrefix, 
 		prefix += "/"
 	}
 	return &checker{resource: resource, cache: c, newList: newList, key: key, keyPrefix: keyPrefix, prefix: prefix,
-		resourcePrefix: resourcePrefix, revisions: revisions, checked: checked}
+		resourcePrefix: resourcePrefix, revisions: revisions, chunk: chunk, checked: checked}
 }
 
 // run checks every period (jittered as upstream's) until stop closes,
@@ -93,7 +107,17 @@ func (c *checker) run(stop <-chan struct{}, period time.Duration) {
 	case <-stop:
 		return
 	}
-	wait.JitterUntilWithContext(wait.ContextForChannel(stop), func(ctx context.Context) { c.record(c.check(ctx)) }, period, jitter, true)
+	wait.JitterUntilWithContext(wait.ContextForChannel(stop), func(ctx context.Context) {
+		select {
+		case checkTurn <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		start := time.Now()
+		err := c.check(ctx)
+		<-checkTurn
+		c.record(err, time.Since(start))
+	}, period, jitter, true)
 }
 
 // errInconsistent marks a check that found the cache and storage apart.
@@ -104,22 +128,22 @@ func (e errInconsistent) Error() string { return "watch cache inconsistent with 
 // record counts and logs a check's outcome as upstream's check does, and
 // lets the cache serve lists from its snapshots only while it is
 // consistent.
-func (c *checker) record(err error) {
+func (c *checker) record(err error, took time.Duration) {
 	var inconsistent errInconsistent
 	switch {
 	case err == nil:
-		klog.V(3).InfoS("Cache consistency check passed", "group", c.resource.Group, "resource", c.resource.Resource)
+		klog.V(3).InfoS("Cache consistency check passed", "group", c.resource.Group, "resource", c.resource.Resource, "took", took)
 		metrics.StorageConsistencyCheckTotal.WithLabelValues(c.resource.Group, c.resource.Resource, "success").Inc()
 		c.cache.MarkConsistent(true)
 	case errors.As(err, &inconsistent):
-		klog.ErrorS(err, "Cache consistency check failed", "group", c.resource.Group, "resource", c.resource.Resource)
+		klog.ErrorS(err, "Cache consistency check failed", "group", c.resource.Group, "resource", c.resource.Resource, "took", took)
 		metrics.StorageConsistencyCheckTotal.WithLabelValues(c.resource.Group, c.resource.Resource, "failure").Inc()
 		if panicOnInconsistency {
 			panic(fmt.Sprintf("Cache consistency check failed, group: %q, resource: %q: %v", c.resource.Group, c.resource.Resource, err))
 		}
 		c.cache.MarkConsistent(false)
 	default:
-		klog.ErrorS(err, "Cache consistency check error", "group", c.resource.Group, "resource", c.resource.Resource)
+		klog.ErrorS(err, "Cache consistency check error", "group", c.resource.Group, "resource", c.resource.Resource, "took", took)
 		metrics.StorageConsistencyCheckTotal.WithLabelValues(c.resource.Group, c.resource.Resource, "error").Inc()
 	}
 	if c.checked != nil {
@@ -150,43 +174,88 @@ func (c *checker) check(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	i := 0
-	var diff string
-	var unidentified error
-	err = c.revisions.KeyRevisions(ctx, c.prefix, revision, checkPageSize, func(key string, written int64) error {
-		if i >= len(items) {
-			diff = fmt.Sprintf("storage holds %s (written at %d) after the cache's last object", key, written)
-			return errStop
-		}
-		cachedKey, cachedRevision, err := c.identify(items[i])
-		if err != nil {
-			unidentified = err
-			return errStop
-		}
-		if cachedKey != key || cachedRevision != written {
-			diff = fmt.Sprintf("object %d: the cache holds %s at %d, storage %s written at %d", i, cachedKey, cachedRevision, key, written)
-			return errStop
-		}
-		i++
-		return nil
-	})
-	switch {
-	case unidentified != nil:
-		return unidentified
-	case errors.Is(err, errStop):
-	case err != nil:
-		return fmt.Errorf("reading storage's keys at revision %d: %w", revision, err)
-	case i < len(items):
-		cachedKey, _, err := c.identify(items[i])
-		if err != nil {
-			return err
-		}
-		diff = fmt.Sprintf("the cache holds %d objects, storage %d keys; the first missing from storage is %s", len(items), i, cachedKey)
+	diff, err := c.compare(ctx, items, revision)
+	if err != nil {
+		return err
 	}
 	if diff != "" {
 		return errInconsistent{detail: fmt.Sprintf("at revision %d, %s", revision, diff)}
 	}
 	return nil
+}
+
+// compare compares items, the cache's objects in key order, with the keys
+// storage held at revision, chunk by chunk: each chunk's objects with the
+// keys of the range from the key after the chunk before's last object to
+// the key after its own last (to the end of the resource's keys for the
+// last chunk). It describes the first difference; "" if none.
+func (c *checker) compare(ctx context.Context, items []runtime.Object, revision int64) (string, error) {
+	chunk := c.chunk
+	if chunk <= 0 {
+		chunk = checkChunk
+	}
+	from, end := c.prefix, prefixEnd(c.prefix)
+	for first := 0; ; first += chunk {
+		last := min(first+chunk, len(items))
+		to := end
+		if last < len(items) {
+			k, _, err := c.identify(items[last-1])
+			if err != nil {
+				return "", err
+			}
+			to = k + "\x00"
+		}
+		i := first
+		var diff string
+		var unidentified error
+		err := c.revisions.KeyRevisions(ctx, from, to, revision, int64(chunk)+1, func(key string, written int64) error {
+			if i >= last {
+				diff = fmt.Sprintf("storage holds %s (written at %d) after the cache's last object", key, written)
+				return errStop
+			}
+			cachedKey, cachedRevision, err := c.identify(items[i])
+			if err != nil {
+				unidentified = err
+				return errStop
+			}
+			if cachedKey != key || cachedRevision != written {
+				diff = fmt.Sprintf("object %d: the cache holds %s at %d, storage %s written at %d", i, cachedKey, cachedRevision, key, written)
+				return errStop
+			}
+			i++
+			return nil
+		})
+		switch {
+		case unidentified != nil:
+			return "", unidentified
+		case errors.Is(err, errStop):
+			return diff, nil
+		case err != nil:
+			return "", fmt.Errorf("reading storage's keys at revision %d: %w", revision, err)
+		case i < last:
+			cachedKey, _, err := c.identify(items[i])
+			if err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("object %d of %d: the cache holds %s, which storage does not", i, len(items), cachedKey), nil
+		}
+		if to == end {
+			return "", nil
+		}
+		from = to
+	}
+}
+
+// prefixEnd is the key after every key that starts with prefix.
+func prefixEnd(prefix string) string {
+	b := []byte(prefix)
+	for i := len(b) - 1; i >= 0; i-- {
+		if b[i] < 0xff {
+			b[i]++
+			return string(b[:i+1])
+		}
+	}
+	return "\x00" // every key: etcd's range end for all keys from the start
 }
 
 // listCache lists every object of the cache at a revision storage still

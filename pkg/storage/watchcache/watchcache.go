@@ -56,6 +56,9 @@ type Options struct {
 	// Checked, if not nil, is told the outcome of every check (nil: the
 	// cache holds what storage holds).
 	Checked func(schema.GroupResource, error)
+	// CheckChunk is how many objects a check compares with one read of
+	// storage (0: 5,000).
+	CheckChunk int
 	// Raw, if not nil, makes the storage a cache fills from and delegates
 	// to; nil: generic.NewRawStorage.
 	Raw func(config *storagebackend.ConfigForResource, newFunc, newListFunc func() runtime.Object, resourcePrefix string) (storage.Interface, factory.DestroyFunc, error)
@@ -101,7 +104,7 @@ func Decorator(o Options) generic.StorageDecorator {
 			// The delegator's Stop stops only its consistency check, which
 			// this one replaces.
 			delegator.Stop()
-			check := newChecker(config.GroupResource, c, config.Prefix, resourcePrefix, newListFunc, keyFunc, o.Revisions, o.Checked)
+			check := newChecker(config.GroupResource, c, config.Prefix, resourcePrefix, newListFunc, keyFunc, o.Revisions, o.CheckChunk, o.Checked)
 			period := o.CheckPeriod
 			if period == 0 {
 				period = cacher.ConsistencyCheckPeriod
