@@ -241,14 +241,24 @@ type etcdStore struct{ common }
 // to, without the round of consensus a linearizable read waits for on
 // every page: every member holds the same keys at a revision it has
 // applied. A member that has not applied it yet answers that the revision
-// is in the future; it is then read linearizably, which waits until it
-// has. (kine refuses serializable reads: its store reads as common does.)
+// is in the future; the rest is then read linearizably, which waits until
+// the member has. (kine refuses serializable reads: its store reads as
+// common does.) Revision 0, the latest, is read linearizably.
 func (s etcdStore) KeyRevisions(ctx context.Context, start, end string, revision, pageSize int64, f func(key string, written int64) error) error {
-	err := s.keyRevisions(ctx, start, end, revision, pageSize, f, clientv3.WithSerializable())
+	if revision <= 0 {
+		return s.keyRevisions(ctx, start, end, revision, pageSize, f)
+	}
+	// The client spreads its requests over the cluster's members: a page
+	// after the first may reach one behind. The read goes on after the
+	// last key f was given.
+	from := start
+	given := func(key string, written int64) error {
+		from = key + "\x00"
+		return f(key, written)
+	}
+	err := s.keyRevisions(ctx, start, end, revision, pageSize, given, clientv3.WithSerializable())
 	if errors.Is(err, rpctypes.ErrFutureRev) {
-		// Only the first page can be ahead of the member: nothing was
-		// passed to f yet.
-		err = s.keyRevisions(ctx, start, end, revision, pageSize, f)
+		err = s.keyRevisions(ctx, from, end, revision, pageSize, given)
 	}
 	return err
 }

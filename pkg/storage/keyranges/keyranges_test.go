@@ -351,11 +351,12 @@ func TestKeyRanges(t *testing.T) {
 }
 
 // readsCounted is a KV that counts the serializable and the linearizable
-// reads made through it; behind, it answers every serializable read as a
-// member that has not applied the revision asked for yet.
+// reads made through it; from its behindFrom-th serializable read on (1:
+// the first; 0: never), it answers them as a member that has not applied
+// the revision asked for yet.
 type readsCounted struct {
 	clientv3.KV
-	behind                     bool
+	behindFrom                 int
 	serializable, linearizable int
 }
 
@@ -365,14 +366,15 @@ func (r *readsCounted) Get(ctx context.Context, key string, opts ...clientv3.OpO
 		return r.KV.Get(ctx, key, opts...)
 	}
 	r.serializable++
-	if r.behind {
+	if r.behindFrom > 0 && r.serializable >= r.behindFrom {
 		return nil, rpctypes.ErrFutureRev
 	}
 	return r.KV.Get(ctx, key, opts...)
 }
 
 // Keys and revisions are read serializably, at the revision asked for;
-// from a member that has not applied that revision yet, linearizably.
+// from a member that has not applied that revision yet, linearizably, from
+// the first key not read yet.
 func TestKeyRevisionsReadSerializablyUnlessTheMemberIsBehind(t *testing.T) {
 	etcd, err := framework.StartEtcd(t.TempDir())
 	if err != nil {
@@ -391,27 +393,39 @@ func TestKeyRevisionsReadSerializablyUnlessTheMemberIsBehind(t *testing.T) {
 	if _, err := etcd.Client.Put(ctx, "/behind/later", "v"); err != nil {
 		t.Fatal(err)
 	}
-	for _, behind := range []bool{false, true} {
-		kv := &readsCounted{KV: etcd.Client.KV, behind: behind}
-		client := clientv3.NewCtxClient(ctx)
-		client.KV = kv
-		var keys []string
-		if err := keyranges.Etcd(client).KeyRevisions(ctx, "/behind/", "/behind0", revision, 2, func(key string, _ int64) error {
-			keys = append(keys, key)
-			return nil
-		}); err != nil {
-			t.Fatalf("behind %v: %v", behind, err)
-		}
-		if want := []string{"/behind/0", "/behind/1", "/behind/2", "/behind/3", "/behind/4"}; !slices.Equal(keys, want) {
-			t.Errorf("behind %v: keys %v, want %v", behind, keys, want)
-		}
-		// Five keys in pages of two: three reads.
-		wantSerializable, wantLinearizable := 3, 0
-		if behind {
-			wantSerializable, wantLinearizable = 1, 3
-		}
-		if kv.serializable != wantSerializable || kv.linearizable != wantLinearizable {
-			t.Errorf("behind %v: %d serializable and %d linearizable reads, want %d and %d", behind, kv.serializable, kv.linearizable, wantSerializable, wantLinearizable)
-		}
+	// Five keys in pages of two: three reads.
+	for _, tc := range []struct {
+		name                       string
+		behindFrom                 int
+		serializable, linearizable int
+	}{
+		{"a member that has applied the revision", 0, 3, 0},
+		{"a member behind from the first page", 1, 1, 3},
+		{"a member behind from the second page", 2, 2, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			kv := &readsCounted{KV: etcd.Client.KV, behindFrom: tc.behindFrom}
+			client := clientv3.NewCtxClient(ctx)
+			client.KV = kv
+			var keys []string
+			if err := keyranges.Etcd(client).KeyRevisions(ctx, "/behind/", "/behind0", revision, 2, func(key string, _ int64) error {
+				keys = append(keys, key)
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if want := []string{"/behind/0", "/behind/1", "/behind/2", "/behind/3", "/behind/4"}; !slices.Equal(keys, want) {
+				t.Errorf("keys %v, want %v", keys, want)
+			}
+			if kv.serializable != tc.serializable || kv.linearizable != tc.linearizable {
+				t.Errorf("%d serializable and %d linearizable reads, want %d and %d", kv.serializable, kv.linearizable, tc.serializable, tc.linearizable)
+			}
+		})
+	}
+	// What etcd answers for a revision it has not reached, through the
+	// client's conversion of its errors, is what the fallback looks for.
+	err = keyranges.Etcd(etcd.Client).KeyRevisions(ctx, "/behind/", "/behind0", revision+100, 2, func(string, int64) error { return nil })
+	if !errors.Is(err, rpctypes.ErrFutureRev) {
+		t.Fatalf("keys at a revision etcd has not reached: %v, want %v", err, rpctypes.ErrFutureRev)
 	}
 }

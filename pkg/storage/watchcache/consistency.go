@@ -114,10 +114,24 @@ func (c *checker) run(stop <-chan struct{}, period time.Duration) {
 			return
 		}
 		start := time.Now()
-		err := c.check(ctx)
-		<-checkTurn
+		err := c.checkInTurn(ctx)
 		c.record(err, time.Since(start))
 	}, period, jitter, true)
+}
+
+// checkTimeout is the longest a check may hold the process's turn: a read
+// of storage that hangs must not hold up every other cache's check for
+// good. Upstream's period, which a check at 100,000 projects takes a few
+// seconds of.
+const checkTimeout = 5 * time.Minute
+
+// checkInTurn checks, holding the process's turn (taken), and gives the
+// turn back.
+func (c *checker) checkInTurn(ctx context.Context) error {
+	defer func() { <-checkTurn }()
+	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
+	defer cancel()
+	return c.check(ctx)
 }
 
 // errInconsistent marks a check that found the cache and storage apart.
@@ -239,7 +253,7 @@ func (c *checker) compare(ctx context.Context, items []runtime.Object, revision 
 			}
 			return fmt.Sprintf("object %d of %d: the cache holds %s, which storage does not", i, len(items), cachedKey), nil
 		}
-		if to == end {
+		if last == len(items) {
 			return "", nil
 		}
 		from = to
