@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -208,7 +209,7 @@ func (c *checker) compare(ctx context.Context, items []runtime.Object, revision 
 	if chunk <= 0 {
 		chunk = checkChunk
 	}
-	from, end := c.prefix, prefixEnd(c.prefix)
+	from, end := c.prefix, clientv3.GetPrefixRangeEnd(c.prefix)
 	for first := 0; ; first += chunk {
 		last := min(first+chunk, len(items))
 		to := end
@@ -258,18 +259,6 @@ func (c *checker) compare(ctx context.Context, items []runtime.Object, revision 
 		}
 		from = to
 	}
-}
-
-// prefixEnd is the key after every key that starts with prefix.
-func prefixEnd(prefix string) string {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xff {
-			b[i]++
-			return string(b[:i+1])
-		}
-	}
-	return "\x00" // every key: etcd's range end for all keys from the start
 }
 
 // listCache lists every object of the cache at a revision storage still
