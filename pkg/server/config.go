@@ -160,12 +160,13 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	}
 	var inProcess *inProcessEtcd
 	if opts.EtcdInProcess != nil {
-		inProcess = newInProcessEtcd(opts.EtcdInProcess(), opts.ControlPlane.Etcd.StorageConfig.Transport)
+		inProcess = newInProcessEtcd(opts.EtcdInProcess(), opts.ControlPlane.Etcd.StorageConfig.Transport, opts.EtcdInProcessOn == EtcdInProcessReads)
 	}
 	if inProcess != nil {
-		// Milo's own transactions (a project's creation and purge, quota
-		// counts) and key reads, in-process too; its watches on gRPC.
-		etcdClient.KV = inProcess.kv
+		// Milo's own key reads (and, with writes in-process, its
+		// transactions: a project's creation and purge, quota counts)
+		// in-process too; its watches on gRPC.
+		etcdClient.KV = inProcess.over(etcdClient.KV)
 	}
 	keys := keyRangesOf(etcdClient, opts.SQL != nil)
 	if err := tenantstorage.UpgradeLayout(context.Background(), keys, opts.ControlPlane.Etcd.StorageConfig.Prefix); err != nil {

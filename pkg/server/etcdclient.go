@@ -57,7 +57,7 @@ func etcdClientConfig(t storagebackend.TransportConfig) (clientv3.Config, error)
 // storageClient is a client of the etcd transport names, its gRPC calls
 // counted in metrics, reading and writing through kv (nil: its own gRPC
 // KV), each request's latency recorded as upstream's clients record it.
-func storageClient(transport storagebackend.TransportConfig, metrics *grpcprom.ClientMetrics, kv clientv3.KV) (*kubernetes.Client, error) {
+func storageClient(transport storagebackend.TransportConfig, metrics *grpcprom.ClientMetrics, over func(clientv3.KV) clientv3.KV) (*kubernetes.Client, error) {
 	cfg, err := etcdClientConfig(transport)
 	if err != nil {
 		return nil, err
@@ -68,8 +68,9 @@ func storageClient(transport storagebackend.TransportConfig, metrics *grpcprom.C
 	if err != nil {
 		return nil, err
 	}
-	if kv == nil {
-		kv = c.KV
+	kv := c.KV
+	if over != nil {
+		kv = over(kv)
 	}
 	c.KV = etcd3.NewETCDLatencyTracker(kv)
 	return c, nil
@@ -98,11 +99,11 @@ func (s *sharedEtcd) storage(config *storagebackend.ConfigForResource, resourceP
 	}
 	s.mu.Lock()
 	if s.client == nil {
-		var kv clientv3.KV
+		var over func(clientv3.KV) clientv3.KV
 		if s.inProcess.serves(config) {
-			kv = s.inProcess.kv
+			over = s.inProcess.over
 		}
-		c, err := storageClient(config.Transport, projectKindsGRPCMetrics, kv)
+		c, err := storageClient(config.Transport, projectKindsGRPCMetrics, over)
 		if err != nil {
 			s.mu.Unlock()
 			return nil, nil, fmt.Errorf("the etcd client of projects' kinds: %w", err)

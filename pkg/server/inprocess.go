@@ -18,6 +18,8 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"go.miloapis.com/milo/pkg/storage/embeddedetcd"
 )
 
 // inProcessEtcd makes the storages of the resources kept in the embedded
@@ -37,6 +39,9 @@ import (
 type inProcessEtcd struct {
 	// kv is the in-process client's KV: reads, writes, transactions.
 	kv clientv3.KV
+	// readsOnly sends the storages' writes (puts, deletes, transactions)
+	// over gRPC: see ReadsInProcess.
+	readsOnly bool
 	// transport is how the member is reached over gRPC.
 	transport storagebackend.TransportConfig
 
@@ -51,13 +56,24 @@ type inProcessEtcd struct {
 	refs            int
 }
 
-// newInProcessEtcd returns the maker of storages that read and write
-// through in, a client of the member transport reaches; nil if in is nil.
-func newInProcessEtcd(in *clientv3.Client, transport storagebackend.TransportConfig) *inProcessEtcd {
+// newInProcessEtcd returns the maker of storages that read (and, unless
+// readsOnly, write) through in, a client of the member transport reaches;
+// nil if in is nil.
+func newInProcessEtcd(in *clientv3.Client, transport storagebackend.TransportConfig, readsOnly bool) *inProcessEtcd {
 	if in == nil {
 		return nil
 	}
-	return &inProcessEtcd{kv: in.KV, transport: transport}
+	return &inProcessEtcd{kv: in.KV, transport: transport, readsOnly: readsOnly}
+}
+
+// over is the KV a storage's client of the member reads and writes
+// through, given its gRPC KV: in-process for reads only, or for
+// everything.
+func (p *inProcessEtcd) over(grpcKV clientv3.KV) clientv3.KV {
+	if p.readsOnly {
+		return embeddedetcd.ReadsInProcess(grpcKV, p.kv)
+	}
+	return p.kv
 }
 
 // serves tells whether config's resource is kept in the member.
@@ -72,7 +88,7 @@ func (p *inProcessEtcd) raw(config *storagebackend.ConfigForResource, newFunc, n
 	if !p.serves(config) {
 		return generic.NewRawStorage(config, newFunc, newListFunc, resourcePrefix)
 	}
-	client, err := storageClient(p.transport, inProcessGRPCMetrics, p.kv)
+	client, err := storageClient(p.transport, inProcessGRPCMetrics, p.over)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the etcd client of %s: %w", config.GroupResource, err)
 	}
@@ -138,7 +154,7 @@ func (p *inProcessEtcd) startCompactor(config *storagebackend.ConfigForResource)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.compactor == nil {
-		c, err := storageClient(p.transport, inProcessGRPCMetrics, p.kv)
+		c, err := storageClient(p.transport, inProcessGRPCMetrics, p.over)
 		if err != nil {
 			return nil, fmt.Errorf("the etcd client of the compactor: %w", err)
 		}

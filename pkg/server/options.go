@@ -70,8 +70,10 @@ type Options struct {
 	MaxListItems int64
 	// EtcdMaxTxnOps is the --max-txn-ops of the etcd --etcd-servers names.
 	EtcdMaxTxnOps int
-	// EtcdInProcess reads and writes the embedded etcd in-process.
-	EtcdInProcess bool
+	// EtcdInProcess is what the API server sends the embedded etcd
+	// in-process rather than over gRPC: EtcdInProcessReads (the default),
+	// EtcdInProcessAll or EtcdInProcessNone.
+	EtcdInProcess string
 	// MaxWatches bounds the watches one project or organization context
 	// holds open at once (package tenancy); 0 leaves them unbounded.
 	MaxWatches int
@@ -119,6 +121,15 @@ type Options struct {
 
 // NewOptions returns options with Milo's defaults: loopback on port 6443, RBAC
 // authorization, the admission plugins that make sense without pods and nodes.
+// What the API server sends the embedded etcd in-process
+// (--etcd-in-process): its reads; its reads and writes; nothing. Its
+// watches always go over gRPC.
+const (
+	EtcdInProcessReads = "reads"
+	EtcdInProcessAll   = "true"
+	EtcdInProcessNone  = "false"
+)
+
 func NewOptions() *Options {
 	cp := cpoptions.NewOptions()
 	cp.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
@@ -129,7 +140,7 @@ func NewOptions() *Options {
 	hierarchy.Register(cp.Admission.GenericAdmission.Plugins, tree)
 	iam := evaluator.New()
 	iamadmission.Register(cp.Admission.GenericAdmission.Plugins, iam, tree)
-	o := &Options{DataDir: ".milo", TypedStorageMediaType: typedgroup.StorageMediaType, Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, EtcdMaxTxnOps: tenantstorage.DefaultMaxTxnOps, MaxWatches: tenancy.DefaultMaxWatches, TenantCPUShare: fairness.DefaultCPUShare, TenantConcurrency: fairness.DefaultSeats(), TopProjects: telemetry.DefaultTopOptions,
+	o := &Options{DataDir: ".milo", EtcdInProcess: EtcdInProcessReads, TypedStorageMediaType: typedgroup.StorageMediaType, Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, EtcdMaxTxnOps: tenantstorage.DefaultMaxTxnOps, MaxWatches: tenancy.DefaultMaxWatches, TenantCPUShare: fairness.DefaultCPUShare, TenantConcurrency: fairness.DefaultSeats(), TopProjects: telemetry.DefaultTopOptions,
 		ProjectCRDs: projectcrds.Rules{Enabled: true, MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}, catalog: &catalog.Catalog{},
 		quota: quota.NewLedger(), suspensions: suspension.NewIndex()}
 	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs, o.projectCRDs)
@@ -186,9 +197,11 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 		"election of every `milo controller-manager`, so only one instance acts at a time; with --controllers=false "+
 		"a separate `milo controller-manager` must run. Deleted projects' storage is always purged by the server.")
 	fs.Lookup("controllers").NoOptDefVal = "*"
-	fs.BoolVar(&o.EtcdInProcess, "etcd-in-process", o.EtcdInProcess, ""+
-		"Experimental: the API server reads and writes the embedded etcd through etcd's in-process client, "+
-		"its watches still over gRPC (see docs/operations.md, Embedded etcd). Ignored with --etcd-servers or SQL storage.")
+	fs.StringVar(&o.EtcdInProcess, "etcd-in-process", o.EtcdInProcess, ""+
+		"What the API server sends the embedded etcd through etcd's in-process client rather than over gRPC: "+
+		"'reads' (its reads; writes and watches over gRPC), 'true' (reads and writes, experimental; watches over gRPC) "+
+		"or 'false' (nothing). See docs/operations.md, Embedded etcd. Ignored with --etcd-servers or SQL storage.")
+	fs.Lookup("etcd-in-process").NoOptDefVal = EtcdInProcessAll
 	fs.BoolVar(&o.ProjectFlows, "project-flows", o.ProjectFlows, ""+
 		"Classify every project's requests into API Priority and Fairness's priority level milo-projects, "+
 		"one flow per project, so that one project's load cannot starve another's (see docs/fairness.md). "+
@@ -267,7 +280,7 @@ type CompletedOptions struct {
 	// SQL is the SQL storage to serve through kine, or nil.
 	SQL *sqlstorage.Config
 	// EtcdInProcessOn is --etcd-in-process.
-	EtcdInProcessOn bool
+	EtcdInProcessOn string
 	// EtcdInProcess, once Run started the embedded etcd with
 	// EtcdInProcessOn, makes clients that call it in-process (nil from it:
 	// the member is one of a cluster).
@@ -403,6 +416,11 @@ func (o *Options) validateMiloFlags() []error {
 	}
 	if o.MaxListItems < 0 {
 		errs = append(errs, errors.New("--max-project-list-items must not be negative"))
+	}
+	switch o.EtcdInProcess {
+	case EtcdInProcessNone, EtcdInProcessReads, EtcdInProcessAll:
+	default:
+		errs = append(errs, fmt.Errorf("--etcd-in-process: %q is none of %s, %s and %s", o.EtcdInProcess, EtcdInProcessReads, EtcdInProcessAll, EtcdInProcessNone))
 	}
 	if o.EtcdMaxTxnOps < 1 {
 		errs = append(errs, errors.New("--etcd-max-txn-ops must be positive"))

@@ -3,6 +3,7 @@ package embeddedetcd_test
 import (
 	"context"
 	"crypto/tls"
+	"maps"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -85,4 +86,79 @@ func TestClientURLServesGRPCAndHTTPURLTheRest(t *testing.T) {
 		resp.Body.Close() //nolint:errcheck
 		t.Fatalf("the HTTP URL answered %d without a client certificate", resp.StatusCode)
 	}
+
+	t.Run("reads in-process, writes over gRPC", func(t *testing.T) {
+		overGRPC, inProcess := &countedKV{KV: c.KV}, &countedKV{KV: s.InProcessClient().KV}
+		kv := embeddedetcd.ReadsInProcess(overGRPC, inProcess)
+		put, err := kv.Put(ctx, "/reads/a", "1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Do(ctx, clientv3.OpPut("/reads/b", "2")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := kv.Txn(ctx).Then(clientv3.OpPut("/reads/c", "3")).Commit(); err != nil {
+			t.Fatal(err)
+		}
+		// Each read sees every write acknowledged on the other path.
+		got, err := kv.Get(ctx, "/reads/", clientv3.WithPrefix())
+		if err != nil || len(got.Kvs) != 3 || got.Kvs[0].ModRevision != put.Header.Revision {
+			t.Fatalf("a read in-process found %v (%v), want the three keys written over gRPC", got.Kvs, err)
+		}
+		if did, err := kv.Do(ctx, clientv3.OpGet("/reads/b")); err != nil || len(did.Get().Kvs) != 1 {
+			t.Fatalf("a read in-process did not find /reads/b: %v", err)
+		}
+		if _, err := kv.Delete(ctx, "/reads/", clientv3.WithPrefix()); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]int{"put": 1, "do-put": 1, "txn": 1, "delete": 1}
+		if !maps.Equal(overGRPC.calls, want) {
+			t.Errorf("over gRPC: %v, want the writes %v", overGRPC.calls, want)
+		}
+		if want := map[string]int{"get": 1, "do-get": 1}; !maps.Equal(inProcess.calls, want) {
+			t.Errorf("in-process: %v, want the reads %v", inProcess.calls, want)
+		}
+	})
+}
+
+// countedKV counts the calls of each kind it passes on to KV.
+type countedKV struct {
+	clientv3.KV
+	calls map[string]int
+}
+
+func (c *countedKV) count(call string) {
+	if c.calls == nil {
+		c.calls = map[string]int{}
+	}
+	c.calls[call]++
+}
+
+func (c *countedKV) Put(ctx context.Context, key, val string, opts ...clientv3.OpOption) (*clientv3.PutResponse, error) {
+	c.count("put")
+	return c.KV.Put(ctx, key, val, opts...)
+}
+
+func (c *countedKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	c.count("get")
+	return c.KV.Get(ctx, key, opts...)
+}
+
+func (c *countedKV) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	c.count("delete")
+	return c.KV.Delete(ctx, key, opts...)
+}
+
+func (c *countedKV) Txn(ctx context.Context) clientv3.Txn {
+	c.count("txn")
+	return c.KV.Txn(ctx)
+}
+
+func (c *countedKV) Do(ctx context.Context, op clientv3.Op) (clientv3.OpResponse, error) {
+	if op.IsGet() {
+		c.count("do-get")
+	} else {
+		c.count("do-put")
+	}
+	return c.KV.Do(ctx, op)
 }
