@@ -160,7 +160,7 @@ func NewConfig(opts CompletedOptions) (*Config, error) {
 	}
 	var inProcess *inProcessEtcd
 	if opts.EtcdInProcess != nil {
-		inProcess = newInProcessEtcd(opts.EtcdInProcess(), opts.ControlPlane.Etcd.StorageConfig.Transport, opts.EtcdInProcessOn == EtcdInProcessReads)
+		inProcess = newInProcessEtcd(opts.EtcdInProcess(), opts.ControlPlane.Etcd.StorageConfig.Transport, opts.EtcdInProcessOn != EtcdInProcessAll)
 	}
 	if inProcess != nil {
 		// Milo's own key reads (and, with writes in-process, its

@@ -55,8 +55,9 @@ func etcdClientConfig(t storagebackend.TransportConfig) (clientv3.Config, error)
 }
 
 // storageClient is a client of the etcd transport names, its gRPC calls
-// counted in metrics, reading and writing through kv (nil: its own gRPC
-// KV), each request's latency recorded as upstream's clients record it.
+// counted in metrics, reading and writing through the KV over makes of its
+// gRPC KV (nil: that KV), each request's latency recorded as upstream's
+// clients record it.
 func storageClient(transport storagebackend.TransportConfig, metrics *grpcprom.ClientMetrics, over func(clientv3.KV) clientv3.KV) (*kubernetes.Client, error) {
 	cfg, err := etcdClientConfig(transport)
 	if err != nil {
@@ -83,7 +84,7 @@ func storageClient(transport storagebackend.TransportConfig, metrics *grpcprom.C
 // connection and its goroutines for every distinct schema.
 type sharedEtcd struct {
 	// inProcess, if not nil, is the embedded etcd, which the client reads
-	// and writes in-process.
+	// (and, as it says, writes) in-process.
 	inProcess *inProcessEtcd
 
 	mu     sync.Mutex

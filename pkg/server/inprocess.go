@@ -24,8 +24,9 @@ import (
 
 // inProcessEtcd makes the storages of the resources kept in the embedded
 // etcd member as upstream's factory makes them — a gRPC client each, for
-// its watches, leases and status — except that their reads and writes go
-// through etcd's in-process client (embeddedetcd.Server.InProcessClient):
+// its watches, leases and status — except that their reads (and, unless
+// readsOnly, their writes) go through etcd's in-process client
+// (embeddedetcd.Server.InProcessClient):
 // the member's request handlers run in the caller's goroutine, with none of
 // gRPC's encoding and framing on either side and none of the hand-offs
 // between four transport goroutines that a round trip otherwise waits for
@@ -37,7 +38,8 @@ import (
 // which HTTP/2's buffering prevents. Resources kept in another etcd
 // (--etcd-servers-overrides) keep upstream's clients.
 type inProcessEtcd struct {
-	// kv is the in-process client's KV: reads, writes, transactions.
+	// kv is the in-process client's KV: reads, and unless readsOnly,
+	// writes and transactions.
 	kv clientv3.KV
 	// readsOnly sends the storages' writes (puts, deletes, transactions)
 	// over gRPC: see ReadsInProcess.
@@ -177,7 +179,8 @@ func (p *inProcessEtcd) stopCompactor() {
 }
 
 // inProcessGRPCMetrics count the gRPC calls of the storages' clients of the
-// embedded etcd (their watches: their reads and writes are in-process), as
+// embedded etcd (their watches, and their writes unless those are
+// in-process too: their reads are in-process), as
 // upstream's grpc_client_* metrics count those of its own clients.
 var inProcessGRPCMetrics = grpcprom.NewClientMetrics(grpcprom.WithClientCounterOptions(grpcprom.WithNamespace("milo_etcd")))
 

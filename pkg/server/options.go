@@ -119,8 +119,6 @@ type Options struct {
 	suspensions *suspension.Index
 }
 
-// NewOptions returns options with Milo's defaults: loopback on port 6443, RBAC
-// authorization, the admission plugins that make sense without pods and nodes.
 // What the API server sends the embedded etcd in-process
 // (--etcd-in-process): its reads; its reads and writes; nothing. Its
 // watches always go over gRPC.
@@ -130,6 +128,24 @@ const (
 	EtcdInProcessNone  = "false"
 )
 
+// etcdInProcessMode is the mode --etcd-in-process names: reads, or any
+// spelling of a boolean the flag took when it was one (true: reads and
+// writes).
+func etcdInProcessMode(v string) (string, error) {
+	if v == EtcdInProcessReads {
+		return v, nil
+	}
+	if b, err := strconv.ParseBool(v); err == nil {
+		if b {
+			return EtcdInProcessAll, nil
+		}
+		return EtcdInProcessNone, nil
+	}
+	return "", fmt.Errorf("--etcd-in-process: %q must be one of %s, %s and %s", v, EtcdInProcessReads, EtcdInProcessAll, EtcdInProcessNone)
+}
+
+// NewOptions returns options with Milo's defaults: loopback on port 6443, RBAC
+// authorization, the admission plugins that make sense without pods and nodes.
 func NewOptions() *Options {
 	cp := cpoptions.NewOptions()
 	cp.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
@@ -279,7 +295,8 @@ type CompletedOptions struct {
 	Etcd *embeddedetcd.Config
 	// SQL is the SQL storage to serve through kine, or nil.
 	SQL *sqlstorage.Config
-	// EtcdInProcessOn is --etcd-in-process.
+	// EtcdInProcessOn is --etcd-in-process's mode: EtcdInProcessReads,
+	// EtcdInProcessAll or EtcdInProcessNone (also when empty).
 	EtcdInProcessOn string
 	// EtcdInProcess, once Run started the embedded etcd with
 	// EtcdInProcessOn, makes clients that call it in-process (nil from it:
@@ -337,6 +354,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 	if errs := o.validateMiloFlags(); len(errs) > 0 {
 		return CompletedOptions{}, utilerrors.NewAggregate(errs)
 	}
+	etcdInProcess, _ := etcdInProcessMode(o.EtcdInProcess) // validated above
 	if err := disableWatchListReflectors(); err != nil {
 		return CompletedOptions{}, err
 	}
@@ -406,7 +424,7 @@ func (o *Options) Complete(ctx context.Context) (CompletedOptions, error) {
 		return CompletedOptions{}, err
 	}
 	closeListener = false
-	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, EtcdMaxTxnOps: maxTxnOps, MaxWatches: o.MaxWatches, EtcdInProcessOn: o.EtcdInProcess, TenantCPUShare: o.TenantCPUShare, TenantConcurrency: o.TenantConcurrency, TopProjects: o.TopProjects, AuditProjects: o.AuditProjects, TypedStorageMediaType: o.TypedStorageMediaType, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
+	return CompletedOptions{ControlPlane: completed, DataDir: dataDir, Etcd: etcd, SQL: sql, AdminKubeconfig: adminKubeconfig, URL: url, Hierarchy: o.hierarchy, IAM: o.iam, Controllers: selected, ProjectFlows: o.ProjectFlows, ProjectListConcurrency: o.ProjectListConcurrency, MaxListItems: o.MaxListItems, EtcdMaxTxnOps: maxTxnOps, MaxWatches: o.MaxWatches, EtcdInProcessOn: etcdInProcess, TenantCPUShare: o.TenantCPUShare, TenantConcurrency: o.TenantConcurrency, TopProjects: o.TopProjects, AuditProjects: o.AuditProjects, TypedStorageMediaType: o.TypedStorageMediaType, ProjectCRDs: o.ProjectCRDs.Enabled, ProjectCRDIndex: o.projectCRDs, Catalog: o.catalog, Quota: o.quota, Suspensions: o.suspensions}, nil
 }
 
 func (o *Options) validateMiloFlags() []error {
@@ -417,10 +435,8 @@ func (o *Options) validateMiloFlags() []error {
 	if o.MaxListItems < 0 {
 		errs = append(errs, errors.New("--max-project-list-items must not be negative"))
 	}
-	switch o.EtcdInProcess {
-	case EtcdInProcessNone, EtcdInProcessReads, EtcdInProcessAll:
-	default:
-		errs = append(errs, fmt.Errorf("--etcd-in-process: %q is none of %s, %s and %s", o.EtcdInProcess, EtcdInProcessReads, EtcdInProcessAll, EtcdInProcessNone))
+	if _, err := etcdInProcessMode(o.EtcdInProcess); err != nil {
+		errs = append(errs, err)
 	}
 	if o.EtcdMaxTxnOps < 1 {
 		errs = append(errs, errors.New("--etcd-max-txn-ops must be positive"))

@@ -297,3 +297,32 @@ func TestSizeBasedListCostEstimateIsOffUnlessAsked(t *testing.T) {
 		}
 	}
 }
+
+// The embedded etcd is read in-process by default; the flag still takes
+// what it took as a boolean, bare meaning reads and writes.
+func TestEtcdInProcessModes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, EtcdInProcessReads},
+		{[]string{"--etcd-in-process"}, EtcdInProcessAll},
+		{[]string{"--etcd-in-process=reads"}, EtcdInProcessReads},
+		{[]string{"--etcd-in-process=true"}, EtcdInProcessAll},
+		{[]string{"--etcd-in-process=1"}, EtcdInProcessAll},
+		{[]string{"--etcd-in-process=false"}, EtcdInProcessNone},
+		{[]string{"--etcd-in-process=FALSE"}, EtcdInProcessNone},
+	} {
+		o := parse(t, tc.args...)
+		if errs := o.validateMiloFlags(); len(errs) != 0 {
+			t.Errorf("%v refused: %v", tc.args, errs)
+			continue
+		}
+		if got, _ := etcdInProcessMode(o.EtcdInProcess); got != tc.want {
+			t.Errorf("%v: mode %q, want %q", tc.args, got, tc.want)
+		}
+	}
+	if errs := parse(t, "--etcd-in-process=writes").validateMiloFlags(); len(errs) != 1 {
+		t.Errorf("an unknown mode gave %v, want one error", errs)
+	}
+}

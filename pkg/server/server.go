@@ -372,7 +372,7 @@ func Run(ctx context.Context, opts CompletedOptions, out io.Writer) error {
 		}
 		// Closed after the API server stopped, so that in-flight writes finish.
 		defer etcd.Close()
-		if opts.EtcdInProcessOn != EtcdInProcessNone {
+		if opts.EtcdInProcessOn == EtcdInProcessReads || opts.EtcdInProcessOn == EtcdInProcessAll {
 			opts.EtcdInProcess = etcd.InProcessClient
 		}
 		// Where the running member is, for `milo backup save`.
