@@ -71,8 +71,8 @@ type Options struct {
 	// EtcdMaxTxnOps is the --max-txn-ops of the etcd --etcd-servers names.
 	EtcdMaxTxnOps int
 	// EtcdInProcess is what the API server sends the embedded etcd
-	// in-process rather than over gRPC: EtcdInProcessReads (the default),
-	// EtcdInProcessAll or EtcdInProcessNone.
+	// in-process rather than over gRPC: EtcdInProcessNone (the default),
+	// EtcdInProcessReads or EtcdInProcessAll.
 	EtcdInProcess string
 	// MaxWatches bounds the watches one project or organization context
 	// holds open at once (package tenancy); 0 leaves them unbounded.
@@ -156,7 +156,7 @@ func NewOptions() *Options {
 	hierarchy.Register(cp.Admission.GenericAdmission.Plugins, tree)
 	iam := evaluator.New()
 	iamadmission.Register(cp.Admission.GenericAdmission.Plugins, iam, tree)
-	o := &Options{DataDir: ".milo", EtcdInProcess: EtcdInProcessReads, TypedStorageMediaType: typedgroup.StorageMediaType, Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, EtcdMaxTxnOps: tenantstorage.DefaultMaxTxnOps, MaxWatches: tenancy.DefaultMaxWatches, TenantCPUShare: fairness.DefaultCPUShare, TenantConcurrency: fairness.DefaultSeats(), TopProjects: telemetry.DefaultTopOptions,
+	o := &Options{DataDir: ".milo", EtcdInProcess: EtcdInProcessNone, TypedStorageMediaType: typedgroup.StorageMediaType, Controllers: manager.Selection{"*"}, ProjectFlows: true, MaxListItems: tenantstorage.DefaultMaxListItems, EtcdMaxTxnOps: tenantstorage.DefaultMaxTxnOps, MaxWatches: tenancy.DefaultMaxWatches, TenantCPUShare: fairness.DefaultCPUShare, TenantConcurrency: fairness.DefaultSeats(), TopProjects: telemetry.DefaultTopOptions,
 		ProjectCRDs: projectcrds.Rules{Enabled: true, MaxPerProject: projectcrds.DefaultMaxPerProject}, ControlPlane: cp, hierarchy: tree, iam: iam, projectCRDs: &projectcrds.Index{}, catalog: &catalog.Catalog{},
 		quota: quota.NewLedger(), suspensions: suspension.NewIndex()}
 	projectcrds.Register(cp.Admission.GenericAdmission.Plugins, &o.ProjectCRDs, o.projectCRDs)
@@ -215,8 +215,8 @@ func (o *Options) AddFlags(fss *cliflag.NamedFlagSets) {
 	fs.Lookup("controllers").NoOptDefVal = "*"
 	fs.StringVar(&o.EtcdInProcess, "etcd-in-process", o.EtcdInProcess, ""+
 		"What the API server sends the embedded etcd through etcd's in-process client rather than over gRPC: "+
-		"'reads' (its reads; writes and watches over gRPC), 'true' (reads and writes, experimental; watches over gRPC) "+
-		"or 'false' (nothing). See docs/operations.md, Embedded etcd. Ignored with --etcd-servers or SQL storage.")
+		"'false' (nothing), 'reads' (its reads; writes and watches over gRPC; experimental) or 'true' (reads and writes, "+
+		"experimental; watches over gRPC). See docs/operations.md, Embedded etcd. Ignored with --etcd-servers or SQL storage.")
 	fs.Lookup("etcd-in-process").NoOptDefVal = EtcdInProcessAll
 	fs.BoolVar(&o.ProjectFlows, "project-flows", o.ProjectFlows, ""+
 		"Classify every project's requests into API Priority and Fairness's priority level milo-projects, "+

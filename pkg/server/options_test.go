@@ -298,14 +298,14 @@ func TestSizeBasedListCostEstimateIsOffUnlessAsked(t *testing.T) {
 	}
 }
 
-// The embedded etcd is read in-process by default; the flag still takes
+// The embedded etcd is reached over gRPC by default; the flag still takes
 // what it took as a boolean, bare meaning reads and writes.
 func TestEtcdInProcessModes(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
 		want string
 	}{
-		{nil, EtcdInProcessReads},
+		{nil, EtcdInProcessNone},
 		{[]string{"--etcd-in-process"}, EtcdInProcessAll},
 		{[]string{"--etcd-in-process=reads"}, EtcdInProcessReads},
 		{[]string{"--etcd-in-process=true"}, EtcdInProcessAll},

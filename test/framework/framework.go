@@ -113,11 +113,42 @@ func (s *Server) Stop() (int, error) {
 	select {
 	case <-s.Exited:
 	case <-time.After(time.Minute):
-		s.Cmd.Process.Kill() //nolint:errcheck
-		<-s.Exited
-		return -1, errors.New("milo did not exit within a minute of SIGTERM")
+		// Go's runtime answers SIGQUIT with every goroutine's stack: the
+		// failure says where the server hung.
+		s.Cmd.Process.Signal(syscall.SIGQUIT) //nolint:errcheck
+		select {
+		case <-s.Exited:
+		case <-time.After(10 * time.Second):
+			s.Cmd.Process.Kill() //nolint:errcheck
+			<-s.Exited
+		}
+		return -1, fmt.Errorf("milo did not exit within a minute of SIGTERM; its goroutines: %s", s.hungGoroutines())
 	}
 	return s.Cmd.ProcessState.ExitCode(), nil
+}
+
+// hungGoroutines writes the server's whole log, with the goroutine dump
+// SIGQUIT printed, to a file and returns its name, and the stacks that
+// pass through Milo's own code, which a log tail would cut.
+func (s *Server) hungGoroutines() string {
+	out := s.Logs.String()
+	var milo []string
+	for _, g := range strings.Split(out, "\n\n") {
+		if strings.HasPrefix(g, "goroutine ") && strings.Contains(g, "go.miloapis.com/milo/") {
+			milo = append(milo, g)
+		}
+	}
+	name := "(not written)"
+	if f, err := os.CreateTemp("", "milo-hung-*.log"); err == nil {
+		f.WriteString(out) //nolint:errcheck
+		f.Close()          //nolint:errcheck
+		name = f.Name()
+	}
+	summary := strings.Join(milo, "\n\n")
+	if len(summary) > 20000 {
+		summary = summary[:20000] + "\n..."
+	}
+	return "the whole log is in " + name + "; the stacks in Milo's code:\n" + summary
 }
 
 // LogTail is the end of the server's log, for failure messages.
